@@ -211,3 +211,17 @@ def test_last_token_rule(seqs, block) -> None:
     cands = find_candidates(tree, block_size=block, min_tokens=1)
     engine = sum(reusable_prefix(r, len(s), block) for r, s in zip(returns, unique))
     assert engine == sum(c.marginal_tokens for c in cands)
+
+
+def test_docs_example_runs() -> None:
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "radix.md").read_text()
+    code = re.search(r"```python\n(.*?)```", doc, re.S)
+    assert code is not None
+    ns: dict = {}
+    exec(code.group(1), ns)  # noqa: S102 - our own documentation
+    c = ns["c"]
+    assert (c.length, c.raw_length, c.hits, c.reusable_tokens, c.marginal_tokens) == (64, 70, 4, 192, 192)
+    assert (ns["tree"].n_nodes, ns["tree"].arena_tokens) == (6, 110)
