@@ -171,6 +171,12 @@ class Prompt:
     segments: tuple[Segment, ...]
     chunks: tuple[Chunk, ...] = ()
     exact: bool = True
+    token_scale: int = 1  # each id stands for this many tokens (Mooncake trace blocks)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
+
+    @property
+    def n_tokens(self) -> int:
+        """Prompt length in real tokens (ids x token_scale)."""
+        return int(self.tokens.shape[0]) * self.token_scale

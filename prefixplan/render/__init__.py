@@ -1,0 +1,196 @@
+"""Render requests into the exact token ids an engine computes, with segment spans.
+
+Backends (``--tokenizer SPEC``):
+
+- ``hf:PATH``           local Hugging Face tokenizer folder + chat template (exact)
+- ``mistral:NAME``      tokenizers shipped in mistral-common (exact); ``mistral:nemo`` is the
+                        embedded default used when no ``--tokenizer`` is given
+- ``tiktoken:NAME``     OpenAI encodings, documented rendering (approximate)
+- ``vllm:URL``          the server's own ``/tokenize`` (exact)
+
+Mooncake traces carry block hash ids, not text: they are "rendered" to one id per block
+(``token_scale`` = trace block size), whatever the backend.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from prefixplan.errors import TokenizerError, UsageError
+from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+
+DEFAULT_TOKENIZER = "mistral:nemo"
+
+
+class Renderer(Protocol):
+    spec: str
+    label: str
+    fingerprint: str
+    exact: bool
+
+    def render(self, request: Request) -> Prompt: ...
+
+    def render_many(self, requests: Sequence[Request]) -> list[Prompt]: ...
+
+    def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def load_renderer(
+    spec: str | None = None,
+    *,
+    chat_template: str | Path | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> Renderer:
+    """Load a renderer from a spec string (see module docstring)."""
+    spec = spec or DEFAULT_TOKENIZER
+    scheme, _, rest = spec.partition(":")
+    template_text = None
+    if chat_template is not None:
+        path = Path(chat_template)
+        if not path.is_file():
+            raise UsageError(f"--chat-template {chat_template}: file not found")
+        template_text = path.read_text(encoding="utf-8")
+    if scheme == "hf":
+        from prefixplan.render.hf import HFRenderer
+
+        return HFRenderer(rest, chat_template=template_text, template_kwargs=template_kwargs)
+    if template_text is not None or template_kwargs:
+        raise UsageError(f"--chat-template/--template-kwargs apply to hf: tokenizers only, not {spec}")
+    if scheme == "mistral":
+        from prefixplan.render.mistral import MistralRenderer
+
+        return MistralRenderer(rest or "nemo")
+    if scheme == "tiktoken":
+        from prefixplan.render.tiktoken_backend import TiktokenRenderer
+
+        return TiktokenRenderer(rest or "o200k_base")
+    if scheme == "vllm":
+        from prefixplan.render.vllm_remote import VLLMRenderer
+
+        return VLLMRenderer(rest)
+    raise UsageError(
+        f"--tokenizer {spec}: unknown scheme {scheme!r}",
+        hint="use hf:PATH, mistral:nemo, tiktoken:o200k_base or vllm:http://HOST:PORT",
+    )
+
+
+def parse_template_kwargs(text: str | None) -> dict[str, Any]:
+    """``--template-kwargs`` as JSON (``{"date_string": "26 Jul 2024"}``) or ``k=v,k=v``."""
+    if not text:
+        return {}
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--template-kwargs: invalid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise UsageError("--template-kwargs: expected a JSON object")
+        return value
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--template-kwargs: expected KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(val)
+        except json.JSONDecodeError:
+            out[key.strip()] = val
+    return out
+
+
+def parse_tokenizer_map(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        model, sep, spec = item.partition("=")
+        if not sep or not model or not spec:
+            raise UsageError(f"--tokenizer-map {item!r}: expected MODEL=SPEC")
+        out[model] = spec
+    return out
+
+
+def trace_prompt(request: Request) -> Prompt:
+    """A Mooncake trace request: one id per block of ``trace_block_size`` tokens."""
+    assert request.hash_ids is not None
+    tokens = as_token_ids(np.asarray(request.hash_ids, dtype=np.uint32))
+    seg = Segment("block", 0, len(tokens), content_hash(tokens.tobytes()))
+    return Prompt(request, tokens, (seg,), (), exact=False, token_scale=request.trace_block_size or 512)
+
+
+@dataclass
+class RenderSet:
+    """Renderers by model: the default one plus ``--tokenizer-map`` entries (loaded lazily)."""
+
+    default_spec: str | None = None
+    by_model: dict[str, str] = field(default_factory=dict)
+    chat_template: str | Path | None = None
+    template_kwargs: dict[str, Any] | None = None
+    _loaded: dict[str, Renderer] = field(default_factory=dict)
+
+    def for_model(self, model: str | None) -> Renderer:
+        spec = self.by_model.get(model or "", self.default_spec) or DEFAULT_TOKENIZER
+        renderer = self._loaded.get(spec)
+        if renderer is None:
+            kwargs = {}
+            if spec.startswith("hf:"):
+                kwargs = {"chat_template": self.chat_template, "template_kwargs": self.template_kwargs}
+            renderer = load_renderer(spec, **kwargs)
+            self._loaded[spec] = renderer
+        return renderer
+
+    @property
+    def loaded(self) -> list[Renderer]:
+        return list(self._loaded.values())
+
+    def render_stream(self, requests: Iterable[Request], *, batch: int = 256, on_error=None) -> Iterator[Prompt]:
+        """Render requests in arrival order, batching by renderer for speed.
+
+        ``on_error(request, exc)`` receives requests that fail to render (counted by the
+        caller); without it the error propagates.
+        """
+        pending: list[Request] = []
+
+        def flush() -> Iterator[Prompt]:
+            groups: dict[int, list[int]] = {}
+            renderers: dict[int, Renderer] = {}
+            out: list[Prompt | None] = [None] * len(pending)
+            for i, req in enumerate(pending):
+                if req.hash_ids is not None:
+                    out[i] = trace_prompt(req)
+                    continue
+                r = self.for_model(req.model)
+                groups.setdefault(id(r), []).append(i)
+                renderers[id(r)] = r
+            for rid, idxs in groups.items():
+                r = renderers[rid]
+                try:
+                    prompts = r.render_many([pending[i] for i in idxs])
+                except TokenizerError:
+                    prompts = []
+                    for i in idxs:
+                        try:
+                            prompts.append(r.render(pending[i]))
+                        except TokenizerError as exc:
+                            if on_error is None:
+                                raise
+                            on_error(pending[i], exc)
+                            prompts.append(None)  # type: ignore[arg-type]
+                for i, p in zip(idxs, prompts):
+                    out[i] = p
+            for p in out:
+                if p is not None:
+                    yield p
+            pending.clear()
+
+        for req in requests:
+            pending.append(req)
+            if len(pending) >= batch:
+                yield from flush()
+        if pending:
+            yield from flush()

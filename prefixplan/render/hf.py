@@ -1,0 +1,256 @@
+"""``hf:PATH`` — a local Hugging Face tokenizer folder and its chat template.
+
+Exactness: the token ids equal ``tokenizer.apply_chat_template(messages, tools=tools,
+add_generation_prompt=True, tokenize=True)``, which is what vLLM's chat endpoints and
+``/tokenize`` compute for the same tokenizer and template.
+
+Speed: a fast (Rust) tokenizer splits text on its added tokens (``<|im_start|>`` …) before
+normalising and pre-tokenising, so the text between two added tokens is encoded
+independently of its neighbours. The renderer splits the rendered prompt the same way and
+encodes each distinct piece once (an LRU cache bounded by tokens), so the shared system
+prompt and tool block of most requests are tokenized once. When an added token has
+``lstrip``/``rstrip``/``single_word``/``normalized`` set, splitting is not provably
+equivalent and the renderer encodes whole prompts instead (still exact, slower). Tests
+compare both paths against ``apply_chat_template`` token for token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefixplan.errors import TokenizerError
+from prefixplan.render.spans import assign, locate
+from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+
+
+class PieceCache:
+    """LRU cache text piece -> (ids, char starts), bounded by total cached tokens."""
+
+    def __init__(self, max_tokens: int = 8_000_000) -> None:
+        self.max_tokens = max_tokens
+        self._data: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._tokens = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, piece: str) -> tuple[np.ndarray, np.ndarray] | None:
+        item = self._data.get(piece)
+        if item is not None:
+            self._data.move_to_end(piece)
+            self.hits += 1
+        return item
+
+    def put(self, piece: str, item: tuple[np.ndarray, np.ndarray]) -> None:
+        self.misses += 1
+        if piece in self._data:
+            return
+        self._data[piece] = item
+        self._tokens += int(item[0].shape[0])
+        while self._tokens > self.max_tokens and len(self._data) > 1:
+            _, (ids, _) = self._data.popitem(last=False)
+            self._tokens -= int(ids.shape[0])
+
+
+class HFRenderer:
+    """Render chat requests with a local HF tokenizer folder and its chat template."""
+
+    exact = True
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        piece_cache_tokens: int = 8_000_000,
+        split_pieces: bool = True,
+    ) -> None:
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
+            raise TokenizerError(
+                f"hf:{path}: not a tokenizer folder (no tokenizer.json or tokenizer_config.json)",
+                hint="pass a local folder saved with tokenizer.save_pretrained()",
+            )
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except Exception as exc:  # transformers raises many types here
+            raise TokenizerError(f"hf:{path}: cannot load tokenizer: {exc}") from exc
+        if chat_template is not None:
+            self.tokenizer.chat_template = chat_template
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise TokenizerError(
+                f"hf:{path}: the tokenizer has no chat template",
+                hint="pass --chat-template FILE",
+            )
+        self.backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if self.backend is None:
+            raise TokenizerError(f"hf:{path}: only fast (tokenizer.json) tokenizers are supported")
+        self.path = path
+        self.spec = f"hf:{path}"
+        self.label = f"hf:{path.name}"
+        self.template_kwargs = dict(template_kwargs or {})
+        self.cache = PieceCache(piece_cache_tokens)
+        self._split_re, self._added_ids, safe = self._added_token_splitter()
+        self.split_pieces = split_pieces and safe
+        self.fingerprint = self._fingerprint()
+
+    # -- identity -------------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(self.backend.to_str().encode())
+        h.update(b"\0template\0")
+        h.update(str(self.tokenizer.chat_template).encode())
+        h.update(b"\0kwargs\0")
+        h.update(json.dumps(self.template_kwargs, sort_keys=True, default=str).encode())
+        return "tok1:" + h.hexdigest()[:32]
+
+    def _added_token_splitter(self) -> tuple[re.Pattern[str] | None, dict[str, int], bool]:
+        decoder = self.backend.get_added_tokens_decoder()
+        ids: dict[str, int] = {}
+        safe = True
+        for tid, tok in decoder.items():
+            ids[tok.content] = tid
+            if tok.lstrip or tok.rstrip or tok.single_word or (tok.normalized and not tok.special):
+                safe = False
+        if not ids:
+            return None, ids, safe
+        alternatives = sorted(ids, key=len, reverse=True)
+        return re.compile("|".join(re.escape(a) for a in alternatives)), ids, safe
+
+    # -- rendering ------------------------------------------------------------------------
+    def render_text(self, request: Request) -> str:
+        if request.messages is None:
+            raise TokenizerError(f"{request.source}:{request.line_no}: not a chat request")
+        try:
+            return self.tokenizer.apply_chat_template(
+                list(request.messages),
+                tools=list(request.tools) if request.tools else None,
+                add_generation_prompt=True,
+                tokenize=False,
+                **self.template_kwargs,
+            )
+        except Exception as exc:  # jinja errors, template exceptions (raise_exception)
+            raise TokenizerError(f"{request.source}:{request.line_no}: chat template failed: {exc}") from exc
+
+    def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and first-char offsets of ``text`` (exactly as the tokenizer encodes it)."""
+        if add_special_tokens or not self.split_pieces or self._split_re is None:
+            enc = self.backend.encode(text, add_special_tokens=add_special_tokens)
+            return as_token_ids(enc.ids), _starts(enc.offsets)
+        return self._encode_pieces([text])[0]
+
+    def _encode_pieces(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Encode several texts, sharing the piece cache and batching cache misses."""
+        assert self._split_re is not None
+        layouts: list[list[tuple[str, int, int | None]]] = []  # (piece, char offset, special id)
+        missing: dict[str, None] = {}
+        for text in texts:
+            layout: list[tuple[str, int, int | None]] = []
+            pos = 0
+            for m in self._split_re.finditer(text):
+                if m.start() > pos:
+                    layout.append((text[pos : m.start()], pos, None))
+                layout.append((m.group(0), m.start(), self._added_ids[m.group(0)]))
+                pos = m.end()
+            if pos < len(text):
+                layout.append((text[pos:], pos, None))
+            for piece, _, special in layout:
+                if special is None and piece not in missing and self.cache.get(piece) is None:
+                    missing[piece] = None
+            layouts.append(layout)
+        fresh: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if missing:
+            pieces = list(missing)
+            encs = self.backend.encode_batch(pieces, add_special_tokens=False)
+            for piece, enc in zip(pieces, encs):
+                item = (as_token_ids(enc.ids), _starts(enc.offsets))
+                fresh[piece] = item
+                self.cache.put(piece, item)
+        out = []
+        for layout in layouts:
+            id_parts: list[np.ndarray] = []
+            start_parts: list[np.ndarray] = []
+            for piece, offset, special in layout:
+                if special is not None:
+                    id_parts.append(np.array([special], dtype=np.uint32))
+                    start_parts.append(np.array([offset], dtype=np.int64))
+                    continue
+                item = fresh.get(piece) or self.cache.get(piece)
+                if item is None:  # evicted between lookup and use: encode directly
+                    enc = self.backend.encode(piece, add_special_tokens=False)
+                    item = (as_token_ids(enc.ids), _starts(enc.offsets))
+                id_parts.append(item[0])
+                start_parts.append(item[1] + offset)
+            if id_parts:
+                out.append((as_token_ids(np.concatenate(id_parts)), np.concatenate(start_parts)))
+            else:
+                out.append((as_token_ids(np.zeros(0, np.uint32)), np.zeros(0, np.int64)))
+        return out
+
+    def render(self, request: Request) -> Prompt:
+        return self.render_many([request])[0]
+
+    def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
+        """Render a batch of requests (chat, raw text or token-id prompts)."""
+        chat = [i for i, req in enumerate(requests) if req.messages is not None]
+        texts = {i: self.render_text(requests[i]) for i in chat}
+        if self.split_pieces and self._split_re is not None:
+            encoded = dict(zip(chat, self._encode_pieces([texts[i] for i in chat])))
+        else:
+            encoded = {}
+            for i in chat:
+                enc = self.backend.encode(texts[i], add_special_tokens=False)
+                encoded[i] = (as_token_ids(enc.ids), _starts(enc.offsets))
+        prompts = []
+        for i, req in enumerate(requests):
+            if i in encoded:
+                ids, starts = encoded[i]
+                text = texts[i]
+                segments, chunks = assign(text, starts, locate(text, req.messages, req.tools))
+                prompts.append(Prompt(req, ids, segments, chunks, exact=True))
+            elif req.prompt is not None:
+                prompts.append(self._raw_prompt(req))
+            else:
+                prompts.append(raw_ids_prompt(req))
+        return prompts
+
+    def _raw_prompt(self, req: Request) -> Prompt:
+        # A text prompt sent to /v1/completions is encoded with the tokenizer's special tokens
+        # (BOS for Llama/Mistral-style tokenizers, nothing for Qwen).
+        assert req.prompt is not None
+        tokens = as_token_ids(self.backend.encode(req.prompt, add_special_tokens=True).ids)
+        seg = Segment("raw", 0, len(tokens), content_hash(req.prompt))
+        return Prompt(req, tokens, (seg,), (), exact=True)
+
+
+def raw_ids_prompt(req: Request) -> Prompt:
+    """A completions request logged with token ids: the ids are the prompt."""
+    if req.prompt_ids is None:
+        raise TokenizerError(f"{req.source}:{req.line_no}: request has no messages, prompt or prompt ids")
+    tokens = as_token_ids(np.asarray(req.prompt_ids, dtype=np.uint32))
+    seg = Segment("raw", 0, len(tokens), content_hash(tokens.tobytes()))
+    return Prompt(req, tokens, (seg,), (), exact=True)
+
+
+def _starts(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
+    if not offsets:
+        return np.zeros(0, dtype=np.int64)
+    arr = np.asarray(offsets, dtype=np.int64)[:, 0]
+    # byte-level tokens inside one char may report the same start; keep non-decreasing
+    return np.maximum.accumulate(arr)

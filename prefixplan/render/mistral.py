@@ -1,0 +1,116 @@
+"""``mistral:NAME`` — Mistral tokenizers shipped inside the ``mistral-common`` wheel.
+
+The embedded default (``mistral:nemo``) is the tokenizer of Mistral-Nemo-Instruct-2407
+(tekken, instruct v3), bundled with mistral-common under Apache-2.0: it works offline right
+after ``pip install`` with no flags. Token ids come from mistral-common's own
+``encode_chat_completion``, which is what vLLM computes with ``--tokenizer-mode mistral``.
+
+Spans are found by decoding each token to its bytes (control tokens to their text, e.g.
+``[INST]``) and locating message contents in the decoded text.
+
+Note for users: Mistral's v3 format puts the system prompt and the tool list in front of the
+*last* user message, so multi-turn conversations share less than with ChatML templates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from prefixplan.errors import TokenizerError
+from prefixplan.render.hf import raw_ids_prompt
+from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
+from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+
+# name -> (factory method name, kwargs, description)
+MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "nemo": ("v3", {"is_tekken": True}, "Mistral-Nemo-Instruct-2407 (tekken, instruct v3)"),
+    "v3": ("v3", {}, "Mistral-7B-Instruct-v0.3 (sentencepiece, instruct v3)"),
+    "v7": ("v7", {}, "Mistral-Large-Instruct-2411 (sentencepiece, instruct v7)"),
+}
+DEFAULT = "nemo"
+
+
+class MistralRenderer:
+    exact = True
+
+    def __init__(self, name: str = DEFAULT) -> None:
+        if name not in MODELS:
+            raise TokenizerError(f"mistral:{name}: unknown; choose one of {', '.join(MODELS)}")
+        try:
+            from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+            from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+        except ImportError as exc:  # pragma: no cover - dependency of the package
+            raise TokenizerError("mistral-common is not installed") from exc
+        method, kwargs, desc = MODELS[name]
+        self.tokenizer = getattr(MistralTokenizer, method)(**kwargs)
+        self._raw = self.tokenizer.instruct_tokenizer.tokenizer
+        self._keep = SpecialTokenPolicy.KEEP
+        self.spec = f"mistral:{name}"
+        self.label = f"mistral:{name} ({desc})"
+        self._pieces: dict[int, bytes] = {}
+        h = hashlib.sha256()
+        h.update(self.spec.encode())
+        path = getattr(self._raw, "file_path", None)
+        if path:
+            with open(path, "rb") as fh:
+                h.update(fh.read())
+        self.fingerprint = "tok1:" + h.hexdigest()[:32]
+
+    def _piece(self, tid: int) -> bytes:
+        piece = self._pieces.get(tid)
+        if piece is None:
+            piece = self._raw.id_to_byte_piece(tid, self._keep)
+            self._pieces[tid] = piece
+        return piece
+
+    def decode_with_starts(self, ids: Sequence[int]) -> tuple[str, np.ndarray]:
+        pieces = [self._piece(int(t)) for t in ids]
+        lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+        byte_starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(pieces) else lengths
+        data = b"".join(pieces)
+        starts = byte_starts_to_char_starts(data, byte_starts)
+        return data.decode("utf-8", errors="replace"), starts
+
+    def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        ids = self._raw.encode(text, bos=add_special_tokens, eos=False)
+        _, starts = self.decode_with_starts(ids)
+        return as_token_ids(ids), starts
+
+    def render(self, request: Request) -> Prompt:
+        if request.messages is None:
+            if request.prompt is not None:
+                tokens = as_token_ids(self._raw.encode(request.prompt, bos=True, eos=False))
+                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), content_hash(request.prompt)),))
+            return raw_ids_prompt(request)
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+        try:
+            chat = ChatCompletionRequest(
+                messages=[_clean_message(m) for m in request.messages],
+                tools=list(request.tools) if request.tools else None,
+            )
+            ids = self.tokenizer.encode_chat_completion(chat).tokens
+        except Exception as exc:  # pydantic validation, mistral-common request rules
+            raise TokenizerError(f"{request.source}:{request.line_no}: mistral rendering failed: {exc}") from exc
+        text, starts = self.decode_with_starts(ids)
+        segments, chunks = assign(text, starts, locate(text, request.messages, request.tools))
+        return Prompt(request, as_token_ids(ids), segments, chunks, exact=True)
+
+    def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
+        return [self.render(r) for r in requests]
+
+
+def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Drop fields mistral-common's request model rejects (names, reasoning, metadata)."""
+    allowed = {"role", "content", "tool_calls", "tool_call_id", "name"}
+    out = {k: v for k, v in message.items() if k in allowed}
+    if out.get("role") == "developer":
+        out["role"] = "system"
+    if out.get("role") != "tool":
+        out.pop("name", None)
+        out.pop("tool_call_id", None)
+    return out

@@ -1,0 +1,238 @@
+"""Segment spans: which token ranges of a rendered prompt came from which part of the request.
+
+Every backend produces the same two things for a request: the rendered prompt text and,
+for each token, the offset of its first character in that text. From those, this module
+locates each message's content and each tool schema in the text (in the order the template
+emitted them) and assigns tokens to segments.
+
+Boundary rule (a contract, see docs/analyze.md): a token belongs to the segment that
+contains the first character of the token's text. Text not attributed to a message or a tool
+(role headers, special tokens, tool preambles) forms ``template`` segments.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from prefixplan.types import Chunk, Segment, content_hash
+
+ROLE_KIND = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool_result",
+    "function": "tool_result",
+}
+
+# Paragraphs shorter than this are not RAG-chunk candidates (too small to matter for caching).
+MIN_CHUNK_CHARS = 200
+_PARA_SPLIT = re.compile(r"\n[ \t]*\n+")
+
+
+@dataclass(frozen=True, slots=True)
+class CharSpan:
+    kind: str
+    start: int
+    end: int
+    content_hash: str
+    index: int
+    name: str | None = None
+
+
+def message_text(content: Any) -> str:
+    """The text of a message content: a string, or the text parts of a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    out.append(text)
+            elif isinstance(part, str):
+                out.append(part)
+        return "".join(out)
+    return str(content)
+
+
+def _content_variants(message: dict[str, Any]) -> list[str]:
+    """Texts a template may emit for a message, most specific first."""
+    text = message_text(message.get("content"))
+    variants = [text]
+    if "</think>" in text:  # templates that drop earlier reasoning keep the answer part
+        variants.append(text.split("</think>")[-1].lstrip("\n"))
+    stripped = text.strip()
+    if stripped and stripped != text:
+        variants.append(stripped)
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(reasoning, str) and reasoning.strip():
+        variants.append(reasoning.strip("\n"))
+    return [v for v in variants if v]
+
+
+def _tool_variants(tool: dict[str, Any]) -> list[str]:
+    """JSON texts a chat template may emit for a tool schema (``tojson`` and friends)."""
+    out = []
+    objs = [tool]
+    if isinstance(tool.get("function"), dict):
+        objs.append(tool["function"])
+    for obj in objs:
+        out.append(json.dumps(obj, ensure_ascii=False))
+        out.append(json.dumps(obj, ensure_ascii=False, indent=4))
+        out.append(json.dumps(obj))
+        out.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+    return out
+
+
+def tool_name(tool: dict[str, Any]) -> str | None:
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def locate(
+    text: str,
+    messages: Sequence[dict[str, Any]] | None,
+    tools: Sequence[dict[str, Any]] | None,
+) -> list[CharSpan]:
+    """Find message contents and tool schemas in rendered ``text``; return sorted char spans.
+
+    Messages are searched in order with a moving cursor (templates emit them in order);
+    tools are searched anywhere outside message spans (templates put them before the system
+    text, after it, or inside a user turn). A part the template did not emit verbatim is not
+    attributed and its tokens count as ``template``.
+    """
+    spans: list[CharSpan] = []
+    cursor = 0
+    for i, msg in enumerate(messages or ()):
+        kind = ROLE_KIND.get(str(msg.get("role")), "user")
+        for variant in _content_variants(msg):
+            pos = text.find(variant, cursor)
+            if pos >= 0:
+                spans.append(CharSpan(kind, pos, pos + len(variant), content_hash(variant), i))
+                cursor = pos + len(variant)
+                break
+        # tool calls of an assistant turn belong to that turn
+        for call in msg.get("tool_calls") or ():
+            fn = call.get("function", call) if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            args = fn.get("arguments")
+            needle = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            pos = text.find(needle, cursor) if needle else -1
+            if pos >= 0:
+                spans.append(CharSpan(kind, pos, pos + len(needle), content_hash(needle), i))
+                cursor = pos + len(needle)
+    taken = sorted((s.start, s.end) for s in spans)
+    for j, tool in enumerate(tools or ()):
+        for variant in _tool_variants(tool):
+            pos = _find_free(text, variant, taken)
+            if pos >= 0:
+                spans.append(CharSpan("tool", pos, pos + len(variant), content_hash(variant), j, tool_name(tool)))
+                taken.append((pos, pos + len(variant)))
+                taken.sort()
+                break
+    spans.sort(key=lambda s: s.start)
+    return spans
+
+
+def _find_free(text: str, needle: str, taken: list[tuple[int, int]]) -> int:
+    start = 0
+    while True:
+        pos = text.find(needle, start)
+        if pos < 0:
+            return -1
+        end = pos + len(needle)
+        if not any(a < end and pos < b for a, b in taken):
+            return pos
+        start = pos + 1
+
+
+def assign(
+    text: str,
+    token_starts: np.ndarray,
+    spans: Sequence[CharSpan],
+    *,
+    messages: Sequence[dict[str, Any]] | None = None,
+    min_chunk_chars: int = MIN_CHUNK_CHARS,
+) -> tuple[tuple[Segment, ...], tuple[Chunk, ...]]:
+    """Turn char spans into token segments (covering every token) and paragraph chunks.
+
+    ``token_starts[i]`` is the char offset in ``text`` of token i's first character
+    (non-decreasing).
+    """
+    n = int(token_starts.shape[0])
+    segments: list[Segment] = []
+    pos = 0
+    template_run = 0
+
+    def tok_at(char: int) -> int:
+        # first token whose first char is >= char
+        return int(np.searchsorted(token_starts, char, side="left"))
+
+    for span in spans:
+        a, b = tok_at(span.start), tok_at(span.end)
+        if a < pos:
+            a = pos
+        if b <= a:
+            continue
+        if a > pos:
+            segments.append(Segment("template", pos, a, _template_hash(text, token_starts, pos, a), template_run))
+            template_run += 1
+        segments.append(Segment(span.kind, a, b, span.content_hash, span.index, span.name))
+        pos = b
+    if pos < n:
+        segments.append(Segment("template", pos, n, _template_hash(text, token_starts, pos, n), template_run))
+
+    chunks: list[Chunk] = []
+    if min_chunk_chars > 0:
+        for span in spans:
+            if span.kind not in ("user", "system", "tool_result") or span.end - span.start < min_chunk_chars:
+                continue
+            body = text[span.start : span.end]
+            para_start = 0
+            for m in list(_PARA_SPLIT.finditer(body)) + [None]:
+                para_end = m.start() if m else len(body)
+                para = body[para_start:para_end]
+                if len(para.strip()) >= min_chunk_chars:
+                    a = tok_at(span.start + para_start)
+                    b = tok_at(span.start + para_end)
+                    if b > a:
+                        chunks.append(Chunk(content_hash(para.strip()), a, b, span.index, len(para)))
+                if m:
+                    para_start = m.end()
+    return tuple(segments), tuple(chunks)
+
+
+def _template_hash(text: str, token_starts: np.ndarray, a: int, b: int) -> str:
+    ca = int(token_starts[a])
+    cb = int(token_starts[b]) if b < token_starts.shape[0] else len(text)
+    return content_hash(text[ca:cb])
+
+
+def byte_starts_to_char_starts(data: bytes, byte_starts: np.ndarray) -> np.ndarray:
+    """Map byte offsets in UTF-8 ``data`` to char offsets of the decoded text.
+
+    A byte inside a multi-byte character maps to that character (byte-level BPE tokens may
+    split characters).
+    """
+    arr = np.frombuffer(data, dtype=np.uint8)
+    if arr.size == 0:
+        return np.zeros_like(byte_starts)
+    is_start = (arr & 0xC0) != 0x80
+    char_of_byte = np.cumsum(is_start, dtype=np.int64) - 1
+    char_of_byte = np.maximum(char_of_byte, 0)
+    clipped = np.minimum(byte_starts, arr.size - 1)
+    out = char_of_byte[clipped]
+    out[byte_starts >= arr.size] = int(char_of_byte[-1]) + 1
+    return out

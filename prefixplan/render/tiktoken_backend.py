@@ -1,0 +1,155 @@
+"""``tiktoken:NAME`` — OpenAI encodings with a documented, APPROXIMATE chat rendering.
+
+Hosted APIs do not publish how they render messages and tools into tokens, so this backend
+renders a request in a fixed, documented layout (docs/analyze.md, "tiktoken rendering") that
+follows the hosted caching order — tools, then system, then messages:
+
+    # Tools\\n                     (template, only when tools are present)
+    {tool JSON}\\n                 (one ``tool`` segment per tool, as logged, ensure_ascii=False)
+    <|im_start|>{role}\\n          (template; encoded as ordinary text)
+    {content}                     (the message's segment)
+    <|im_end|>\\n                  (template)
+    <|im_start|>assistant\\n       (template, generation prompt)
+
+Each piece is encoded on its own with ``encode_ordinary`` (user text containing special-token
+strings is plain text). Every figure from this backend is labelled approximate.
+
+Rank files are read locally: ``tiktoken:cl100k_base`` looks for ``cl100k_base.tiktoken`` in
+``$PREFIXPLAN_TOKENIZER_DIR/tiktoken``, ``./.cache/tokenizers/tiktoken`` and
+``~/.cache/prefixplan/tokenizers/tiktoken`` (``scripts/fetch_tokenizers.py tiktoken`` puts them
+there, sha256-pinned); ``tiktoken:/path/to/file.tiktoken`` names a file directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from prefixplan.errors import TokenizerError
+from prefixplan.render.hf import PieceCache, raw_ids_prompt
+from prefixplan.render.spans import ROLE_KIND, message_text, tool_name
+from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+
+KNOWN = ("cl100k_base", "o200k_base", "p50k_base", "r50k_base")
+
+
+def tokenizer_dirs() -> list[Path]:
+    dirs = []
+    env = os.environ.get("PREFIXPLAN_TOKENIZER_DIR")
+    if env:
+        dirs.append(Path(env))
+    dirs.append(Path.cwd() / ".cache" / "tokenizers")
+    dirs.append(Path.home() / ".cache" / "prefixplan" / "tokenizers")
+    return dirs
+
+
+def _find_rank_file(name: str) -> Path:
+    direct = Path(name)
+    if direct.suffix == ".tiktoken" and direct.is_file():
+        return direct
+    for d in tokenizer_dirs():
+        path = d / "tiktoken" / f"{name}.tiktoken"
+        if path.is_file():
+            return path
+    raise TokenizerError(
+        f"tiktoken:{name}: rank file {name}.tiktoken not found in "
+        + ", ".join(str(d / "tiktoken") for d in tokenizer_dirs()),
+        hint="run `python scripts/fetch_tokenizers.py tiktoken` or set PREFIXPLAN_TOKENIZER_DIR",
+    )
+
+
+def load_encoding(name: str):  # -> tiktoken.Encoding
+    """Build a tiktoken Encoding from a local rank file, with tiktoken's own pattern/specials."""
+    import tiktoken
+    import tiktoken.load
+    import tiktoken_ext.openai_public as public
+
+    path = _find_rank_file(name)
+    base = path.stem if path.stem in KNOWN else name
+    ranks = tiktoken.load.load_tiktoken_bpe(str(path))
+    ctor = getattr(public, base, None)
+    if ctor is None:
+        raise TokenizerError(f"tiktoken:{name}: unknown encoding; choose one of {', '.join(KNOWN)}")
+    original = public.load_tiktoken_bpe
+    public.load_tiktoken_bpe = lambda *a, **k: ranks  # type: ignore[assignment]
+    try:
+        params = ctor()
+    finally:
+        public.load_tiktoken_bpe = original  # type: ignore[assignment]
+    return tiktoken.Encoding(**params), path
+
+
+class TiktokenRenderer:
+    exact = False
+
+    def __init__(self, name: str = "o200k_base") -> None:
+        self.encoding, path = load_encoding(name)
+        self.spec = f"tiktoken:{name}"
+        self.label = f"tiktoken:{self.encoding.name} (approximate rendering)"
+        h = hashlib.sha256(path.read_bytes())
+        h.update(b"\0layout:pp-chatml-1")
+        self.fingerprint = "tok1:" + h.hexdigest()[:32]
+        self.cache = PieceCache(4_000_000)
+
+    def _enc(self, text: str) -> np.ndarray:
+        item = self.cache.get(text)
+        if item is None:
+            ids = as_token_ids(self.encoding.encode_ordinary(text))
+            item = (ids, np.zeros(0, np.int64))
+            self.cache.put(text, item)
+        return item[0]
+
+    def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        ids = as_token_ids(self.encoding.encode_ordinary(text))
+        return ids, np.zeros(len(ids), np.int64)
+
+    def render(self, request: Request) -> Prompt:
+        if request.messages is None:
+            if request.prompt is not None:
+                tokens = self._enc(request.prompt)
+                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), content_hash(request.prompt)),), exact=False)
+            return raw_ids_prompt(request)
+        parts: list[tuple[str, str, int, str | None]] = []  # (kind, text, index, name)
+        if request.tools:
+            parts.append(("template", "# Tools\n", 0, None))
+            for j, tool in enumerate(request.tools):
+                parts.append(("tool", json.dumps(tool, ensure_ascii=False) + "\n", j, tool_name(tool)))
+        for i, msg in enumerate(request.messages):
+            role = str(msg.get("role"))
+            parts.append(("template", f"<|im_start|>{role}\n", i, None))
+            text = message_text(msg.get("content"))
+            for call in msg.get("tool_calls") or ():
+                text += "\n" + json.dumps(call, ensure_ascii=False)
+            if text:
+                parts.append((ROLE_KIND.get(role, "user"), text, i, None))
+            parts.append(("template", "<|im_end|>\n", i, None))
+        parts.append(("template", "<|im_start|>assistant\n", len(request.messages), None))
+        arrays, segments, pos = [], [], 0
+        for kind, text, index, name in parts:
+            ids = self._enc(text)
+            if len(ids) == 0:
+                continue
+            arrays.append(ids)
+            segments.append(Segment(kind, pos, pos + len(ids), content_hash(text), index, name))
+            pos += len(ids)
+        tokens = as_token_ids(np.concatenate(arrays)) if arrays else as_token_ids(np.zeros(0, np.uint32))
+        return Prompt(request, tokens, tuple(_merge_template(segments)), (), exact=False)
+
+    def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
+        return [self.render(r) for r in requests]
+
+
+def _merge_template(segments: list[Segment]) -> list[Segment]:
+    out: list[Segment] = []
+    for seg in segments:
+        if out and seg.kind == "template" and out[-1].kind == "template":
+            prev = out[-1]
+            out[-1] = Segment("template", prev.start, seg.end, content_hash(prev.content_hash + seg.content_hash), prev.index)
+        else:
+            out.append(seg)
+    return out
