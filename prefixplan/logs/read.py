@@ -1,0 +1,235 @@
+"""The public log reader: paths -> a stream of :class:`~prefixplan.types.Request`.
+
+Requests come out in file order (files in the order given, lines in file order); nothing
+is sorted or held back, so memory does not grow with the log. Malformed lines are counted
+in a :class:`LineErrors` and skipped, or raise :class:`~prefixplan.errors.LogLineError` in
+strict mode.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from prefixplan.errors import InputError, LogLineError, UsageError
+from prefixplan.logs.badline import BadLine
+from prefixplan.logs.formats import LineContext, parse_object
+from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
+from prefixplan.types import FORMATS, Request
+
+MAX_SAMPLES = 100
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True, slots=True)
+class LineErrorRecord:
+    """One malformed line: where it is and why it was skipped."""
+
+    source: str
+    line_no: int
+    reason: str
+
+
+@dataclass(slots=True)
+class LineErrors:
+    """Collects malformed lines; never raises.
+
+    ``by_reason`` counts by category: the reason's text before its first colon
+    (``"bad JSON"``, ``"wrong type"``, ``"line too long"``...). ``samples`` keeps the first
+    :data:`MAX_SAMPLES` records in full.
+    """
+
+    count: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    samples: list[LineErrorRecord] = field(default_factory=list)
+
+    def add(self, source: str, line_no: int, reason: str) -> None:
+        """Record one malformed line."""
+        self.count += 1
+        category = reason.split(":", 1)[0]
+        self.by_reason[category] = self.by_reason.get(category, 0) + 1
+        if len(self.samples) < MAX_SAMPLES:
+            self.samples.append(LineErrorRecord(source, line_no, reason))
+
+    def summary(self, limit: int = 3) -> str:
+        """One human line, e.g. ``2 malformed lines (bad JSON: 2); first: a.jsonl:3: ...``."""
+        if not self.count:
+            return "no malformed lines"
+        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(self.by_reason.items(), key=lambda kv: -kv[1]))
+        first = "; ".join(f"{s.source}:{s.line_no}: {s.reason}" for s in self.samples[:limit])
+        noun = "line" if self.count == 1 else "lines"
+        return f"{self.count} malformed {noun} ({kinds}); first: {first}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """How to read logs.
+
+    Attributes:
+        format: ``"auto"`` (detect per line) or one of :data:`prefixplan.types.FORMATS`.
+        since: keep requests with ``time >= since`` (epoch seconds); untimed ones pass.
+        until: keep requests with ``time < until``; untimed ones pass.
+        sample: keep this deterministic fraction of lines (hash of source and line number).
+        strict: raise :class:`~prefixplan.errors.LogLineError` on the first malformed line.
+        trace_block_size: tokens per Mooncake ``hash_ids`` block.
+        max_line_bytes: longer lines are skipped (read and discarded in chunks).
+    """
+
+    format: str = "auto"
+    since: float | None = None
+    until: float | None = None
+    sample: float | None = None
+    strict: bool = False
+    trace_block_size: int = 512
+    max_line_bytes: int = 64 * 2**20
+
+    def __post_init__(self) -> None:
+        if self.format != "auto" and self.format not in FORMATS:
+            raise UsageError(
+                f"unknown log format {self.format!r}", hint=f"use auto or one of: {', '.join(FORMATS)}"
+            )
+        if self.sample is not None and not 0.0 < self.sample <= 1.0:
+            raise UsageError(f"sample must be in (0, 1], got {self.sample}")
+        if self.trace_block_size <= 0:
+            raise UsageError(f"trace block size must be positive, got {self.trace_block_size}")
+        if self.max_line_bytes <= 0:
+            raise UsageError(f"max line bytes must be positive, got {self.max_line_bytes}")
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise UsageError("--since must be earlier than --until")
+
+
+def _dir_files(path: str) -> list[str]:
+    names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+    return [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+
+
+def expand_paths(specs: Sequence[str]) -> list[str]:
+    """Expand file names, globs, directories and ``"-"`` (stdin) into a list of inputs.
+
+    An existing file is taken literally even if its name contains glob characters; a glob
+    expands to its matches in sorted order; a directory to its non-hidden files in sorted
+    order. Duplicates are dropped, first occurrence kept.
+
+    Raises:
+        InputError: a file does not exist or a glob matches nothing (the message names it).
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+    for spec in specs:
+        if spec == STDIN:
+            found = [STDIN]
+        else:
+            path = os.path.expanduser(spec)
+            if os.path.isfile(path):
+                found = [path]
+            elif os.path.isdir(path):
+                found = _dir_files(path)
+                if not found:
+                    raise InputError(f"log directory {spec} has no files")
+            elif glob.has_magic(path):
+                found = [p for p in sorted(glob.glob(path, recursive=True)) if os.path.isfile(p)]
+                if not found:
+                    raise InputError(f"no log files match {spec}", hint="check the pattern and quote it")
+            else:
+                raise InputError(f"log file not found: {spec}")
+        for item in found:
+            if item not in seen:
+                seen.add(item)
+                out.append(item)
+    if not out:
+        raise InputError("no log files given")
+    return out
+
+
+def _decode(data: bytes, ctx: LineContext, fmt: str) -> list[Request]:
+    if ctx.line_no == 1 and data.startswith(_BOM):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadLine(f"invalid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"bad JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise BadLine("nesting too deep: JSON nested deeper than the parser allows") from None
+    try:
+        return parse_object(obj, ctx, fmt)
+    except BadLine:
+        raise
+    except RecursionError:
+        raise BadLine("nesting too deep: record nested deeper than the reader allows") from None
+    except Exception as exc:  # a shape no rule foresaw: count it, never crash the analysis
+        raise BadLine(f"invalid record: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _sample_threshold(fraction: float | None) -> int | None:
+    if fraction is None or fraction >= 1.0:
+        return None
+    return int(fraction * 2**64)
+
+
+def _sampled(source: str, line_no: int, threshold: int) -> bool:
+    digest = hashlib.blake2b(f"{source}\0{line_no}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < threshold
+
+
+def _read_one(path: str, options: ReadOptions, errors: LineErrors) -> Iterator[Request]:
+    def bad(line_no: int, reason: str) -> None:
+        errors.add(path, line_no, reason)
+        if options.strict:
+            raise LogLineError(path, line_no, reason)
+
+    threshold = _sample_threshold(options.sample)
+    since, until = options.since, options.until
+    last = 0
+    with open_log(path) as stream:
+        try:
+            for raw in iter_lines(stream, options.max_line_bytes):
+                last = raw.line_no
+                if threshold is not None and not _sampled(path, raw.line_no, threshold):
+                    continue
+                data = raw.data
+                if data is None:
+                    bad(raw.line_no, f"line too long: {raw.size} bytes > max_line_bytes {options.max_line_bytes} (skipped)")
+                    continue
+                if not data or data.isspace():
+                    continue
+                ctx = LineContext(path, raw.line_no, options.trace_block_size)
+                try:
+                    requests = _decode(data, ctx, options.format)
+                except BadLine as exc:
+                    bad(raw.line_no, exc.reason)
+                    continue
+                for req in requests:
+                    t = req.time
+                    if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
+                        continue
+                    yield req
+        except CorruptInput as exc:
+            bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
+
+
+def iter_requests(paths: Sequence[str], options: ReadOptions, errors: LineErrors) -> Iterator[Request]:
+    """Stream the requests of ``paths`` in order.
+
+    Args:
+        paths: files, globs, directories or ``"-"``; expanded with :func:`expand_paths`.
+        options: format, time window, sampling, strictness and limits.
+        errors: receives every malformed line (source, line number, reason).
+
+    Yields:
+        One :class:`~prefixplan.types.Request` per logged request (a completions line
+        with a list of prompts yields one per prompt).
+
+    Raises:
+        InputError: a path is missing or unreadable.
+        LogLineError: ``options.strict`` and a line is malformed.
+    """
+    for path in expand_paths(paths):
+        yield from _read_one(path, options, errors)
