@@ -190,6 +190,11 @@ class RadixTree:
         """Namespaces in first-insert order."""
         return tuple(self._roots)
 
+    def trim(self) -> None:
+        """Shrink the arena's capacity to the tokens used (e.g. once all inserts are done)."""
+        if self._arena.shape[0] > max(1, self._used):
+            self._arena = self._arena[: max(1, self._used)].copy()
+
     def root(self, namespace: str) -> int | None:
         """Node id of the namespace's root, or None when nothing was inserted there."""
         return self._roots.get(namespace)

@@ -225,3 +225,40 @@ def test_docs_example_runs() -> None:
     c = ns["c"]
     assert (c.length, c.raw_length, c.hits, c.reusable_tokens, c.marginal_tokens) == (64, 70, 4, 192, 192)
     assert (ns["tree"].n_nodes, ns["tree"].arena_tokens) == (6, 110)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seqs=seqs_st,
+    block=st.integers(1, 3),
+    min_tokens=st.integers(1, 6),
+    min_hits=st.integers(1, 3),
+)
+def test_candidate_set_matches_prefix_oracle(seqs, block, min_tokens, min_hits) -> None:
+    """Brute force: a candidate is an aligned prefix p (len >= min_tokens, count >= min_hits)
+    none of whose one-block extensions is shared by all of p's requests (else the deeper
+    aligned prefix on the same node is the maximal one). Its parent is its longest proper
+    prefix that is itself a candidate."""
+    tree, _ = build(seqs)
+    counts = Counter(tuple(s[:d]) for s in seqs for d in range(block, len(s) + 1, block))
+    oracle = {}
+    for p, n in counts.items():
+        if len(p) < min_tokens or n < min_hits:
+            continue
+        if any(len(q) == len(p) + block and q[: len(p)] == p and m == n for q, m in counts.items()):
+            continue
+        oracle[p] = n
+    cands = find_candidates(tree, block_size=block, min_tokens=min_tokens, min_hits=min_hits)
+    by_id = {c.id: c for c in cands}
+    got = {}
+    for c in cands:
+        p = tuple(int(x) for x in tree.path_tokens(c.node_id))[: c.length]
+        got[p] = c.hits
+        parents = [q for q in oracle if len(q) < len(p) and p[: len(q)] == q]
+        l_parent = max((len(q) for q in parents), default=0)
+        assert c.marginal_tokens == (c.hits - 1) * (c.length - l_parent)
+        if c.parent is None:
+            assert not parents
+        else:
+            assert by_id[c.parent].length == l_parent
+    assert got == oracle

@@ -177,4 +177,9 @@ def test_long_shared_prefix_is_fast_and_compact() -> None:
     assert 6000 + 200 * 1990 <= tree.arena_tokens <= 6000 + 200 * 2000
     assert tree.n_nodes <= 1 + 1 + 200 * 2
     assert tree.arena_bytes >= tree.arena_tokens * 4
+    before = tree.match(np.concatenate([shared, tail]), "m")
+    tree.trim()
+    assert tree.arena_bytes == tree.arena_tokens * 4
+    assert tree.match(np.concatenate([shared, tail]), "m") == before == 8000
+    assert tree.insert(tail, "m", request_index=999) == 0  # grows again after a trim
     assert elapsed < 5.0  # 1.6M tokens; ~0.05 s in practice
