@@ -167,18 +167,22 @@ def _sources(env: _Envelope) -> tuple[dict[str, Any], ...]:
 def _request_id(env: _Envelope, ctx: LineContext) -> str:
     for obj in (*_sources(env), env.response or {}):
         for key in _ID_KEYS:
-            found = _scalar_str(obj.get(key))
-            if found is not None:
-                return found
+            value = obj.get(key)
+            if value is not None:
+                found = _scalar_str(value)
+                if found is not None:
+                    return found
     return f"{ctx.source}:{ctx.line_no}"
 
 
 def _tenant(env: _Envelope) -> str | None:
     for obj in _sources(env):
         for key in _TENANT_KEYS:
-            found = _scalar_str(obj.get(key))
-            if found is not None:
-                return found
+            value = obj.get(key)
+            if value is not None:
+                found = _scalar_str(value)
+                if found is not None:
+                    return found
         meta = obj.get("metadata")
         if isinstance(meta, dict):
             found = _scalar_str(meta.get("user_id"))
@@ -202,6 +206,8 @@ def _lora(env: _Envelope) -> str | None:
     for obj in _sources(env)[::-1]:
         for key in ("lora", "lora_request", "lora_name"):
             value = obj.get(key)
+            if value is None:
+                continue
             if isinstance(value, dict):
                 value = value.get("lora_name", value.get("name"))
             found = _scalar_str(value)
