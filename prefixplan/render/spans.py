@@ -36,6 +36,27 @@ MIN_CHUNK_CHARS = 200
 _PARA_SPLIT = re.compile(r"\n[ \t]*\n+")
 
 
+# Message kinds whose paragraphs are RAG-chunk candidates (documents pasted into user turns
+# or returned by tools). System prompts are cached as a whole and are not chunked.
+CHUNK_KINDS = ("user", "tool_result")
+
+
+def split_paragraphs(body: str, min_chars: int = MIN_CHUNK_CHARS) -> list[tuple[int, int, str]]:
+    """Paragraphs of ``body`` (split on blank lines) with at least ``min_chars`` characters
+    after stripping: ``(start, end, stripped text)`` with offsets into ``body``."""
+    out = []
+    pos = 0
+    for m in list(_PARA_SPLIT.finditer(body)) + [None]:
+        end = m.start() if m else len(body)
+        para = body[pos:end]
+        stripped = para.strip()
+        if len(stripped) >= min_chars:
+            out.append((pos, end, stripped))
+        if m:
+            pos = m.end()
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class CharSpan:
     kind: str
@@ -163,7 +184,6 @@ def assign(
     token_starts: np.ndarray,
     spans: Sequence[CharSpan],
     *,
-    messages: Sequence[dict[str, Any]] | None = None,
     min_chunk_chars: int = MIN_CHUNK_CHARS,
 ) -> tuple[tuple[Segment, ...], tuple[Chunk, ...]]:
     """Turn char spans into token segments (covering every token) and paragraph chunks.
@@ -197,20 +217,13 @@ def assign(
     chunks: list[Chunk] = []
     if min_chunk_chars > 0:
         for span in spans:
-            if span.kind not in ("user", "system", "tool_result") or span.end - span.start < min_chunk_chars:
+            if span.kind not in CHUNK_KINDS or span.end - span.start < min_chunk_chars:
                 continue
-            body = text[span.start : span.end]
-            para_start = 0
-            for m in list(_PARA_SPLIT.finditer(body)) + [None]:
-                para_end = m.start() if m else len(body)
-                para = body[para_start:para_end]
-                if len(para.strip()) >= min_chunk_chars:
-                    a = tok_at(span.start + para_start)
-                    b = tok_at(span.start + para_end)
-                    if b > a:
-                        chunks.append(Chunk(content_hash(para.strip()), a, b, span.index, len(para)))
-                if m:
-                    para_start = m.end()
+            for a_char, b_char, para in split_paragraphs(text[span.start : span.end], min_chunk_chars):
+                a = tok_at(span.start + a_char)
+                b = tok_at(span.start + b_char)
+                if b > a:
+                    chunks.append(Chunk(content_hash(para), a, b, span.index, len(para)))
     return tuple(segments), tuple(chunks)
 
 

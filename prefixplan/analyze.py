@@ -1,0 +1,438 @@
+"""The analyze pipeline: logs -> requests -> exact tokens + spans -> radix tree -> candidates.
+
+:func:`analyze` streams the log once (plus a second pass for the RAG what-if when the input
+can be read twice), keeps one compact radix tree and per-request span summaries (never the
+token arrays of all requests), and returns an :class:`Analysis` whose ``record`` is the
+versioned JSON contract documented in docs/analysis-record.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time as _time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefixplan import __version__
+from prefixplan.breakers import Breaker, BreakerFinder
+from prefixplan.candidates import Candidate, find_candidates
+from prefixplan.errors import TokenizerError, UsageError
+from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests
+from prefixplan.radix import RadixTree, reusable_prefix
+from prefixplan.rag import reorder_request
+from prefixplan.render import RenderSet
+from prefixplan.render.spans import message_text
+from prefixplan.types import Chunk, Prompt, Request, Segment, content_hash
+
+SCHEMA_VERSION = 1
+ENGINE_BLOCK = {"vllm": 16, "sglang": 1, "lmcache": 256}
+USER_KINDS = ("user", "assistant", "tool_result")
+PREVIEW_CHARS = 80
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """Everything ``prefixplan analyze`` can be told (CLI flags map 1:1)."""
+
+    paths: tuple[str, ...]
+    read: ReadOptions = field(default_factory=ReadOptions)
+    tokenizer: str | None = None
+    tokenizer_map: dict[str, str] = field(default_factory=dict)
+    chat_template: str | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    engine: str = "vllm"
+    block_size: int | None = None
+    min_tokens: int = 32
+    min_hits: int = 2
+    top: int = 20
+    min_tenants: int = 2
+    show_user_text: bool = False
+    rag_whatif: bool = True
+    render_batch: int = 256
+
+    @property
+    def granularity(self) -> int:
+        if self.block_size is not None:
+            if self.block_size < 1:
+                raise UsageError("--block-size must be >= 1")
+            return self.block_size
+        if self.engine not in ENGINE_BLOCK:
+            raise UsageError(f"--engine {self.engine}: choose one of {', '.join(ENGINE_BLOCK)}")
+        return ENGINE_BLOCK[self.engine]
+
+
+@dataclass
+class RenderFailure:
+    source: str
+    line_no: int
+    reason: str
+
+
+@dataclass
+class Analysis:
+    """Result of :func:`analyze`: the JSON record plus in-memory objects for later stages."""
+
+    record: dict[str, Any]
+    candidates: list[Candidate]
+    breakers: list[Breaker]
+    errors: LineErrors
+    tree: RadixTree
+    render_failures: list[RenderFailure]
+
+
+def iter_prompts(
+    options: AnalyzeOptions,
+    errors: LineErrors,
+    renderers: RenderSet | None = None,
+    *,
+    transform: Callable[[Request], Request] | None = None,
+    failures: list[RenderFailure] | None = None,
+) -> Iterator[Prompt]:
+    """Read and render the log in order: the shared front half of analyze and simulate.
+
+    Requests the renderer rejects are counted in ``errors`` (reason "render: ...") and listed
+    in ``failures``; with ``options.read.strict`` they raise.
+    """
+    renderers = renderers or RenderSet(
+        options.tokenizer, dict(options.tokenizer_map), options.chat_template, dict(options.template_kwargs)
+    )
+    paths = expand_paths(options.paths)
+    requests: Iterator[Request] = iter_requests(paths, options.read, errors)
+    if transform is not None:
+        requests = (transform(r) for r in requests)
+
+    def on_error(req: Request, exc: Exception) -> None:
+        if options.read.strict:
+            raise exc
+        errors.add(req.source, req.line_no, f"render: {exc}")
+        if failures is not None:
+            failures.append(RenderFailure(req.source, req.line_no, str(exc)))
+
+    yield from renderers.render_stream(requests, batch=options.render_batch, on_error=on_error)
+
+
+@dataclass(slots=True)
+class _ReqInfo:
+    segments: tuple[Segment, ...]
+    chunks: tuple[Chunk, ...]
+    length: int
+    reused: int
+    tenant: str | None
+
+
+def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = None) -> Analysis:
+    """Run the analysis; see the module docstring."""
+    started = _time.monotonic()
+    block = options.granularity
+    errors = LineErrors()
+    renderers = RenderSet(options.tokenizer, dict(options.tokenizer_map), options.chat_template, dict(options.template_kwargs))
+    failures: list[RenderFailure] = []
+    tree = RadixTree()
+    finder = BreakerFinder()
+    infos: list[_ReqInfo] = []
+    previews: dict[str, tuple[str, str, int]] = {}  # content hash -> (kind, preview, chars)
+    chunk_requests: Counter[str] = Counter()
+    chunk_tokens: dict[str, int] = {}
+    namespaces: Counter[str] = Counter()
+    models: Counter[str] = Counter()
+    formats: Counter[str] = Counter()
+    tenants_seen: set[str] = set()
+    exact_all = True
+    total = reused_total = hit_requests = 0
+    logged_cached = logged_n = 0
+    scale_seen: set[int] = set()
+    times: list[float] = []
+
+    for i, prompt in enumerate(iter_prompts(options, errors, renderers, failures=failures)):
+        req = prompt.request
+        n = len(prompt)
+        scale = prompt.token_scale
+        scale_seen.add(scale)
+        tenant = req.tenant
+        if tenant:
+            tenants_seen.add(tenant)
+        match = tree.insert(prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time)
+        eff_block = max(1, block // scale) if scale > 1 else block
+        reused = reusable_prefix(match, n, eff_block) if n else 0
+        infos.append(_ReqInfo(prompt.segments, prompt.chunks, n, reused, tenant))
+        total += n * scale
+        reused_total += reused * scale
+        hit_requests += reused > 0
+        exact_all &= prompt.exact
+        namespaces[req.namespace] += 1
+        models[req.model or "-"] += 1
+        formats[req.format] += 1
+        if req.time is not None:
+            times.append(req.time)
+        if req.logged_cached_tokens is not None:
+            logged_cached += req.logged_cached_tokens
+            logged_n += 1
+        for chunk in prompt.chunks:
+            chunk_tokens.setdefault(chunk.content_hash, chunk.end - chunk.start)
+        for h in {c.content_hash for c in prompt.chunks}:
+            chunk_requests[h] += 1
+        _remember_previews(previews, req, prompt.segments)
+        finder.add(prompt)
+        if progress is not None and i % 512 == 0:
+            progress(i)
+    n_requests = len(infos)
+    if progress is not None:
+        progress(n_requests)
+
+    recurring = {h for h, c in chunk_requests.items() if c >= 2}
+
+    def segments_of(idx: int) -> Sequence[Segment]:
+        info = infos[idx]
+        docs = [Segment("doc", c.start, c.end, c.content_hash, c.message_index) for c in info.chunks if c.content_hash in recurring]
+        if not docs:
+            return info.segments
+        return tuple(sorted(info.segments + tuple(docs), key=lambda s: (s.start, s.kind != "doc")))
+
+    candidates = find_candidates(
+        tree, block_size=block, min_tokens=options.min_tokens, min_hits=options.min_hits, top=None, segments_of=segments_of
+    )
+    kinds = _kind_accounting(infos, recurring)
+    rag = _rag_report(infos, recurring, chunk_requests, chunk_tokens)
+    if options.rag_whatif and recurring and "-" not in options.paths:
+        rag.update(_rag_whatif(options, renderers, chunk_requests, block, reused_total))
+    breakers = finder.results()
+
+    fingerprints = {r.spec: {"spec": r.spec, "label": r.label, "fingerprint": r.fingerprint, "exact": r.exact} for r in renderers.loaded}
+    primary = next(iter(fingerprints.values()), {"spec": "trace", "label": "trace blocks", "fingerprint": None, "exact": False})
+    exact = exact_all and all(f["exact"] for f in fingerprints.values())
+    granularity = {
+        "engine": options.engine if options.block_size is None else None,
+        "block_size": block,
+        "rule": "full blocks only; the last prompt token is never reused",
+    }
+    summary = {
+        "requests": n_requests,
+        "malformed_lines": errors.count,
+        "render_failures": len(failures),
+        "prompt_tokens": total,
+        "reusable_tokens": reused_total,
+        "hit_rate_tokens": reused_total / total if total else 0.0,
+        "hit_rate_requests": hit_requests / n_requests if n_requests else 0.0,
+        "shared_prefix_tokens": sum(c.marginal_tokens for c in candidates),
+        "candidates": len(candidates),
+        "namespaces": len(namespaces),
+        "distinct_tenants": len(tenants_seen),
+        "exact": exact,
+        "approximate_reason": None if exact else _approx_reason(fingerprints, formats),
+        "logged_cached_tokens": logged_cached if logged_n else None,
+        "time_span_s": (max(times) - min(times)) if len(times) > 1 else None,
+        "tree_nodes": tree.n_nodes,
+        "tree_arena_tokens": tree.arena_tokens,
+        "elapsed_s": round(_time.monotonic() - started, 3),
+    }
+    cand_json = [
+        _candidate_json(c, tree, previews, infos, options, primary.get("fingerprint"))
+        for c in (candidates[: options.top] if options.top else candidates)
+    ]
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"prefixplan {__version__}",
+        "created": _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime()),
+        "inputs": {
+            "paths": list(options.paths),
+            "formats": dict(formats),
+            "models": dict(models),
+            "namespaces": dict(namespaces),
+        },
+        "tokenizer": primary,
+        "tokenizers": list(fingerprints.values()),
+        "granularity": granularity,
+        "privacy": {
+            "min_tenants": options.min_tenants,
+            "show_user_text": options.show_user_text,
+            "rule": "token ids and text are withheld for candidates shared by fewer than min_tenants distinct users; "
+            "user-authored text is never previewed unless show_user_text",
+        },
+        "summary": summary,
+        "kinds": kinds,
+        "candidates": cand_json,
+        "rag": rag,
+        "breakers": [b.to_json() for b in breakers],
+        "errors": {
+            "count": errors.count,
+            "by_reason": dict(errors.by_reason),
+            "samples": [{"source": e.source, "line": e.line_no, "reason": e.reason} for e in errors.samples],
+        },
+    }
+    return Analysis(record, candidates, breakers, errors, tree, failures)
+
+
+def _approx_reason(fingerprints: dict[str, dict[str, Any]], formats: Counter[str]) -> str:
+    reasons = [f"{f['label']}" for f in fingerprints.values() if not f["exact"]]
+    if formats.get("anthropic"):
+        reasons.append("Anthropic requests rendered with a non-Anthropic template")
+    if formats.get("mooncake"):
+        reasons.append("Mooncake traces are block-level (hash ids)")
+    return "; ".join(reasons) or "approximate rendering"
+
+
+def _remember_previews(previews: dict[str, tuple[str, str, int]], req: Request, segments: Sequence[Segment]) -> None:
+    if not req.messages and not req.tools:
+        return
+    wanted = {s.content_hash for s in segments if s.kind != "template"} - previews.keys()
+    if not wanted:
+        return
+    for msg in req.messages or ():
+        text = message_text(msg.get("content"))
+        h = content_hash(text)
+        if h in wanted:
+            previews[h] = (str(msg.get("role")), _short(text), len(text))
+            wanted.discard(h)
+    for s in segments:
+        if s.kind == "tool" and s.content_hash in wanted:
+            previews[s.content_hash] = ("tool", s.name or "tool", 0)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _candidate_json(
+    c: Candidate,
+    tree: RadixTree,
+    previews: dict[str, tuple[str, str, int]],
+    infos: list[_ReqInfo],
+    options: AnalyzeOptions,
+    fingerprint: str | None,
+) -> dict[str, Any]:
+    shared_enough = c.tenants >= options.min_tenants or c.tenants_capped
+    tokens = tree.path_tokens(c.node_id)[: c.length] if shared_enough else None
+    token_hash = None
+    if tokens is not None:
+        h = hashlib.sha256((fingerprint or "").encode() + b"\0" + np.asarray(tokens, dtype="<u4").tobytes())
+        token_hash = "pp1:tok:sha256:" + h.hexdigest()
+    parts = []
+    if shared_enough:
+        for kind, start, end, name in c.segments:
+            if kind == "template":
+                continue
+            seg = next((s for s in infos[c.request_index].segments if s.start == start and s.kind == kind), None)
+            prev = previews.get(seg.content_hash) if seg is not None else None
+            if kind == "tool":
+                parts.append({"kind": kind, "tokens": end - start, "text": name})
+            elif kind in ("system",) or (options.show_user_text and prev):
+                parts.append({"kind": kind, "tokens": end - start, "text": prev[1] if prev else None})
+            else:
+                parts.append({"kind": kind, "tokens": end - start, "text": None})
+    return {
+        "rank": c.id + 1,
+        "name": None,
+        "key": None,
+        "namespace": c.namespace,
+        "model": c.namespace.split("|", 1)[0],
+        "label": c.label,
+        "kinds": list(c.kinds),
+        "length": c.length,
+        "raw_length": c.raw_length,
+        "hits": c.hits,
+        "tenants": c.tenants,
+        "tenants_capped": c.tenants_capped,
+        "first_seen": c.first_seen,
+        "last_seen": c.last_seen,
+        "parent": c.parent + 1 if c.parent is not None else None,  # rank of the nesting parent
+        "reusable_tokens": c.reusable_tokens,
+        "marginal_tokens": c.marginal_tokens,
+        "withheld": not shared_enough,
+        "token_ids": [int(t) for t in tokens] if tokens is not None else None,
+        "token_hash": token_hash,
+        "preview": _preview(parts) if shared_enough else None,
+        "parts": parts,
+    }
+
+
+def _preview(parts: list[dict[str, Any]]) -> str:
+    out = []
+    for p in parts:
+        if p["kind"] == "tool":
+            out.append(f"tool:{p['text']}")
+        elif p["text"]:
+            out.append(f"{p['kind']}: {p['text']}")
+        else:
+            out.append(f"[{p['kind']} text, {p['tokens']} tokens]")
+    text = " | ".join(out)
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def _kind_accounting(infos: list[_ReqInfo], recurring: set[str]) -> dict[str, dict[str, int]]:
+    """Prompt tokens and reused tokens per segment kind (recurring chunks counted as rag)."""
+    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for info in infos:
+        for seg in info.segments:
+            kind = {"tool": "tools", "tool_result": "history", "user": "user", "assistant": "history"}.get(seg.kind, seg.kind)
+            n = seg.end - seg.start
+            r = max(0, min(seg.end, info.reused) - seg.start)
+            acc[kind][0] += n
+            acc[kind][1] += r
+        for c in info.chunks:
+            if c.content_hash in recurring:
+                n = c.end - c.start
+                r = max(0, min(c.end, info.reused) - c.start)
+                acc["rag"][0] += n
+                acc["rag"][1] += r
+                acc["user"][0] -= n
+                acc["user"][1] -= r
+    return {k: {"tokens": v[0], "reused": v[1]} for k, v in sorted(acc.items())}
+
+
+def _rag_report(infos: list[_ReqInfo], recurring: set[str], chunk_requests: Counter[str], chunk_tokens: dict[str, int]) -> dict[str, Any]:
+    positions: dict[str, set[int]] = defaultdict(set)
+    prefilled: Counter[str] = Counter()
+    for info in infos:
+        for c in info.chunks:
+            if c.content_hash in recurring:
+                positions[c.content_hash].add(c.start)
+                prefilled[c.content_hash] += max(0, c.end - max(c.start, info.reused))
+    top = sorted(recurring, key=lambda h: -prefilled[h])[:20]
+    return {
+        "recurring_chunks": len(recurring),
+        "occurrences": sum(chunk_requests[h] for h in recurring),
+        "prefill_tokens_now": sum(prefilled.values()),
+        "top": [
+            {"hash": h, "tokens": chunk_tokens.get(h, 0), "requests": chunk_requests[h],
+             "positions": len(positions[h]), "prefilled_tokens": prefilled[h]}
+            for h in top
+        ],
+    }
+
+
+def _rag_whatif(options: AnalyzeOptions, renderers: RenderSet, counts: Counter[str], block: int, reused_now: int) -> dict[str, Any]:
+    """Second pass: rewrite requests documents-first and measure the reuse in a fresh tree."""
+    tree = RadixTree()
+    reused = 0
+    moved = 0
+
+    def transform(req: Request) -> Request:
+        nonlocal moved
+        new = reorder_request(req, counts)
+        if new is None:
+            return req
+        moved += 1
+        return new
+
+    try:
+        for i, prompt in enumerate(iter_prompts(options, LineErrors(), renderers, transform=transform)):
+            match = tree.insert(prompt.tokens, prompt.request.namespace, request_index=i)
+            scale = prompt.token_scale
+            eff_block = max(1, block // scale) if scale > 1 else block
+            reused += reusable_prefix(match, len(prompt), eff_block) * scale
+    except TokenizerError:
+        return {"whatif": None}
+    return {
+        "whatif": {
+            "layout": "documents-first",
+            "requests_rewritten": moved,
+            "reusable_tokens": reused,
+            "reusable_tokens_now": reused_now,
+            "gain_tokens": reused - reused_now,
+        }
+    }

@@ -1,0 +1,93 @@
+"""``prefixplan analyze LOG...`` — rank the shared token prefixes of a request log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prefixplan.cli import common
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(no_args_is_help=True)
+    def analyze(
+        logs: common.Logs,
+        format: common.Format = "auto",
+        since: common.Since = None,
+        until: common.Until = None,
+        sample: common.Sample = None,
+        strict: common.Strict = False,
+        trace_block_size: common.TraceBlock = 512,
+        tokenizer: common.Tokenizer = None,
+        tokenizer_map: common.TokenizerMap = None,
+        chat_template: common.ChatTemplate = None,
+        template_kwargs: common.TemplateKwargs = None,
+        engine: common.Engine = "vllm",
+        block_size: common.BlockSize = None,
+        top: Annotated[int, typer.Option("--top", help="Candidates to show and record.")] = 20,
+        min_tokens: Annotated[int, typer.Option("--min-tokens", help="Shortest prefix (aligned tokens) to report.")] = 32,
+        min_hits: Annotated[int, typer.Option("--min-hits", help="Fewest requests sharing a prefix.")] = 2,
+        min_tenants: Annotated[int, typer.Option("--min-tenants", help="Fewest distinct users before a prefix's text or ids are shown/stored.")] = 2,
+        show_user_text: Annotated[bool, typer.Option("--show-user-text", help="Allow previews of user-authored text (off by default).")] = False,
+        rag_whatif: Annotated[bool, typer.Option("--rag-whatif/--no-rag-whatif", help="Measure the documents-first layout (a second pass).")] = True,
+        json_out: Annotated[Optional[str], typer.Option("--json", help="Write the analysis record (JSON) to FILE, or - for stdout.")] = None,
+        record: Annotated[bool, typer.Option("--record/--no-record", help="Record the run in the SQLite store.")] = True,
+        db: Annotated[Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
+    ) -> None:
+        """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
+        from rich.console import Console
+
+        from prefixplan.analyze import analyze as run
+        from prefixplan.fileio import atomic_write_json
+        from prefixplan.report.console import render_analysis
+
+        options = common.analyze_options(
+            logs, format=format, since=since, until=until, sample=sample, strict=strict,
+            trace_block_size=trace_block_size, tokenizer=tokenizer, tokenizer_map=tokenizer_map,
+            chat_template=chat_template, template_kwargs=template_kwargs, engine=engine, block_size=block_size,
+            top=top, min_tokens=min_tokens, min_hits=min_hits, min_tenants=min_tenants,
+            show_user_text=show_user_text, rag_whatif=rag_whatif,
+        )
+        to_stdout = json_out == "-"
+        console = Console(stderr=to_stdout)
+        with common_progress(console, quiet or not console.is_terminal) as progress:
+            result = run(options, progress=progress)
+        if record:
+            from prefixplan.record import record_analysis
+
+            record_analysis(result, db=str(db) if db else None, record_path=json_out if json_out not in (None, "-") else None)
+        if json_out:
+            atomic_write_json(json_out, result.record)
+        if not quiet:
+            render_analysis(result.record, console, top=top)
+
+
+class common_progress:  # noqa: N801 - used as a context manager
+    """A transient rich progress line counting requests (disabled when not a terminal)."""
+
+    def __init__(self, console, disabled: bool) -> None:
+        self.console = console
+        self.disabled = disabled
+        self._progress = None
+
+    def __enter__(self):
+        if self.disabled:
+            return None
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=self.console, transient=True)
+        self._progress.start()
+        task = self._progress.add_task("reading and rendering", total=None)
+
+        def update(n: int) -> None:
+            self._progress.update(task, description=f"rendered {n:,} requests")
+
+        return update
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

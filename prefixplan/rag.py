@@ -1,0 +1,88 @@
+"""RAG chunks: document paragraphs that recur across requests, and the documents-first what-if.
+
+A *chunk* is a paragraph (split on blank lines, at least ``MIN_CHUNK_CHARS`` characters) of a
+user or tool-result message. A chunk that appears in two or more requests is a *recurring
+document chunk*. Prefix caching reuses it only when everything before it is identical too, so
+a popular document pasted after a unique question is prefilled again on every request.
+
+The what-if layout ("stable documents first") rewrites each message that holds recurring
+chunks as: the recurring chunks, most popular first (ties by content hash), joined by blank
+lines, then a blank line, then the message's other text in its original order. The same
+function rewrites requests for the in-memory what-if and for ``examples/`` (the generator
+writes the reordered log with it), so the prediction can be checked against a real run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
+
+from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
+from prefixplan.types import Request, content_hash
+
+
+def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:
+    """Distinct chunk hashes of a request's user / tool-result messages (text level)."""
+    out: set[str] = set()
+    for msg in request.messages or ():
+        if ROLE_KIND.get(str(msg.get("role"))) not in CHUNK_KINDS:
+            continue
+        content = msg.get("content")
+        if isinstance(content, str) and len(content) >= min_chars:
+            out.update(content_hash(p) for _, _, p in split_paragraphs(content, min_chars))
+    return out
+
+
+class ChunkCounter:
+    """Counts, per chunk hash, the number of distinct requests containing it."""
+
+    def __init__(self, min_chars: int = MIN_CHUNK_CHARS) -> None:
+        self.min_chars = min_chars
+        self.counts: Counter[str] = Counter()
+
+    def add(self, request: Request) -> None:
+        self.counts.update(request_chunk_hashes(request, self.min_chars))
+
+    def recurring(self, min_requests: int = 2) -> dict[str, int]:
+        return {h: n for h, n in self.counts.items() if n >= min_requests}
+
+
+def reorder_content(content: str, counts: Mapping[str, int], min_requests: int = 2, min_chars: int = MIN_CHUNK_CHARS) -> str | None:
+    """Documents-first rewrite of one message text, or None when nothing would move."""
+    paras = split_paragraphs(content, min_chars)
+    docs = [(p, counts.get(content_hash(p), 0)) for _, _, p in paras]
+    docs = [(p, n) for p, n in docs if n >= min_requests]
+    if not docs:
+        return None
+    doc_hashes = {content_hash(p) for p, _ in docs}
+    rest: list[str] = []
+    pos = 0
+    for a, b, p in paras:
+        if content_hash(p) in doc_hashes:
+            rest.append(content[pos:a])
+            pos = b
+    rest.append(content[pos:])
+    remainder = "".join(rest).strip()
+    ordered = sorted({p: n for p, n in docs}.items(), key=lambda item: (-item[1], content_hash(item[0])))
+    new = "\n\n".join(p for p, _ in ordered)
+    if remainder:
+        new += "\n\n" + remainder
+    return None if new == content else new
+
+
+def reorder_request(request: Request, counts: Mapping[str, int], min_requests: int = 2) -> Request | None:
+    """The request in the documents-first layout, or None when unchanged."""
+    if not request.messages:
+        return None
+    changed = False
+    messages = []
+    for msg in request.messages:
+        content = msg.get("content")
+        if ROLE_KIND.get(str(msg.get("role"))) in CHUNK_KINDS and isinstance(content, str):
+            new = reorder_content(content, counts, min_requests)
+            if new is not None:
+                msg = {**msg, "content": new}
+                changed = True
+        messages.append(msg)
+    return replace(request, messages=tuple(messages)) if changed else None

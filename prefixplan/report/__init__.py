@@ -1,0 +1,1 @@
+"""Reports: rich console tables, JSON, Markdown and HTML renderings of analysis records."""

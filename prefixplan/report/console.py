@@ -1,0 +1,98 @@
+"""Rich console rendering of an analysis record (the dict documented in docs/analysis-record.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _n(x: float | int | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:,.2f}"
+    return f"{int(x):,}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def render_analysis(record: dict[str, Any], console: Console, *, top: int | None = None) -> None:
+    s = record["summary"]
+    g = record["granularity"]
+    tok = record["tokenizer"]
+    gran = f"{g['engine']} preset, " if g.get("engine") else ""
+    gran += f"block {g['block_size']} tokens"
+    exact = "exact" if s["exact"] else f"APPROXIMATE ({s.get('approximate_reason')})"
+    console.print(f"[bold]prefixplan analyze[/] — {', '.join(record['inputs']['paths'])}")
+    console.print(f"tokenizer: {tok.get('label')} [{exact}]   granularity: {gran} (full blocks; last token never reused)")
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="dim")
+    head.add_column(justify="right")
+    head.add_row("requests", _n(s["requests"]))
+    head.add_row("malformed lines", _n(s["malformed_lines"]) + (f" (+{s['render_failures']} not renderable)" if s["render_failures"] else ""))
+    head.add_row("prompt tokens", _n(s["prompt_tokens"]))
+    head.add_row("reusable with infinite cache", f"{_n(s['reusable_tokens'])} ({_pct(s['hit_rate_tokens'])} of tokens, "
+                 f"{_pct(s['hit_rate_requests'])} of requests hit)")
+    head.add_row("covered by ranked shared prefixes", _n(s["shared_prefix_tokens"]))
+    if s.get("logged_cached_tokens") is not None:
+        head.add_row("cached tokens reported in the log", _n(s["logged_cached_tokens"]))
+    console.print(head)
+
+    kinds = record.get("kinds") or {}
+    if kinds:
+        t = Table(title="Where prompt tokens go", title_justify="left")
+        t.add_column("kind")
+        t.add_column("tokens", justify="right")
+        t.add_column("share", justify="right")
+        t.add_column("reusable", justify="right")
+        total = max(1, s["prompt_tokens"])
+        for kind, v in sorted(kinds.items(), key=lambda kv: -kv[1]["tokens"]):
+            t.add_row(kind, _n(v["tokens"]), _pct(v["tokens"] / total), _pct(v["reused"] / v["tokens"]) if v["tokens"] else "-")
+        console.print(t)
+
+    cands = record.get("candidates") or []
+    if cands:
+        t = Table(title=f"Top shared prefixes (block {g['block_size']})", title_justify="left")
+        for col, just in (("#", "right"), ("label", "left"), ("tokens", "right"), ("hits", "right"),
+                          ("users", "right"), ("reusable", "right"), ("marginal", "right"), ("parent", "right"),
+                          ("preview", "left")):
+            t.add_column(col, justify=just, overflow="fold" if col == "preview" else "ellipsis")
+        for c in cands[: top or len(cands)]:
+            users = _n(c["tenants"]) + ("+" if c.get("tenants_capped") else "")
+            preview = c["preview"] if not c["withheld"] else f"[withheld: {c['tenants']} user(s) < min-tenants]"
+            t.add_row(str(c["rank"]), c["label"], _n(c["length"]), _n(c["hits"]), users, _n(c["reusable_tokens"]),
+                      _n(c["marginal_tokens"]), _n(c["parent"]), preview or "")
+        console.print(t)
+
+    rag = record.get("rag") or {}
+    if rag.get("recurring_chunks"):
+        line = (f"RAG: {rag['recurring_chunks']} document chunks recur across requests ({rag['occurrences']} occurrences); "
+                f"{_n(rag['prefill_tokens_now'])} of their tokens are prefilled again in the current layout")
+        console.print(line)
+        w = rag.get("whatif")
+        if w:
+            console.print(f"     documents-first layout ({w['requests_rewritten']} requests rewritten): "
+                          f"{_n(w['reusable_tokens'])} reusable tokens vs {_n(w['reusable_tokens_now'])} now "
+                          f"([bold]{w['gain_tokens']:+,}[/])")
+
+    breakers = record.get("breakers") or []
+    if breakers:
+        t = Table(title="Cache breakers (cost ≈ prefill tokens a stable prefix would reuse)", title_justify="left")
+        for col in ("kind", "pattern", "where", "requests", "variants", "cost tokens", "context"):
+            t.add_column(col, justify="right" if col in ("requests", "variants", "cost tokens") else "left")
+        for b in breakers:
+            where = f"system line {b['line']}, col {b['column']}" if b["line"] else f"tools (~token {b['token_offset']})"
+            t.add_row(b["kind"], b["pattern"], where, _n(b["requests"]), _n(b["variants"]), "≈" + _n(b["cost_tokens"]),
+                      b["preview"] or b["example"])
+        console.print(t)
+
+    errs = record.get("errors") or {}
+    if errs.get("count"):
+        console.print(f"[yellow]{errs['count']} malformed line(s) skipped[/] — "
+                      + ", ".join(f"{k}: {v}" for k, v in sorted(errs["by_reason"].items())))
+        for e in errs["samples"][:10]:
+            console.print(f"  {e['source']}:{e['line']}: {e['reason']}")
