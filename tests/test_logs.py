@@ -404,3 +404,27 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     assert out[-1].startswith("1 malformed line (bad JSON: 1); first: example/b.jsonl.gz:2: bad JSON")
     assert 5 < len(out) - 1 < 35  # about half of the 41 good lines survive sample=0.5
     assert all(line.endswith("openai-chat qwen3 u1 2") for line in out[:-1])
+
+
+def test_http_style_record_with_nested_body(tmp_path: Path) -> None:
+    rows = [
+        {
+            "ts": 1,
+            "start_time": 1714564800,
+            "user": "bob",
+            "request": {"method": "POST", "url": "https://api.example.com/v1/chat/completions", "body": CHAT},
+            "response": {"status_code": 200, "body": {"id": "cmpl-9", "usage": {"prompt_tokens": 40, "completion_tokens": 2}}},
+        },
+        {"request": {"url": "/v1/embeddings", "body": {"input": "x"}}},
+    ]
+    (req,), errors = read_rows(tmp_path, rows)
+    assert (req.format, req.tenant, req.time, req.id) == ("openai-chat", "bob", 1714564800.0, "cmpl-9")
+    assert req.logged_prompt_tokens == 40 and req.output_length == 2
+    assert errors.samples[0].reason == "unsupported: url '/v1/embeddings' is not a chat, completion or messages endpoint"
+
+
+def test_forced_batch_rejects_plain_lines(tmp_path: Path) -> None:
+    rows = [CHAT, {"custom_id": "x", "url": "/v1/chat/completions", "body": CHAT}]
+    reqs, errors = read_rows(tmp_path, rows, format="openai-batch")
+    assert [r.id for r in reqs] == ["x"]
+    assert errors.samples[0].line_no == 1 and errors.samples[0].reason.startswith("missing field: not an OpenAI Batch")

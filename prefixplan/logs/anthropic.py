@@ -150,7 +150,7 @@ def _assistant(i: int, blocks: list[Any], out: list[dict[str, Any]], bps: list[B
         else:
             parts.append(_part(block, where))
         marked = marked or _ttl(block)
-    content = _content(parts) if parts else (None if calls else "")
+    content = _content(parts) if parts else (None if calls or thinking else "")
     msg: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         msg["tool_calls"] = calls

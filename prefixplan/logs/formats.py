@@ -41,6 +41,7 @@ CHAT_EXTRA_KEYS = (
 _ID_KEYS = ("custom_id", "id", "request_id")
 _TENANT_KEYS = ("tenant", "tenant_id", "user", "user_id")
 _UINT32 = 1 << 32
+_BODY_KEYS = ("messages", "prompt", "input", "hash_ids")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,11 @@ def _unwrap(obj: dict[str, Any]) -> _Envelope:
         return _Envelope(obj, params, response, "anthropic", None)
     request = obj.get("request")
     if isinstance(request, dict):
+        inner = request.get("body")
+        if isinstance(inner, dict) and not any(k in request for k in _BODY_KEYS):
+            # an HTTP-style record: {"request": {"method", "url", "headers", "body": {...}}}
+            url = request.get("url")
+            return _Envelope(obj, inner, response, None, url if isinstance(url, str) else None)
         return _Envelope(obj, request, response, None, None)
     if isinstance(body, dict) and "messages" not in obj and "prompt" not in obj:
         return _Envelope(obj, body, response, None, None)
@@ -96,6 +102,7 @@ def _classify(env: _Envelope) -> str:
 
 
 def _batch_kind(env: _Envelope) -> str:
+    """Kind of request from the envelope's endpoint URL (batch lines, HTTP records)."""
     url = env.url
     if url is None:
         return _classify(env)
@@ -106,7 +113,8 @@ def _batch_kind(env: _Envelope) -> str:
         return "openai-completion"
     if path.endswith("/messages"):
         return "anthropic"
-    raise BadLine(f"unsupported: batch url {url[:80]!r} is not a chat, completion or messages endpoint")
+    what = "batch url" if env.batch else "url"
+    raise BadLine(f"unsupported: {what} {url[:80]!r} is not a chat, completion or messages endpoint")
 
 
 def parse_object(obj: Any, ctx: LineContext, fmt: str = "auto") -> list[Request]:
@@ -128,6 +136,8 @@ def parse_object(obj: Any, ctx: LineContext, fmt: str = "auto") -> list[Request]
             kind, label = _batch_kind(env), "openai-batch"
         elif env.batch == "anthropic":
             kind = label = "anthropic"
+        elif env.url is not None:
+            kind = label = _batch_kind(env)
         else:
             kind = label = _classify(env)
     elif fmt == "openai-batch":
