@@ -108,7 +108,7 @@ def iter_prompts(
     def on_error(req: Request, exc: Exception) -> None:
         if options.read.strict:
             raise exc
-        errors.add(req.source, req.line_no, f"render: {exc}")
+        errors.add(req.source, req.line_no, "render: " + str(exc).replace(f"{req.source}:{req.line_no}: ", ""))
         if failures is not None:
             failures.append(RenderFailure(req.source, req.line_no, str(exc)))
 
@@ -351,16 +351,27 @@ def _candidate_json(
 
 
 def _preview(parts: list[dict[str, Any]]) -> str:
-    out = []
+    """One line: each text part shortened, runs of tools summarised by count and first names."""
+    out: list[str] = []
+    tools: list[str] = []
+
+    def flush_tools() -> None:
+        if tools:
+            names = ", ".join(tools[:3]) + (", …" if len(tools) > 3 else "")
+            out.append(f"{len(tools)} tool{'s' if len(tools) > 1 else ''} ({names})")
+            tools.clear()
+
     for p in parts:
         if p["kind"] == "tool":
-            out.append(f"tool:{p['text']}")
-        elif p["text"]:
-            out.append(f"{p['kind']}: {p['text']}")
+            tools.append(str(p["text"]))
+            continue
+        flush_tools()
+        if p["text"]:
+            out.append(f"{p['kind']}: {p['text'][:60]}")
         else:
             out.append(f"[{p['kind']} text, {p['tokens']} tokens]")
-    text = " | ".join(out)
-    return text if len(text) <= 160 else text[:159] + "…"
+    flush_tools()
+    return " | ".join(out)
 
 
 def _kind_accounting(infos: list[_ReqInfo], recurring: set[str]) -> dict[str, dict[str, int]]:

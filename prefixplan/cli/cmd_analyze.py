@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from prefixplan.cli import common
+from prefixplan.cli.output import report_console
 
 
 def register(app: typer.Typer) -> None:
@@ -38,8 +39,6 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
     ) -> None:
         """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
-        from rich.console import Console
-
         from prefixplan.analyze import analyze as run
         from prefixplan.fileio import atomic_write_json
         from prefixplan.report.console import render_analysis
@@ -52,7 +51,7 @@ def register(app: typer.Typer) -> None:
             show_user_text=show_user_text, rag_whatif=rag_whatif,
         )
         to_stdout = json_out == "-"
-        console = Console(stderr=to_stdout)
+        console = report_console(stderr=to_stdout)
         with common_progress(console, quiet or not console.is_terminal) as progress:
             result = run(options, progress=progress)
         if record:

@@ -60,7 +60,10 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
         for col, just in (("#", "right"), ("label", "left"), ("tokens", "right"), ("hits", "right"),
                           ("users", "right"), ("reusable", "right"), ("marginal", "right"), ("parent", "right"),
                           ("preview", "left")):
-            t.add_column(col, justify=just, overflow="fold" if col == "preview" else "ellipsis")
+            if col == "preview":
+                t.add_column(col, justify=just, overflow="ellipsis", no_wrap=True, max_width=70, ratio=1)
+            else:
+                t.add_column(col, justify=just, no_wrap=True)
         for c in cands[: top or len(cands)]:
             users = _n(c["tenants"]) + ("+" if c.get("tenants_capped") else "")
             preview = c["preview"] if not c["withheld"] else f"[withheld: {c['tenants']} user(s) < min-tenants]"
@@ -83,7 +86,10 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     if breakers:
         t = Table(title="Cache breakers (cost ≈ prefill tokens a stable prefix would reuse)", title_justify="left")
         for col in ("kind", "pattern", "where", "requests", "variants", "cost tokens", "context"):
-            t.add_column(col, justify="right" if col in ("requests", "variants", "cost tokens") else "left")
+            if col == "context":
+                t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=60)
+            else:
+                t.add_column(col, justify="right" if col in ("requests", "variants", "cost tokens") else "left", no_wrap=True)
         for b in breakers:
             where = f"system line {b['line']}, col {b['column']}" if b["line"] else f"tools (~token {b['token_offset']})"
             t.add_row(b["kind"], b["pattern"], where, _n(b["requests"]), _n(b["variants"]), "≈" + _n(b["cost_tokens"]),
