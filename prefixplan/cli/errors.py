@@ -25,7 +25,8 @@ def report_error(err: PrefixplanError) -> int:
 def run_with_error_boundary(app: typer.Typer, argv: list[str]) -> int:
     """Run the typer app; known errors -> message + exit code, unknown keep their traceback."""
     try:
-        app(args=argv, prog_name="prefixplan", standalone_mode=False)
+        # In non-standalone mode click *returns* the code of a `typer.Exit(code)`.
+        rc = app(args=argv, prog_name="prefixplan", standalone_mode=False)
     except PrefixplanError as err:
         return report_error(err)
     except typer.Exit as exc:  # raised by commands to set an exit code
@@ -43,4 +44,4 @@ def run_with_error_boundary(app: typer.Typer, argv: list[str]) -> int:
             exc.show(file=sys.stderr)
             return ExitCode.USAGE
         raise
-    return ExitCode.OK
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else ExitCode.OK

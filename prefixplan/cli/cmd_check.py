@@ -1,0 +1,81 @@
+"""``prefixplan check``: the CI gate over recipes, lock file and (optionally) a base ref."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)
+
+
+def _write_json(target: str, data: object) -> None:
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if target == "-":
+        typer.echo(text, nl=False)
+    else:
+        Path(target).write_text(text, encoding="utf-8")
+
+
+def check(
+    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
+    lock: Annotated[Path, typer.Option("--lock", help="Lock file.")] = Path("prefixplan.lock"),
+    base: Annotated[
+        str | None, typer.Option("--base", help="Git ref to compare the lock with (e.g. origin/main).")
+    ] = None,
+    fail_on: Annotated[
+        str, typer.Option("--fail-on", help="Fail on 'error' (default) or also on lint 'warning'.")
+    ] = "error",
+    fmt: Annotated[str, typer.Option("--format", help="human, github (annotations) or json.")] = "human",
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")] = None,
+    no_lint: Annotated[bool, typer.Option("--no-lint", help="Skip the cache-breaker lint.")] = False,
+) -> None:
+    """Fail when recipe content changed under an unchanged name@vN, or a bump is not locked.
+
+    Exit codes: 0 clean; 1 content changed / lock hand-edited / lint at --fail-on level;
+    2 malformed recipe or lock; 3 version bumped but `prefixplan lock` not run.
+    """
+    from prefixplan.check import github_annotations, run_check
+    from prefixplan.errors import UsageError
+
+    if fmt not in ("human", "github", "json"):
+        raise UsageError(f"--format must be human, github or json, got {fmt!r}")
+    result = run_check(recipes, lock, base_ref=base, fail_on=fail_on, lint=not no_lint)
+    if json_out is not None:
+        _write_json(json_out, result.to_dict())
+    if fmt == "json" and json_out != "-":
+        _write_json("-", result.to_dict())
+    elif fmt == "github":
+        for line in github_annotations(result):
+            typer.echo(line)
+    elif fmt == "human" and json_out != "-":
+        _render_human(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _render_human(result: object) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    con = Console(highlight=False, soft_wrap=True)
+    style = {"error": "bold red", "warning": "yellow", "notice": "cyan"}
+    findings = result.findings  # type: ignore[attr-defined]
+    for f in findings:
+        where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
+        con.print(f"[{style.get(f.severity, '')}]{f.severity}[/] [bold]{f.code}[/] {escape(where)}")
+        con.print(f"  {escape(f.message)}")
+        for d in f.diff:
+            color = "green" if d.startswith("+") and not d.startswith("+++") else (
+                "red" if d.startswith("-") and not d.startswith("---") else "dim")
+            con.print(f"    [{color}]{escape(d)}[/]")
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "notice")}
+    keys = len(result.keys)  # type: ignore[attr-defined]
+    verdict = "[green]ok[/]" if result.ok else f"[red]failed (exit {result.exit_code})[/]"  # type: ignore[attr-defined]
+    con.print(
+        f"check: {keys} keys, {counts['error']} errors, {counts['warning']} warnings, "
+        f"{counts['notice']} notices: {verdict}"
+    )

@@ -1,0 +1,144 @@
+"""``prefixplan keys list|show|history|expire|gc``: the versioned keys in the store."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+
+DbOpt = Annotated[str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")]
+JsonOpt = Annotated[str | None, typer.Option("--json", help="Write JSON to FILE ('-' = stdout).")]
+
+
+def register(app: typer.Typer) -> None:
+    keys = typer.Typer(help="List, inspect, expire and collect versioned cache keys.", no_args_is_help=True)
+    keys.command("list")(list_cmd)
+    keys.command("show")(show_cmd)
+    keys.command("history")(history_cmd)
+    keys.command("expire")(expire_cmd)
+    keys.command("gc")(gc_cmd)
+    app.add_typer(keys, name="keys")
+
+
+def _emit_json(target: str, data: object) -> None:
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if target == "-":
+        typer.echo(text, nl=False)
+    else:
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+def _table(records: list, title: str) -> None:  # type: ignore[type-arg]
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("key", "status", "kind", "content hash", "tokens", "created", "retain until", "pin", "source"):
+        t.add_column(col)
+    for r in records:
+        t.add_row(
+            str(r.key), r.status, r.kind or "", r.content_hash[:23] + "…", "" if r.token_count is None else str(r.token_count),
+            r.created, r.retain_until or "", "yes" if r.pinned else "", r.source or "",
+        )
+    Console(highlight=False).print(t)
+
+
+def list_cmd(
+    status: Annotated[str | None, typer.Option("--status", help="active, superseded or expired.")] = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """List all versions (optionally of one status)."""
+    from prefixplan.store import open_store
+
+    with open_store(db) as store:
+        records = store.list_keys(status)
+    if json_out is not None:
+        _emit_json(json_out, [r.to_dict() for r in records])
+        if json_out == "-":
+            return
+    _table(records, "keys" + (f" ({status})" if status else ""))
+
+
+def show_cmd(
+    key: Annotated[str, typer.Argument(help="name@vN, or a name for its active version.")],
+    db: DbOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Show one version with all its fields."""
+    from prefixplan.errors import UsageError
+    from prefixplan.keys import parse_key
+    from prefixplan.store import open_store
+
+    name, version = (key, None) if "@" not in key else (lambda k: (k.name, k.version))(parse_key(key))
+    with open_store(db) as store:
+        rec = store.get(name, version)
+    if rec is None:
+        raise UsageError(f"no such key {key!r} in the store", hint="see `prefixplan keys list`")
+    if json_out is not None:
+        _emit_json(json_out, rec.to_dict())
+        if json_out == "-":
+            return
+    from rich.console import Console
+
+    con = Console(highlight=False)
+    for k, v in rec.to_dict().items():
+        con.print(f"[bold]{k}[/]: {v}")
+
+
+def history_cmd(
+    name: Annotated[str, typer.Argument(help="Prefix name (without @vN).")],
+    db: DbOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """All versions of one name, oldest first."""
+    from prefixplan.errors import UsageError
+    from prefixplan.store import open_store
+
+    with open_store(db) as store:
+        records = store.versions(name.split("@")[0])
+    if not records:
+        raise UsageError(f"no versions of {name!r} in the store", hint="see `prefixplan keys list`")
+    if json_out is not None:
+        _emit_json(json_out, [r.to_dict() for r in records])
+        if json_out == "-":
+            return
+    _table(records, f"history of {name}")
+
+
+def expire_cmd(
+    now: Annotated[float | None, typer.Option("--now", help="Pretend the time is this epoch second.")] = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Mark superseded versions past their retention as expired."""
+    from prefixplan.store import open_store
+
+    with open_store(db) as store:
+        records = store.expire(now if now is not None else time.time())
+    if json_out is not None:
+        _emit_json(json_out, [r.to_dict() for r in records])
+        if json_out == "-":
+            return
+    typer.echo(f"expired {len(records)} version(s)" + (": " + ", ".join(str(r.key) for r in records) if records else ""))
+
+
+def gc_cmd(
+    yes: Annotated[bool, typer.Option("--yes", help="Really delete (default: dry run).")] = False,
+    db: DbOpt = None,
+    json_out: JsonOpt = None,
+) -> None:
+    """Delete expired versions (dry run unless --yes)."""
+    from prefixplan.store import open_store
+
+    with open_store(db) as store:
+        records = store.gc(dry_run=not yes)
+    if json_out is not None:
+        _emit_json(json_out, {"deleted": yes, "keys": [str(r.key) for r in records]})
+        if json_out == "-":
+            return
+    verb = "deleted" if yes else "would delete (dry run; pass --yes)"
+    typer.echo(f"{verb} {len(records)} expired version(s)" + (": " + ", ".join(str(r.key) for r in records) if records else ""))

@@ -1,0 +1,166 @@
+"""The key contract: ``cache_key = name@vN`` plus tagged content and token hashes.
+
+The encodings below are a *contract* (documented in ``docs/keys.md`` and pinned by golden
+tests in ``tests/test_keys.py``). Changing any byte of them requires a new scheme tag
+(``pp2:``), never a silent change, because committed lock files and stored versions refer
+to these exact values.
+
+``content_hash`` (scheme ``pp1``)
+    SHA-256 over::
+
+        b"prefixplan-content\\x00pp1\\x00"
+        u64be(number of parts)
+        for each (kind, data) in order:
+            u32be(len(kind_utf8)) kind_utf8
+            u64be(len(data))      data
+
+    rendered as ``"pp1:sha256:" + hexdigest``. Parts are hashed exactly as given: no
+    normalisation of whitespace, JSON key order or line endings, because any such change
+    is a real change for an engine's prefix cache.
+
+``token_hash`` (scheme ``pp1``)
+    SHA-256 over::
+
+        b"prefixplan-tokens\\x00pp1\\x00"
+        u32be(len(fingerprint_utf8)) fingerprint_utf8
+        u64be(number of tokens)
+        each token id as u32le
+
+    rendered as ``"pp1:tok:sha256:" + hexdigest``.
+
+``part_hash``
+    plain ``"sha256:" + hexdigest`` of one part's bytes; used in the lock file so that
+    ``check`` can say which part changed. It is informative; the key's identity is the
+    ``content_hash``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from prefixplan.errors import UsageError
+
+SCHEME = "pp1"
+CONTENT_PREFIX = "pp1:sha256:"
+TOKEN_PREFIX = "pp1:tok:sha256:"
+_CONTENT_DOMAIN = b"prefixplan-content\x00pp1\x00"
+_TOKEN_DOMAIN = b"prefixplan-tokens\x00pp1\x00"
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_KEY_RE = re.compile(r"^(?P<name>[^@\s]+)@v(?P<version>[1-9][0-9]{0,8})$")
+
+
+def content_hash(parts: Sequence[tuple[str, bytes]]) -> str:
+    """Hash an ordered sequence of ``(kind, exact bytes)`` parts (scheme ``pp1``).
+
+    Args:
+        parts: the prefix's parts in order, e.g. ``[("system", b"..."), ("tool", b"{...}")]``.
+
+    Returns:
+        ``"pp1:sha256:<64 hex>"``.
+    """
+    h = hashlib.sha256(_CONTENT_DOMAIN)
+    h.update(struct.pack(">Q", len(parts)))
+    for kind, data in parts:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"part {kind!r}: data must be bytes, not {type(data).__name__}")
+        k = kind.encode("utf-8")
+        h.update(struct.pack(">I", len(k)))
+        h.update(k)
+        h.update(struct.pack(">Q", len(data)))
+        h.update(data)
+    return CONTENT_PREFIX + h.hexdigest()
+
+
+def token_hash(fingerprint: str, token_ids: Iterable[int]) -> str:
+    """Hash a tokenizer fingerprint and a token-id sequence (scheme ``pp1``).
+
+    Args:
+        fingerprint: the tokenizer fingerprint (vocab + template + kwargs), any string.
+        token_ids: token ids (a ``numpy`` uint32 array or any iterable of ints < 2**32).
+
+    Returns:
+        ``"pp1:tok:sha256:<64 hex>"``.
+    """
+    ids = token_ids_to_bytes(token_ids)
+    fp = fingerprint.encode("utf-8")
+    h = hashlib.sha256(_TOKEN_DOMAIN)
+    h.update(struct.pack(">I", len(fp)))
+    h.update(fp)
+    h.update(struct.pack(">Q", len(ids) // 4))
+    h.update(ids)
+    return TOKEN_PREFIX + h.hexdigest()
+
+
+def part_hash(data: bytes) -> str:
+    """``"sha256:<hex>"`` of one part's exact bytes (lock file detail)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def token_ids_to_bytes(token_ids: Iterable[int]) -> bytes:
+    """Token ids as little-endian uint32 bytes (the store's BLOB layout)."""
+    import numpy as np
+
+    if isinstance(token_ids, (bytes, bytearray, str)):
+        raise TypeError("token_ids must be integers")
+    arr = np.asarray(token_ids if isinstance(token_ids, np.ndarray) else list(token_ids))
+    if arr.size == 0:
+        return b""
+    if arr.dtype.kind not in "iu":
+        raise TypeError("token ids must be integers")
+    if int(arr.min()) < 0 or int(arr.max()) > 0xFFFFFFFF:
+        raise ValueError("token ids must fit in uint32")
+    return np.ascontiguousarray(arr.reshape(-1), dtype="<u4").tobytes()
+
+
+def token_ids_from_bytes(blob: bytes) -> list[int]:
+    """Inverse of :func:`token_ids_to_bytes`."""
+    if len(blob) % 4:
+        raise ValueError("token id blob length is not a multiple of 4")
+    return list(struct.unpack(f"<{len(blob) // 4}I", blob))
+
+
+def is_content_hash(value: str) -> bool:
+    """True when ``value`` looks like a ``pp1`` content hash."""
+    return bool(re.fullmatch(r"pp1:sha256:[0-9a-f]{64}", value))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CacheKey:
+    """A versioned cache key ``name@vN``."""
+
+    name: str
+    version: int
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.name):
+            raise UsageError(
+                f"invalid key name {self.name!r}",
+                hint="names use letters, digits, '.', '_' and '-' and start with a letter or digit",
+            )
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise UsageError(f"invalid version {self.version!r} for {self.name}: must be an integer >= 1")
+
+    def __str__(self) -> str:
+        return f"{self.name}@v{self.version}"
+
+    @classmethod
+    def parse(cls, text: str) -> CacheKey:
+        """Parse ``"name@vN"``; raises :class:`UsageError` on any other form."""
+        return parse_key(text)
+
+
+def parse_key(text: str) -> CacheKey:
+    """Parse ``"support-bot@v3"`` into ``CacheKey("support-bot", 3)``.
+
+    Raises:
+        UsageError: when ``text`` is not of the form ``name@vN`` (N >= 1).
+    """
+    m = _KEY_RE.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise UsageError(f"invalid cache key {text!r}", hint="expected name@vN, e.g. support-bot@v3")
+    return CacheKey(m.group("name"), int(m.group("version")))
