@@ -326,12 +326,10 @@ def lint_variants(
         ratio = difflib.SequenceMatcher(None, tail_a[:4000], tail_b[:4000], autojunk=False).ratio()
         if ratio < min_shared:
             continue
-        # widen to the token-ish region around the divergence to classify it
-        s = d
-        while s > 0 and (text[s - 1].isalnum() or text[s - 1] in "-:_/"):
-            s -= 1
-        region = _matches(text[s:s + 64])
-        what = next((w for ms, _me, _c, w in region if ms == 0), "a varying value")
+        # classify by the breaker pattern whose match covers the divergence, if any
+        covering = [(ms, me, w) for ms, me, _c, w in _matches(text[max(0, d - 64):d + 64]) if ms <= min(d, 64) < me]
+        what = covering[0][2] if covering else "a varying value"
+        s = max(0, d - 64) + covering[0][0] if covering else d
         line, col = line_col(text, d)
         cost, exact = estimate_tokens(text[d:], counter)
         findings.append(
