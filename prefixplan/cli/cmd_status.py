@@ -1,0 +1,83 @@
+"""``prefixplan status``: prefix-cache hit rate per replica and which warmed keys were verified when."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+
+
+def status(
+    endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="Replica URL (repeatable).")] = None,
+    endpoints_file: Annotated[Optional[Path], typer.Option("--endpoints", help="YAML file of replicas.")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="auto, vllm, sglang or openai-compatible.")] = "auto",
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Name of the env var holding the API key.")] = None,
+    window: Annotated[Optional[str], typer.Option("--window", help="Also measure the hit rate over this interval (e.g. 30s).")] = None,
+    target: Annotated[float, typer.Option("--target", help="Hit-rate target (0-1).")] = 0.7,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 10.0,
+    json_out: Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")] = None,
+    db: Annotated[Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
+) -> None:
+    """Per replica: engine, model, prefix-cache hit rate (since start and over --window), verdict, warmed keys.
+
+    Exit codes: 0 every replica at or above target (or without traffic); 1 below target;
+    4 a replica unreachable.
+    """
+    from prefixplan.errors import ExitCode, UsageError
+    from prefixplan.warm.keepalive import parse_duration
+    from prefixplan.warm.service import endpoints_for
+    from prefixplan.warm.status import replica_status
+
+    if not 0 <= target <= 1:
+        raise UsageError("--target must be between 0 and 1")
+    eps = endpoints_for(endpoint or [], str(endpoints_file) if endpoints_file else None, api_key_env)
+    if not eps:
+        raise UsageError("no endpoint given", hint="pass --endpoint URL or --endpoints FILE")
+    rows = replica_status(eps, engine=engine, window_s=parse_duration(window) if window else 0.0, target=target,
+                          timeout=timeout, db=str(db) if db else None)
+    data = {"target": target, "replicas": [r.to_dict() for r in rows]}
+    if json_out is not None:
+        text = json.dumps(data, indent=2) + "\n"
+        if json_out == "-":
+            typer.echo(text, nl=False)
+        else:
+            Path(json_out).write_text(text, encoding="utf-8")
+    if json_out != "-":
+        _render(rows)
+    if any(r.verdict == "unreachable" for r in rows):
+        raise typer.Exit(ExitCode.ENDPOINT)
+    if any(r.verdict == "below-target" for r in rows):
+        raise typer.Exit(ExitCode.FINDINGS)
+    raise typer.Exit(ExitCode.OK)
+
+
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "-"
+
+
+def _render(rows: list) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False, soft_wrap=True)
+    t = Table(title="prefix cache")
+    for col in ("endpoint", "engine", "model", "block", "hit rate (since start)", "hit rate (window)", "verdict"):
+        t.add_column(col)
+    for r in rows:
+        color = {"ok": "green", "below-target": "yellow", "unreachable": "red"}.get(r.verdict, "dim")
+        t.add_row(escape(r.endpoint), r.engine or "-", escape(str(r.model or "-")), str(r.block_size or "-"),
+                  _pct(r.hit_rate), _pct(r.window_hit_rate) if r.window_s else "-", f"[{color}]{r.verdict}[/]")
+    con.print(t)
+    for r in rows:
+        if r.error:
+            con.print(f"[red]{escape(r.endpoint)}[/]: {escape(r.error)}")
+        for k in r.keys:
+            con.print(f"  {escape(r.endpoint)} {escape(k.key)}: last verified {k.last_verified or 'never'} "
+                      f"(last run {k.last_run}: {k.last_status})")

@@ -1,0 +1,23 @@
+"""Engine adapters: talk to vLLM, SGLang and generic OpenAI-compatible servers.
+
+:func:`prefixplan.engines.detect.connect` returns an adapter for an :class:`Endpoint`
+(``engine="auto"`` asks the server's own endpoints which engine it is).
+"""
+
+from prefixplan.engines.base import (
+    CacheCounters,
+    Completion,
+    Endpoint,
+    EngineAdapter,
+    EngineRequestError,
+    ServerInfo,
+)
+
+__all__ = [
+    "CacheCounters",
+    "Completion",
+    "Endpoint",
+    "EngineAdapter",
+    "EngineRequestError",
+    "ServerInfo",
+]

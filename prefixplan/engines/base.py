@@ -1,0 +1,398 @@
+"""The engine adapter protocol, its records, and the HTTP plumbing every adapter shares.
+
+Errors: every failure of a request becomes an :class:`EngineRequestError` (an
+:class:`~prefixplan.errors.EndpointError`) whose message names the endpoint and the reason
+(``connection refused``, ``timed out after 5s``, ``HTTP 500: ...``, ``malformed JSON``,
+``ignored max_tokens``) and which says whether retrying can help.
+
+Secrets: an API key is read from the environment variable named by
+:attr:`Endpoint.api_key_env` when the client is built, sent only as a header, and redacted
+from every message this module produces. It is never part of a record or a ``repr``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from prefixplan.errors import EndpointError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+
+    from prefixplan.engines.metrics import Sample
+
+DEFAULT_API_KEY_ENV = "PREFIXPLAN_API_KEY"
+
+TOKENIZER_PROBE_TEXT = (
+    "prefixplan tokenizer probe v1: Hello, World! 0123456789 +-*/=<> "
+    "ünïcödé naïve café — “quotes” 日本語のテキスト 中文 한국어 Привет мир "
+    "\tTabs\tand  double  spaces\n\nfn main() { println!(\"{}\", 42); } 🚀✨"
+)
+"""Fixed text tokenized through a server's ``/tokenize`` to check its tokenizer.
+
+Tokenized without special tokens. The analysis stores the ids its own tokenizer gives for
+this text (``record["tokenizer"]["probe_ids"]``); a server returning other ids has another
+tokenizer. Changing this text changes every stored probe: don't.
+"""
+
+
+class EngineRequestError(EndpointError):
+    """A request to an engine failed; ``kind`` says how and ``retryable`` if trying again may help."""
+
+    def __init__(self, endpoint: str, reason: str, *, kind: str, retryable: bool = False) -> None:
+        super().__init__(f"{endpoint}: {reason}")
+        self.endpoint = endpoint
+        self.reason = reason
+        self.kind = kind  # refused | timeout | http | malformed | protocol | unsupported
+        self.retryable = retryable
+
+
+def display_url(url: str) -> str:
+    """``url`` without user info, query or fragment (they may carry credentials)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One replica: its URL and how to talk to it. Holds the *name* of the key's env var only."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    api_key_env: str | None = None
+    verify_tls: bool | str = True
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"invalid endpoint URL {display_url(self.url)!r}: expected http(s)://host[:port]")
+
+    @property
+    def label(self) -> str:
+        """What messages and the store call this replica (never contains credentials)."""
+        return self.name or display_url(self.url)
+
+    @property
+    def base_url(self) -> str:
+        parts = urlsplit(self.url)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+    def api_key(self) -> str | None:
+        env = self.api_key_env or DEFAULT_API_KEY_ENV
+        value = os.environ.get(env)
+        if self.api_key_env and not value:
+            raise UsageError(f"environment variable {self.api_key_env} (--api-key-env) is not set or empty")
+        return value or None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What an engine says about itself."""
+
+    engine: str  # vllm | sglang | openai-compatible
+    model: str | None  # served model name used in requests
+    models: tuple[str, ...] = ()
+    block_size: int | None = None
+    block_size_source: str = "unknown"  # metrics | server_info | option | unknown
+    max_model_len: int | None = None
+    kv_bytes_per_token: float | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The result of one completion request (warm-up, probe or calibration sample)."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None  # None: the server did not report it
+    completion_tokens: int | None
+    ttft_s: float  # time to the first streamed token (== total for non-streaming)
+    total_s: float
+    streamed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCounters:
+    """Prefix-cache counters from ``/metrics`` (tokens), and requests running/waiting if known."""
+
+    hits: float
+    queries: float | None
+    running: float | None = None
+    waiting: float | None = None
+
+
+@dataclass
+class _Stream:
+    """Accumulates one streamed response."""
+
+    first_at: float | None = None
+    chunks: int = 0
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineAdapter:
+    """Common base of the adapters: HTTP with named errors, secret redaction, streaming.
+
+    Subclasses set :attr:`engine` and implement :meth:`server_info`, :meth:`complete_ids`,
+    :meth:`tokenize_text` and :meth:`cache_counters`.
+    """
+
+    engine: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        timeout: float = 30.0,
+        model: str | None = None,
+        block_size: int | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        import httpx
+
+        self.endpoint = endpoint
+        self.timeout = float(timeout)
+        self._model = model
+        self._block_size_override = block_size
+        self._secret = endpoint.api_key()
+        headers = {k: v for k, v in endpoint.headers}
+        if self._secret:
+            headers["Authorization"] = f"Bearer {self._secret}"
+        self._client = httpx.Client(
+            base_url=endpoint.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout),
+            verify=endpoint.verify_tls,
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._info: ServerInfo | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> EngineAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoint.label!r})"
+
+    # -- errors -------------------------------------------------------------------------
+    def redact(self, text: str) -> str:
+        """``text`` with the API key (if any) replaced by ``***``."""
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text
+
+    def _error(self, reason: str, *, kind: str, retryable: bool = False) -> EngineRequestError:
+        return EngineRequestError(self.endpoint.label, self.redact(reason), kind=kind, retryable=retryable)
+
+    def _transport_error(self, exc: Exception, path: str) -> EngineRequestError:
+        import httpx
+
+        if isinstance(exc, httpx.ConnectError):
+            text = str(exc).lower()
+            reason = "connection refused" if "refused" in text or "errno 111" in text else f"cannot connect ({exc})"
+            return self._error(f"{reason} ({path})", kind="refused", retryable=True)
+        if isinstance(exc, httpx.TimeoutException):
+            return self._error(f"timed out after {self.timeout:g}s ({path})", kind="timeout", retryable=True)
+        if isinstance(exc, httpx.RemoteProtocolError):
+            return self._error(f"connection closed mid-response ({path}): {exc}", kind="refused", retryable=True)
+        return self._error(f"request failed ({path}): {type(exc).__name__}: {exc}", kind="refused", retryable=True)
+
+    def _check_status(self, resp: httpx.Response, path: str) -> None:
+        if resp.status_code < 400:
+            return
+        try:
+            body = resp.read().decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - body is only for the message
+            body = ""
+        body = " ".join(self.redact(body).split())[:200]
+        retryable = resp.status_code >= 500 or resp.status_code == 429
+        raise self._error(
+            f"HTTP {resp.status_code} from {path}" + (f": {body}" if body else ""),
+            kind="http",
+            retryable=retryable,
+        )
+
+    # -- requests -----------------------------------------------------------------------
+    def request_json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        """One request whose answer must be JSON; failures become :class:`EngineRequestError`."""
+        import httpx
+
+        try:
+            resp = self._client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path) from None
+        self._check_status(resp, path)
+        try:
+            return resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            snippet = " ".join(resp.text.split())[:80]
+            raise self._error(f"malformed JSON from {path}: {snippet!r}", kind="malformed") from None
+
+    def request_text(self, method: str, path: str) -> str:
+        import httpx
+
+        try:
+            resp = self._client.request(method, path)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path) from None
+        self._check_status(resp, path)
+        return resp.text
+
+    def optional_json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any | None:
+        """Like :meth:`request_json` but None for 404/405/501 (endpoint not offered)."""
+        try:
+            return self.request_json(method, path, body)
+        except EngineRequestError as err:
+            if err.kind == "http" and any(f"HTTP {c} " in err.reason for c in (404, 405, 501)):
+                return None
+            raise
+
+    def stream_sse(
+        self, path: str, body: Mapping[str, Any], on_event: Callable[[dict[str, Any], _Stream], None]
+    ) -> tuple[_Stream, float]:
+        """POST ``body`` and feed each ``data:`` JSON event to ``on_event``; bounded by the timeout.
+
+        Returns the accumulated stream and the total time. ``on_event`` may raise to abort.
+        """
+        import httpx
+
+        state = _Stream()
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout
+        try:
+            with self._client.stream("POST", path, json=body) as resp:
+                self._check_status(resp, path)
+                for line in resp.iter_lines():
+                    if time.perf_counter() > deadline:
+                        raise self._error(
+                            f"timed out after {self.timeout:g}s ({path}, still streaming)",
+                            kind="timeout",
+                            retryable=True,
+                        )
+                    line = line.strip()
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        event = json.loads(data)
+                    except json.JSONDecodeError:
+                        raise self._error(
+                            f"malformed JSON in stream from {path}: {data[:80]!r}", kind="malformed"
+                        ) from None
+                    if not isinstance(event, dict):
+                        raise self._error(f"malformed stream event from {path}: {data[:80]!r}", kind="malformed")
+                    if state.first_at is None:
+                        state.first_at = time.perf_counter() - t0
+                    on_event(event, state)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path) from None
+        return state, time.perf_counter() - t0
+
+    # -- the protocol ---------------------------------------------------------------------
+    def server_info(self, *, refresh: bool = False) -> ServerInfo:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def complete_ids(
+        self,
+        ids: Sequence[int],
+        *,
+        max_tokens: int = 1,
+        stream: bool = True,
+        priority: int | None = None,
+    ) -> Completion:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def tokenize_text(self, text: str) -> list[int] | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def cache_counters(self) -> CacheCounters | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def metrics(self) -> list[Sample] | None:
+        """Parsed ``/metrics``, or None when the server offers none."""
+        from prefixplan.engines.metrics import parse_metrics
+
+        try:
+            text = self.request_text("GET", "/metrics")
+        except EngineRequestError as err:
+            if err.kind == "http":
+                return None
+            raise
+        return parse_metrics(text)
+
+    def reset_cache(self) -> bool:
+        """Drop the server's prefix cache when it offers a way (vLLM dev mode, SGLang flush)."""
+        return False
+
+    def model_name(self) -> str | None:
+        return self._model or self.server_info().model
+
+    def _too_many_tokens(self, produced: int, max_tokens: int, path: str) -> EngineRequestError:
+        return self._error(
+            f"ignored max_tokens={max_tokens} ({path} produced {produced} tokens)", kind="protocol"
+        )
+
+
+T = TypeVar("T")
+
+
+def with_retries(
+    fn: Callable[[], T],
+    *,
+    retries: int = 2,
+    backoff: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``fn``; retry retryable :class:`EngineRequestError` up to ``retries`` times.
+
+    Waits ``backoff * 2**attempt`` seconds between attempts (0.5, 1, 2, ... by default).
+    """
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except EngineRequestError as err:
+            if not err.retryable or attempt >= retries:
+                if attempt:
+                    err.reason = f"{err.reason} (after {attempt + 1} attempts)"
+                    err.args = (f"{err.endpoint}: {err.reason}",)
+                raise
+            sleep(backoff * (2**attempt))
+            attempt += 1
+
+
+def usage_cached_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` (None when absent)."""
+    if not isinstance(usage, Mapping):
+        return None
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
+        try:
+            return int(details["cached_tokens"])
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def iter_ids(ids: Sequence[int]) -> Iterator[int]:
+    for i in ids:
+        yield int(i)

@@ -1,0 +1,265 @@
+"""``calibrate``: measure TTFT over prompt lengths and cached fractions and fit the prefill model
+
+    ttft_s = a_s + b_s_per_token * new + c_s_per_token2 * new * (cached + new / 2)
+
+by ordinary least squares (``new`` = prompt tokens computed, ``cached`` = tokens reused; the last
+term is attention over the context each new token sees). The profile is a YAML file (format in
+docs/warm.md) that ``--profile`` options read.
+
+Each sample uses fresh random token ids (from the server's own tokenization of a text, so they
+are valid ids), warms the cached part first, then times the full prompt (streamed, max_tokens 1)
+and takes ``cached`` from the server's report when it gives one.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefixplan.engines.base import EngineAdapter
+from prefixplan.errors import InputError, UsageError
+
+PROFILE_KIND = "prefixplan/prefill-profile"
+FORMULA = "ttft_s = a_s + b_s_per_token*new + c_s_per_token2*new*(cached + new/2)"
+DEFAULT_LENGTHS = (256, 512, 1024, 2048)
+DEFAULT_FRACTIONS = (0.0, 0.5, 0.9)
+
+
+@dataclass(frozen=True, slots=True)
+class TimingSample:
+    """One measured request."""
+
+    new: int
+    cached: int
+    ttft_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Least-squares coefficients, their standard errors and the fit quality."""
+
+    a_s: float
+    b_s_per_token: float
+    c_s_per_token2: float
+    stderr: tuple[float, float, float]
+    rmse_s: float
+    r2: float
+    max_abs_residual_s: float
+    n_samples: int
+
+    @property
+    def attention_measurable(self) -> bool:
+        """True when the attention term is positive and more than twice its standard error."""
+        return self.c_s_per_token2 > 0 and self.c_s_per_token2 > 2 * self.stderr[2]
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A calibrated prefill profile for one endpoint."""
+
+    fit: Fit
+    endpoint: str | None = None
+    engine: str | None = None
+    model: str | None = None
+    block_size: int | None = None
+    created: str | None = None
+    samples: tuple[TimingSample, ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.fit
+        notes = []
+        if not f.attention_measurable:
+            notes.append("attention term c not measurable on this server/range (c <= 2 stderr); keep it as an upper bound")
+        return {
+            "kind": PROFILE_KIND,
+            "version": 1,
+            "formula": FORMULA,
+            "a_s": f.a_s,
+            "b_s_per_token": f.b_s_per_token,
+            "c_s_per_token2": f.c_s_per_token2,
+            "stderr": {"a_s": f.stderr[0], "b_s_per_token": f.stderr[1], "c_s_per_token2": f.stderr[2]},
+            "fit": {"n_samples": f.n_samples, "rmse_s": f.rmse_s, "r2": f.r2,
+                    "max_abs_residual_s": f.max_abs_residual_s,
+                    "attention_measurable": f.attention_measurable},
+            "endpoint": self.endpoint,
+            "engine": self.engine,
+            "model": self.model,
+            "block_size": self.block_size,
+            "created": self.created,
+            "notes": notes,
+            "samples": [[s.new, s.cached, round(s.ttft_s, 6)] for s in self.samples],
+        }
+
+
+def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
+    """Fit ``a + b*new + c*new*(cached + new/2)`` to ``samples`` by least squares.
+
+    Raises:
+        UsageError: fewer than 3 samples, or samples that cannot separate the three terms.
+    """
+    import numpy as np
+
+    if len(samples) < 3:
+        raise UsageError(f"need at least 3 timing samples to fit 3 coefficients, got {len(samples)}")
+    new = np.array([s.new for s in samples], dtype=float)
+    cached = np.array([s.cached for s in samples], dtype=float)
+    y = np.array([s.ttft_s for s in samples], dtype=float)
+    x = np.column_stack([np.ones_like(new), new, new * (cached + new / 2)])
+    # Scale columns for conditioning, then unscale.
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
+    xs = x / scale
+    coef_s, _, rank, _ = np.linalg.lstsq(xs, y, rcond=None)
+    if rank < 3:
+        raise UsageError("timing samples do not separate the constant, linear and attention terms",
+                         hint="measure several prompt lengths and cached fractions")
+    coef = coef_s / scale
+    resid = y - x @ coef
+    n = len(y)
+    dof = max(n - 3, 1)
+    sigma2 = float(resid @ resid) / dof
+    cov = sigma2 * np.linalg.inv(xs.T @ xs)
+    stderr = np.sqrt(np.maximum(np.diag(cov), 0.0)) / scale
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else 1.0
+    return Fit(
+        a_s=float(coef[0]), b_s_per_token=float(coef[1]), c_s_per_token2=float(coef[2]),
+        stderr=(float(stderr[0]), float(stderr[1]), float(stderr[2])),
+        rmse_s=math.sqrt(float(resid @ resid) / n), r2=r2,
+        max_abs_residual_s=float(np.abs(resid).max()), n_samples=n,
+    )
+
+
+_POOL_TEXT = (
+    "Calibration text for prefixplan: the quick brown fox jumps over the lazy dog while seven "
+    "wizards quietly judge boxing matches; numbers 0 1 2 3 4 5 6 7 8 9, symbols {}[]()<>=+-*/, "
+    "and words like engine, cache, prefix, token, block, latency, throughput, replica, memory."
+)
+
+
+def _id_pool(adapter: EngineAdapter) -> list[int]:
+    ids = adapter.tokenize_text(_POOL_TEXT) or []
+    pool = sorted(set(ids))
+    return pool if len(pool) >= 20 else list(range(1000, 5000))
+
+
+def measure(
+    adapter: EngineAdapter,
+    *,
+    lengths: Sequence[int] = DEFAULT_LENGTHS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    repeats: int = 2,
+    seed: int = 0,
+) -> list[TimingSample]:
+    """Time streamed requests over ``lengths`` x ``fractions`` (x ``repeats``), fresh ids each."""
+    info = adapter.server_info()
+    block = info.block_size or 1
+    limit = (info.max_model_len or 10**9) - 8
+    rng = random.Random(seed)
+    pool = _id_pool(adapter)
+    out: list[TimingSample] = []
+    for rep in range(repeats):
+        for n in lengths:
+            if n > limit:
+                continue
+            for f in fractions:
+                ids = [rng.choice(pool) for _ in range(n)]
+                ids[0] = pool[(rep * 7919 + n * 31 + int(f * 100)) % len(pool)]
+                target = (int(n * f) // block) * block
+                if target > 0:
+                    adapter.complete_ids(ids[:target] + [ids[target - 1]], max_tokens=1, stream=True)
+                res = adapter.complete_ids(ids, max_tokens=1, stream=True)
+                cached = res.cached_tokens if res.cached_tokens is not None else target
+                out.append(TimingSample(new=n - cached, cached=cached, ttft_s=res.ttft_s))
+    return out
+
+
+def calibrate(
+    adapter: EngineAdapter,
+    *,
+    lengths: Sequence[int] = DEFAULT_LENGTHS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    repeats: int = 2,
+    seed: int = 0,
+) -> Profile:
+    """Measure and fit; returns the profile (not yet saved)."""
+    from prefixplan.store import iso
+
+    info = adapter.server_info()
+    samples = measure(adapter, lengths=lengths, fractions=fractions, repeats=repeats, seed=seed)
+    return Profile(
+        fit=fit_prefill(samples), endpoint=adapter.endpoint.label, engine=info.engine, model=info.model,
+        block_size=info.block_size, created=iso(time.time()), samples=tuple(samples),
+    )
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    """Write the profile YAML (see docs/warm.md)."""
+    import yaml
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = "# prefixplan prefill-time profile (prefixplan calibrate)\n" + yaml.safe_dump(
+        profile.to_dict(), sort_keys=False, default_flow_style=None)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def load_profile(path: str | Path) -> dict[str, Any]:
+    """Read a profile YAML; returns the mapping with float ``a_s``, ``b_s_per_token``, ``c_s_per_token2``.
+
+    Raises:
+        InputError: missing file, bad YAML, or missing coefficients.
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{p}: cannot read profile: {err}") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"{p}: invalid YAML: {err}") from None
+    if not isinstance(data, Mapping):
+        raise InputError(f"{p}: a profile must be a mapping")
+    out = dict(data)
+    for k in ("a_s", "b_s_per_token", "c_s_per_token2"):
+        try:
+            out[k] = float(data[k])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{p}: {k}: missing or not a number") from None
+    return out
+
+
+def calibrate_endpoint(
+    url: str,
+    *,
+    engine: str = "auto",
+    api_key_env: str | None = None,
+    model: str | None = None,
+    lengths: Sequence[int] = DEFAULT_LENGTHS,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    repeats: int = 2,
+    timeout: float = 60.0,
+    out: str | Path | None = None,
+    seed: int = 0,
+) -> tuple[Profile, Path | None]:
+    """Connect, measure, fit and (when ``out``) save the YAML profile."""
+    from prefixplan.engines.base import Endpoint
+    from prefixplan.engines.detect import connect
+
+    if not lengths or any(n < 2 for n in lengths):
+        raise UsageError("--lengths must be integers >= 2")
+    if any(not 0 <= f < 1 for f in fractions):
+        raise UsageError("--fractions must be in [0, 1)")
+    adapter = connect(Endpoint(url=url, api_key_env=api_key_env), engine=engine, timeout=timeout, model=model)
+    try:
+        profile = calibrate(adapter, lengths=lengths, fractions=fractions, repeats=repeats, seed=seed)
+    finally:
+        adapter.close()
+    path = save_profile(profile, out) if out else None
+    return profile, path

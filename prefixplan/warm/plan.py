@@ -1,0 +1,450 @@
+"""Warm plans: which prefixes to send, in which order, and what they cost.
+
+Selection rules:
+
+* ``top=N`` takes the N best-ranked candidates of an analysis record; ``keys`` takes the named
+  ``name@vN`` keys (from the record, else from the store's stored token ids).
+* Nesting: warming a prefix also caches every prefix of it, so of each chain of selected nested
+  prefixes only the deepest is sent, once; the others are listed in its ``covers``.
+* ``budget_bytes``: choose the ancestor-closed set of candidates that maximises reused tokens
+  (the sum of ``marginal_tokens``, which never double-counts a parent) while the KV memory of the
+  union of their tokens (``ceil(len/B)*B`` tokens per chain times KV bytes per token) fits. It is
+  solved exactly as a tree knapsack over the candidates' nesting forest.
+* Candidates whose token ids were withheld (privacy) and that no store lookup can supply are
+  skipped with that reason, as are prefixes shorter than one cache block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefixplan.errors import UsageError
+
+DEFAULT_BLOCK_SIZE = 16
+MAX_DP_UNITS = 200_000
+
+# Prefill-time model ``a + b*new + c*new*(cached + new/2)`` (seconds): a coarse default, replaced
+# by a profile measured with ``prefixplan calibrate``.
+DEFAULT_PROFILE = {"a_s": 0.02, "b_s_per_token": 5.0e-5, "c_s_per_token2": 1.0e-9, "source": "default"}
+
+
+@dataclass(frozen=True, slots=True)
+class WarmItem:
+    """One prefix to send to every replica."""
+
+    rank: int
+    name: str
+    key: str | None  # "name@vN" when the prefix is a registered key
+    version: int | None
+    token_ids: tuple[int, ...] = field(repr=False)
+    namespace: str | None = None
+    model: str | None = None
+    label: str | None = None
+    token_hash: str | None = None
+    covers: tuple[int, ...] = ()  # ranks of selected ancestors this item caches too
+    value_tokens: int = 0  # reused tokens of the chain (sum of marginals of item + covers)
+
+    @property
+    def length(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def record_key(self) -> str:
+        """The store's ``key`` column: ``name@vN``, else ``name`` (unregistered candidate)."""
+        return self.key or self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "name": self.name,
+            "key": self.key,
+            "version": self.version,
+            "tokens": self.length,
+            "namespace": self.namespace,
+            "model": self.model,
+            "label": self.label,
+            "token_hash": self.token_hash,
+            "covers": list(self.covers),
+            "value_tokens": self.value_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPlan:
+    """What ``warm`` will send; ``items`` in send order (most valuable first)."""
+
+    items: tuple[WarmItem, ...]
+    selected: tuple[int, ...]  # ranks selected, including covered ancestors
+    skipped: tuple[tuple[int, str], ...] = ()  # (rank, reason)
+    block_size: int = DEFAULT_BLOCK_SIZE
+    tokenizer: Mapping[str, Any] | None = None
+    budget_bytes: float | None = None
+    kv_bytes_per_token: float | None = None
+    memory_tokens: int = 0  # block-aligned tokens resident once all items are warm
+    value_tokens: int = 0
+
+    @property
+    def memory_bytes(self) -> float | None:
+        return self.memory_tokens * self.kv_bytes_per_token if self.kv_bytes_per_token else None
+
+    def to_dict(self, profile: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        est = estimate_prefill(self, profile)
+        return {
+            "block_size": self.block_size,
+            "items": [dict(item.to_dict(), est_prefill_s=round(t, 4)) for item, t in zip(self.items, est)],
+            "selected": list(self.selected),
+            "skipped": [{"rank": r, "reason": why} for r, why in self.skipped],
+            "memory_tokens": self.memory_tokens,
+            "memory_bytes": self.memory_bytes,
+            "budget_bytes": self.budget_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "value_tokens": self.value_tokens,
+            "est_prefill_s": round(sum(est), 4),
+            "profile": dict(profile or DEFAULT_PROFILE),
+        }
+
+
+@dataclass(slots=True)
+class _Cand:
+    rank: int
+    name: str
+    key: str | None
+    ids: tuple[int, ...] | None
+    length: int
+    value: int
+    namespace: str | None
+    model: str | None
+    label: str | None
+    token_hash: str | None
+    parent: int | None
+
+
+def split_key(key: str) -> tuple[str, int | None]:
+    """``"name@v3"`` -> ``("name", 3)``; ``"name"`` -> ``("name", None)``."""
+    name, sep, ver = key.partition("@")
+    if not sep:
+        return name, None
+    ver = ver[1:] if ver[:1] in ("v", "V") else ver
+    if not ver.isdigit():
+        raise UsageError(f"invalid key {key!r}: expected name@vN")
+    return name, int(ver)
+
+
+def _cands(record: Mapping[str, Any], lookup: Callable[[str], Sequence[int] | None] | None) -> list[_Cand]:
+    raw = record.get("candidates")
+    if not isinstance(raw, list):
+        raise UsageError("analysis record has no 'candidates' list", hint="run prefixplan analyze --json FILE")
+    out: list[_Cand] = []
+    for pos, c in enumerate(raw, start=1):
+        if not isinstance(c, Mapping):
+            continue
+        rank = int(c.get("rank") or pos)
+        ids = c.get("token_ids")
+        key = c.get("key")
+        if ids is None and key and lookup is not None:
+            ids = lookup(str(key))
+        tup = tuple(int(i) for i in ids) if ids is not None else None
+        length = len(tup) if tup is not None else int(c.get("length") or 0)
+        value = c.get("marginal_tokens")
+        if value is None:
+            value = c.get("reusable_tokens") or 0
+        out.append(
+            _Cand(
+                rank=rank,
+                name=str(c.get("name") or (split_key(key)[0] if key else f"prefix-{rank}")),
+                key=str(key) if key else None,
+                ids=tup,
+                length=length,
+                value=int(value),
+                namespace=c.get("namespace"),
+                model=c.get("model"),
+                label=c.get("label"),
+                token_hash=c.get("token_hash"),
+                parent=int(c["parent"]) if c.get("parent") is not None else None,
+            )
+        )
+    return out
+
+
+def _parents(cands: dict[int, _Cand]) -> dict[int, int | None]:
+    """Nesting parent of each candidate: the record's ``parent`` when valid, else the longest
+    other candidate whose ids are a proper prefix (same namespace)."""
+    parents: dict[int, int | None] = {}
+    by_len = sorted(cands.values(), key=lambda c: c.length)
+    for c in cands.values():
+        if c.parent is not None and c.parent in cands and c.parent != c.rank:
+            parents[c.rank] = c.parent
+            continue
+        best: _Cand | None = None
+        if c.ids is not None:
+            for d in by_len:
+                if d.length >= c.length or d.ids is None or d.namespace != c.namespace:
+                    continue
+                if c.ids[: d.length] == d.ids and (best is None or d.length > best.length):
+                    best = d
+        parents[c.rank] = best.rank if best else None
+    # Break any cycle a malformed record might contain.
+    for start in list(parents):
+        seen = {start}
+        cur = parents[start]
+        while cur is not None:
+            if cur in seen:
+                parents[start] = None
+                break
+            seen.add(cur)
+            cur = parents.get(cur)
+    return parents
+
+
+def _ancestors(rank: int, parents: Mapping[int, int | None]) -> list[int]:
+    out = []
+    cur = parents.get(rank)
+    while cur is not None:
+        out.append(cur)
+        cur = parents.get(cur)
+    return out
+
+
+def _aligned_up(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+def select_within_budget(
+    values: Mapping[int, int],
+    costs: Mapping[int, int],
+    parents: Mapping[int, int | None],
+    capacity: int,
+) -> set[int]:
+    """Exact tree knapsack: the ancestor-closed subset maximising the sum of ``values`` with the
+    sum of ``costs`` at most ``capacity`` (all integers >= 0).
+
+    Nodes are visited in preorder; skipping a node skips its subtree, taking it continues into
+    its children, so every chosen set is ancestor-closed. O(nodes * capacity), numpy rows.
+    """
+    import numpy as np
+
+    nodes = sorted(values)
+    children: dict[int | None, list[int]] = {}
+    for n in nodes:
+        p = parents.get(n)
+        children.setdefault(p if p in values else None, []).append(n)
+    order: list[int] = []
+    end: dict[int, int] = {}
+
+    def visit(n: int) -> None:
+        order.append(n)
+        for ch in sorted(children.get(n, [])):
+            visit(ch)
+        end[n] = len(order)
+
+    for root in sorted(children.get(None, [])):
+        visit(root)
+    cap = max(0, int(capacity))
+    n_order = len(order)
+    neg = -(10**18)
+    dp = np.zeros((n_order + 1, cap + 1), dtype=np.int64)
+    take = np.zeros((n_order, cap + 1), dtype=bool)
+    for i in range(n_order - 1, -1, -1):
+        node = order[i]
+        skip = dp[end[node]]
+        cost = int(costs[node])
+        with_node = np.full(cap + 1, neg, dtype=np.int64)
+        if cost <= cap:
+            with_node[cost:] = dp[i + 1][: cap + 1 - cost] + int(values[node])
+        take[i] = with_node > skip
+        dp[i] = np.where(take[i], with_node, skip)
+    chosen: set[int] = set()
+    i, w = 0, cap
+    while i < n_order:
+        node = order[i]
+        if take[i, w]:
+            chosen.add(node)
+            w -= int(costs[node])
+            i += 1
+        else:
+            i = end[node]
+    return chosen
+
+
+def plan_from_record(
+    record: Mapping[str, Any],
+    top: int | None = None,
+    *,
+    keys: Sequence[str] | None = None,
+    budget_gb: float | None = None,
+    kv_bytes_per_token: float | None = None,
+    block_size: int | None = None,
+    token_lookup: Callable[[str], Sequence[int] | None] | None = None,
+) -> WarmPlan:
+    """Build a :class:`WarmPlan` from an analysis record (``prefixplan analyze --json``).
+
+    Args:
+        record: the analysis record (schema_version 1): ``candidates``, ``tokenizer``, ``granularity``.
+        top: take the ``top`` best-ranked candidates (None: all, or those named by ``keys``).
+        keys: ``name@vN`` (or ``name``) keys to warm instead of a top-N.
+        budget_gb: KV memory budget in GB (1e9 bytes); needs ``kv_bytes_per_token`` (or the
+            record's ``memory.kv_bytes_per_token``).
+        block_size: cache block size for alignment and memory (default: the record's granularity).
+        token_lookup: ``key -> token ids`` used when a candidate's ids were withheld (the store).
+
+    Raises:
+        UsageError: bad arguments, unknown keys, or a budget without KV bytes per token.
+    """
+    if top is not None and top < 1:
+        raise UsageError(f"--top must be >= 1, got {top}")
+    gran = record.get("granularity") if isinstance(record.get("granularity"), Mapping) else {}
+    block = int(block_size or gran.get("block_size") or DEFAULT_BLOCK_SIZE)
+    if block < 1:
+        raise UsageError(f"block size must be >= 1, got {block}")
+    memory = record.get("memory") if isinstance(record.get("memory"), Mapping) else {}
+    kv_bpt = kv_bytes_per_token or memory.get("kv_bytes_per_token")
+    all_cands = {c.rank: c for c in _cands(record, token_lookup)}
+    parents = _parents(all_cands)
+
+    skipped: list[tuple[int, str]] = []
+    if keys:
+        pool: list[int] = []
+        for k in keys:
+            name, ver = split_key(k)
+            hits = [
+                c.rank
+                for c in all_cands.values()
+                if c.key == k or (c.key and ver is None and split_key(c.key)[0] == name) or (ver is None and c.name == name)
+            ]
+            if not hits:
+                raise UsageError(f"key {k} is not in the analysis record", hint="see prefixplan keys list")
+            pool.extend(hits[:1])
+    else:
+        ranked = sorted(all_cands)
+        pool = ranked[:top] if top else ranked
+
+    usable: list[int] = []
+    for r in pool:
+        c = all_cands[r]
+        if c.ids is None:
+            skipped.append((r, "token ids withheld (privacy) and not in the store"))
+        elif c.length < block:
+            skipped.append((r, f"shorter than one cache block ({c.length} < {block} tokens)"))
+        else:
+            usable.append(r)
+
+    closure: set[int] = set(usable)
+    for r in usable:
+        closure.update(_ancestors(r, parents))
+
+    def tree_parent(r: int) -> int | None:
+        for a in _ancestors(r, parents):
+            if a in closure:
+                return a
+        return None
+
+    tparents = {r: tree_parent(r) for r in closure}
+    aligned = {r: _aligned_up(all_cands[r].length, block) for r in closure}
+    budget_bytes: float | None = None
+    if budget_gb is not None:
+        if budget_gb <= 0:
+            raise UsageError(f"--budget must be > 0 GB, got {budget_gb}")
+        if not kv_bpt:
+            raise UsageError(
+                "--budget needs the KV bytes per token",
+                hint="pass --kv-bytes-per-token N (2 x layers x kv_heads x head_dim x dtype bytes) or --model-config",
+            )
+        budget_bytes = budget_gb * 1e9
+        capacity_tokens = int(budget_bytes // float(kv_bpt))
+        unit = block * max(1, math.ceil((capacity_tokens // block) / MAX_DP_UNITS))
+        values = {r: max(0, all_cands[r].value) for r in closure}
+        costs = {
+            r: -(-(aligned[r] - (aligned[tparents[r]] if tparents[r] is not None else 0)) // unit) for r in closure
+        }
+        chosen = select_within_budget(values, costs, tparents, capacity_tokens // unit)
+        for r in sorted(set(usable) - chosen):
+            skipped.append((r, f"over the KV budget of {budget_gb:g} GB"))
+        selected = chosen
+    else:
+        selected = set(usable)
+
+    # Deepest selected prefix of each chain: no selected descendant.
+    has_child = {a for r in selected for a in _ancestors(r, parents) if a in selected}
+    items: list[WarmItem] = []
+    for r in sorted(selected):
+        if r in has_child:
+            continue
+        c = all_cands[r]
+        covers = tuple(sorted(a for a in _ancestors(r, parents) if a in selected))
+        ids = c.ids
+        assert ids is not None
+        name, ver = split_key(c.key) if c.key else (c.name, None)
+        items.append(
+            WarmItem(
+                rank=r,
+                name=name,
+                key=c.key,
+                version=ver,
+                token_ids=ids,
+                namespace=c.namespace,
+                model=c.model,
+                label=c.label,
+                token_hash=c.token_hash,
+                covers=covers,
+                value_tokens=sum(all_cands[x].value for x in (r, *_ancestors(r, parents)) if x in closure),
+            )
+        )
+    chain_nodes = set(selected) | {a for r in selected for a in _ancestors(r, parents) if a in closure}
+    memory_tokens = sum(
+        aligned[r] - (aligned[tparents[r]] if tparents.get(r) is not None else 0) for r in chain_nodes
+    )
+    return WarmPlan(
+        items=tuple(items),
+        selected=tuple(sorted(selected)),
+        skipped=tuple(sorted(skipped)),
+        block_size=block,
+        tokenizer=record.get("tokenizer") if isinstance(record.get("tokenizer"), Mapping) else None,
+        budget_bytes=budget_bytes,
+        kv_bytes_per_token=float(kv_bpt) if kv_bpt else None,
+        memory_tokens=memory_tokens,
+        value_tokens=sum(all_cands[r].value for r in chain_nodes),
+    )
+
+
+def prefill_seconds(new: int, cached: int, profile: Mapping[str, Any] | None = None) -> float:
+    """``a + b*new + c*new*(cached + new/2)`` with the profile's coefficients."""
+    p = profile or DEFAULT_PROFILE
+    a, b, c = float(p["a_s"]), float(p["b_s_per_token"]), float(p["c_s_per_token2"])
+    return a + b * new + c * new * (cached + new / 2)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def estimate_prefill(plan: WarmPlan, profile: Mapping[str, Any] | None = None) -> list[float]:
+    """Estimated prefill seconds of each item when sent in order on one cold replica
+    (an item reuses the block-aligned prefix it shares with items sent before it)."""
+    out: list[float] = []
+    sent: list[tuple[int, ...]] = []
+    for item in plan.items:
+        shared = max((_common_prefix(item.token_ids, s) for s in sent), default=0)
+        cached = (shared // plan.block_size) * plan.block_size
+        out.append(prefill_seconds(item.length + 1 - cached, cached, profile))
+        sent.append(item.token_ids)
+    return out
+
+
+def kv_bytes_per_token_from_config(config: Mapping[str, Any], dtype_bytes: int | None = None) -> float:
+    """``2 x layers x kv_heads x head_dim x dtype bytes`` from a Hugging Face ``config.json``."""
+    cfg = config.get("text_config", config) if isinstance(config.get("text_config"), Mapping) else config
+    layers = int(cfg["num_hidden_layers"])
+    heads = int(cfg.get("num_attention_heads", 1))
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    if dtype_bytes is None:
+        dt = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+        dtype_bytes = 4 if "32" in dt else 1 if "8" in dt else 2
+    return float(2 * layers * kv_heads * head_dim * dtype_bytes)

@@ -1,0 +1,422 @@
+"""Run a warm plan on a fleet: pre-flight, warm-up, probe, verify, fleet verdict, store records.
+
+Per replica (replicas run in parallel, up to ``concurrency``; one replica's items run one after
+another so TTFTs are not contended and counter deltas stay attributable):
+
+1. pre-flight: detect the engine, read model and block size, tokenize the fixed probe text
+   through ``/tokenize`` and compare it with the analysis tokenizer; replicas must agree on the
+   model and the tokenizer.
+2. warm-up: the prefix's exact ids plus one extra token (so the whole block-aligned prefix
+   becomes reusable despite the last-token rule), ``max_tokens`` 1, streamed: cold TTFT.
+3. probe: prefix plus a short suffix, streamed: warm TTFT and ``cached_tokens``. Verified when
+   ``cached_tokens >= floor(len/B)*B``; when the server does not report per-request cached
+   tokens, a matching delta of the prefix-cache counters on an otherwise idle replica verifies;
+   otherwise the result is ``unverified`` (never ``ok``).
+
+A key is ``ready`` only when every replica verified it; ``partial`` when some did; ``failed``
+otherwise. Each request is retried (bounded, exponential backoff) on refused connections,
+timeouts and HTTP 5xx/429; a replica that stops answering fails its remaining items at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from prefixplan.engines.base import (
+    TOKENIZER_PROBE_TEXT,
+    CacheCounters,
+    Endpoint,
+    EngineAdapter,
+    EngineRequestError,
+    with_retries,
+)
+from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
+from prefixplan.warm.plan import WarmItem, WarmPlan
+
+STATUSES = ("verified", "unverified", "failed", "skipped")
+
+
+@dataclass(frozen=True, slots=True)
+class WarmOptions:
+    """How to run a plan."""
+
+    engine: str = "auto"
+    concurrency: int = 8
+    timeout: float = 30.0
+    retries: int = 2
+    backoff: float = 0.5
+    model: str | None = None
+    block_size: int | None = None  # override the server's
+    priority: int | None = None  # SGLang --radix-eviction-policy priority
+    verify: bool = True
+    suffix_tokens: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """Pre-flight result of one replica."""
+
+    endpoint: str
+    engine: str | None = None
+    model: str | None = None
+    block_size: int | None = None
+    block_size_source: str | None = None
+    tokenizer_check: str = "unchecked"  # match | mismatch | unchecked: why
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """One prefix on one replica."""
+
+    endpoint: str
+    rank: int
+    key: str
+    version: int | None
+    tokens: int
+    expected_cached: int
+    status: str  # verified | unverified | failed | skipped
+    cold_ttft_s: float | None = None
+    warm_ttft_s: float | None = None
+    cached_tokens: int | None = None
+    cached_at_warmup: int | None = None
+    method: str | None = None  # usage | metrics
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVerdict:
+    """Fleet verdict of one prefix."""
+
+    rank: int
+    key: str
+    tokens: int
+    status: str  # ready | partial | failed
+    verified: int
+    replicas: int
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WarmReport:
+    """Everything a warm run did."""
+
+    plan: WarmPlan
+    replicas: tuple[ReplicaInfo, ...]
+    results: tuple[ItemResult, ...]
+    keys: tuple[KeyVerdict, ...]
+    status: str  # ready | partial | failed
+    exit_code: int
+    duration_s: float
+    started: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "duration_s": round(self.duration_s, 3),
+            "replicas": [{f: getattr(r, f) for f in r.__dataclass_fields__} for r in self.replicas],
+            "keys": [
+                {f: (list(v) if isinstance(v := getattr(k, f), tuple) else v) for f in k.__dataclass_fields__}
+                for k in self.keys
+            ],
+            "results": [r.to_dict() for r in self.results],
+            "plan": self.plan.to_dict(),
+        }
+
+
+Connector = Callable[[Endpoint, WarmOptions], EngineAdapter]
+
+
+def default_connector(endpoint: Endpoint, options: WarmOptions) -> EngineAdapter:
+    from prefixplan.engines.detect import connect
+
+    return connect(
+        endpoint, engine=options.engine, timeout=options.timeout, model=options.model, block_size=options.block_size
+    )
+
+
+def expected_probe_ids(tokenizer: Mapping[str, Any] | None) -> tuple[list[int] | None, str]:
+    """Probe ids of the analysis tokenizer: stored ``probe_ids``, else rendered from its spec."""
+    if not tokenizer:
+        return None, "the analysis names no tokenizer"
+    stored = tokenizer.get("probe_ids")
+    if isinstance(stored, list):
+        return [int(i) for i in stored], "stored"
+    spec = tokenizer.get("spec")
+    if not spec:
+        return None, "the analysis tokenizer has no spec"
+    try:
+        from prefixplan.render import load_renderer
+
+        ids, _ = load_renderer(str(spec)).encode_text(TOKENIZER_PROBE_TEXT, add_special_tokens=False)
+    except (PrefixplanError, ImportError, OSError) as err:
+        return None, f"cannot load the analysis tokenizer {spec}: {err}"
+    return [int(i) for i in ids], "rendered"
+
+
+def _describe_tokenizer(tokenizer: Mapping[str, Any] | None) -> str:
+    if not tokenizer:
+        return "the analysis tokenizer"
+    label = tokenizer.get("label") or tokenizer.get("spec") or "?"
+    fp = tokenizer.get("fingerprint")
+    return f"analysis tokenizer {label}" + (f" ({fp})" if fp else "")
+
+
+def _first_diff(a: Sequence[int], b: Sequence[int]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"first difference at token {i}: server {x} vs analysis {y}"
+    return f"lengths differ: server {len(a)} vs analysis {len(b)} tokens"
+
+
+class _Replica:
+    """Mutable per-replica state during a run (adapter, dead flag)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.adapter: EngineAdapter | None = None
+        self.info = ReplicaInfo(endpoint=endpoint.label)
+        self.probe_ids: list[int] | None = None
+        self.dead: str | None = None
+
+
+def aligned(n: int, block: int) -> int:
+    return (n // block) * block
+
+
+def _preflight(rep: _Replica, options: WarmOptions, connector: Connector, expected: list[int] | None,
+               why_unchecked: str, tokenizer: Mapping[str, Any] | None) -> None:
+    try:
+        adapter = with_retries(lambda: connector(rep.endpoint, options), retries=options.retries, backoff=options.backoff)
+        rep.adapter = adapter
+        info = with_retries(adapter.server_info, retries=options.retries, backoff=options.backoff)
+        if not info.model:
+            raise EndpointError(f"{rep.endpoint.label}: serves no model (empty /v1/models)")
+        probe = with_retries(lambda: adapter.tokenize_text(TOKENIZER_PROBE_TEXT), retries=options.retries,
+                             backoff=options.backoff)
+        rep.probe_ids = probe
+        if probe is None:
+            check = "unchecked: the server offers no /tokenize"
+        elif expected is None:
+            check = f"unchecked: {why_unchecked}"
+        elif list(probe) == list(expected):
+            check = "match"
+        else:
+            rep.info = ReplicaInfo(
+                endpoint=rep.endpoint.label, engine=info.engine, model=info.model, block_size=info.block_size,
+                block_size_source=info.block_size_source, tokenizer_check="mismatch",
+                error=(
+                    f"tokenizer mismatch: server model {info.model} tokenizes the probe text differently from "
+                    f"{_describe_tokenizer(tokenizer)}; {_first_diff(probe, expected)}"
+                ),
+            )
+            return
+        rep.info = ReplicaInfo(
+            endpoint=rep.endpoint.label, engine=info.engine, model=info.model, block_size=info.block_size,
+            block_size_source=info.block_size_source, tokenizer_check=check,
+        )
+    except PrefixplanError as err:
+        rep.info = replace(rep.info, error=str(err) if str(err).startswith(rep.endpoint.label) else f"{rep.endpoint.label}: {err}")
+
+
+def _fleet_agreement(reps: list[_Replica]) -> None:
+    """Replicas must serve the same model with the same tokenizer: the first healthy one is the reference."""
+    healthy = [r for r in reps if r.info.error is None]
+    if len(healthy) < 2:
+        return
+    ref = healthy[0]
+    for r in healthy[1:]:
+        if r.info.model != ref.info.model:
+            r.info = replace(r.info, error=(
+                f"replicas disagree on the model: {r.endpoint.label} serves {r.info.model}, "
+                f"{ref.endpoint.label} serves {ref.info.model}"))
+        elif r.probe_ids is not None and ref.probe_ids is not None and r.probe_ids != ref.probe_ids:
+            r.info = replace(r.info, tokenizer_check="mismatch", error=(
+                f"replicas disagree on the tokenizer: {r.endpoint.label} and {ref.endpoint.label} tokenize the "
+                f"probe differently ({_first_diff(r.probe_ids, ref.probe_ids)})"))
+
+
+def _counters(adapter: EngineAdapter) -> CacheCounters | None:
+    try:
+        return adapter.cache_counters()
+    except EngineRequestError:
+        return None
+
+
+def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: int) -> ItemResult:
+    block = rep.info.block_size or options.block_size or 1
+    expected = aligned(item.length, block)
+    base = {
+        "endpoint": rep.endpoint.label, "rank": item.rank, "key": item.record_key, "version": item.version,
+        "tokens": item.length, "expected_cached": expected,
+    }
+    if rep.dead:
+        return ItemResult(**base, status="failed", error=f"replica unreachable: {rep.dead}")
+    if expected == 0:
+        return ItemResult(**base, status="skipped",
+                          error=f"prefix shorter than one cache block ({item.length} < {block} tokens)")
+    adapter = rep.adapter
+    assert adapter is not None
+    ids = list(item.token_ids)
+    warm_prompt = ids + [ids[-1]]
+    suffix = [ids[-1], ids[0], ids[min(1, len(ids) - 1)]][: max(1, options.suffix_tokens)]
+    probe_prompt = ids + suffix
+
+    def call(prompt: list[int]) -> Any:
+        return with_retries(
+            lambda: adapter.complete_ids(prompt, max_tokens=1, stream=True, priority=options.priority),
+            retries=options.retries, backoff=options.backoff,
+        )
+
+    try:
+        warm = call(warm_prompt)
+        if not options.verify:
+            return ItemResult(**base, status="unverified", cold_ttft_s=warm.ttft_s,
+                              cached_at_warmup=warm.cached_tokens, error="verification disabled (--no-verify)")
+        before = _counters(adapter) if warm.cached_tokens is None else None
+        probe = call(probe_prompt)
+    except EngineRequestError as err:
+        if err.kind in ("refused", "timeout"):
+            rep.dead = err.reason
+        return ItemResult(**base, status="failed", error=str(err))
+    common = {"cold_ttft_s": warm.ttft_s, "warm_ttft_s": probe.ttft_s, "cached_at_warmup": warm.cached_tokens}
+    if probe.cached_tokens is not None:
+        if probe.cached_tokens >= expected:
+            return ItemResult(**base, **common, status="verified", cached_tokens=probe.cached_tokens, method="usage")
+        return ItemResult(
+            **base, **common, status="failed", cached_tokens=probe.cached_tokens, method="usage",
+            error=(f"{rep.endpoint.label}: probe reported cached_tokens={probe.cached_tokens} < expected {expected} "
+                   f"(block size {block}): the prefix is not resident"),
+        )
+    after = _counters(adapter)
+    if before is None or after is None:
+        return ItemResult(**base, **common, status="unverified", error=(
+            f"{rep.endpoint.label}: the server reports no per-request cached tokens and no prefix-cache counters "
+            "(vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report / --enable-metrics)"))
+    hits = after.hits - before.hits
+    queries = (after.queries - before.queries) if after.queries is not None and before.queries is not None else None
+    idle = (before.running in (None, 0) and after.running in (None, 0)
+            and queries is not None and int(queries) == len(probe_prompt))
+    if not idle:
+        return ItemResult(**base, **common, status="unverified", error=(
+            f"{rep.endpoint.label}: no per-request cached tokens and the replica is not idle "
+            "(counter deltas include other traffic)"))
+    if hits >= expected:
+        return ItemResult(**base, **common, status="verified", cached_tokens=int(hits), method="metrics")
+    return ItemResult(**base, **common, status="failed", cached_tokens=int(hits), method="metrics", error=(
+        f"{rep.endpoint.label}: prefix-cache hit counter rose by {int(hits)} < expected {expected}"))
+
+
+def run_warm(
+    plan: WarmPlan,
+    endpoints: Sequence[Endpoint],
+    options: WarmOptions | None = None,
+    *,
+    connector: Connector | None = None,
+    progress: Callable[[ItemResult], None] | None = None,
+) -> WarmReport:
+    """Warm every item of ``plan`` on every endpoint and return the fleet report.
+
+    Raises:
+        UsageError: no endpoints or an empty plan.
+    """
+    options = options or WarmOptions()
+    connector = connector or default_connector
+    if not endpoints:
+        raise UsageError("no endpoint given", hint="pass --endpoint URL (repeatable) or --endpoints FILE")
+    if not plan.items:
+        reasons = "; ".join(f"rank {r}: {why}" for r, why in plan.skipped[:5])
+        raise UsageError("nothing to warm" + (f" ({reasons})" if reasons else ""))
+    t0 = time.perf_counter()
+    started = time.time()
+    expected, why = expected_probe_ids(plan.tokenizer)
+    reps = [_Replica(e) for e in endpoints]
+    workers = max(1, min(options.concurrency, len(reps)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda r: _preflight(r, options, connector, expected, why, plan.tokenizer), reps))
+    _fleet_agreement(reps)
+
+    lock = threading.Lock()
+    results: list[ItemResult] = []
+
+    def emit(res: ItemResult) -> None:
+        with lock:
+            results.append(res)
+        if progress is not None:
+            progress(res)
+
+    def replica_job(rep: _Replica) -> None:
+        for item in plan.items:
+            if rep.info.error is not None:
+                emit(ItemResult(
+                    endpoint=rep.endpoint.label, rank=item.rank, key=item.record_key, version=item.version,
+                    tokens=item.length, expected_cached=0, status="failed", error=rep.info.error))
+                continue
+            emit(_warm_one(rep, item, options, plan.block_size))
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(replica_job, reps))
+    finally:
+        for rep in reps:
+            if rep.adapter is not None:
+                rep.adapter.close()
+
+    order = {e.label: i for i, e in enumerate(endpoints)}
+    results.sort(key=lambda r: (r.rank, order.get(r.endpoint, 0)))
+    verdicts: list[KeyVerdict] = []
+    for item in plan.items:
+        mine = [r for r in results if r.rank == item.rank]
+        ok = sum(r.status == "verified" for r in mine)
+        status = "ready" if ok == len(reps) else "partial" if ok else "failed"
+        errors = tuple(f"{r.endpoint}: {r.status}" + (f" ({_strip(r.error, r.endpoint)})" if r.error else "")
+                       for r in mine if r.status != "verified")
+        verdicts.append(KeyVerdict(item.rank, item.record_key, item.length, status, ok, len(reps), errors))
+    if all(v.status == "ready" for v in verdicts):
+        status, code = "ready", ExitCode.OK
+    elif all(r.info.error is not None for r in reps):
+        status, code = "failed", ExitCode.ENDPOINT
+    else:
+        status = "partial" if any(v.verified for v in verdicts) else "failed"
+        code = ExitCode.FINDINGS
+    return WarmReport(
+        plan=plan, replicas=tuple(r.info for r in reps), results=tuple(results), keys=tuple(verdicts),
+        status=status, exit_code=code, duration_s=time.perf_counter() - t0, started=started,
+    )
+
+
+def _strip(text: str, endpoint: str) -> str:
+    prefix = f"{endpoint}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def record_report(report: WarmReport, db: str | None = None) -> int:
+    """Write one ``warm_runs`` row per (replica, prefix) into the store; return the row count.
+
+    The only place the warm code writes to the store. Rows carry the fleet verdict of the key
+    in ``data``; API keys are never part of a report, so never of a row.
+    """
+    from prefixplan.store import iso, open_store
+
+    verdict = {v.rank: v.status for v in report.keys}
+    rows = 0
+    with open_store(db) as store:
+        for r in report.results:
+            store.record_warm_run(
+                endpoint=r.endpoint, key=r.key, version=r.version, tokens=r.tokens,
+                cold_ttft=r.cold_ttft_s, warm_ttft=r.warm_ttft_s, cached_tokens=r.cached_tokens,
+                status=r.status, error=r.error, rank=r.rank, expected_cached=r.expected_cached,
+                method=r.method, cached_at_warmup=r.cached_at_warmup, fleet_status=verdict.get(r.rank),
+                run_started=iso(report.started),
+            )
+            rows += 1
+    return rows

@@ -1,0 +1,137 @@
+"""The one entry point the ``warm`` command calls: load sources, plan, run (once or every N s), record."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefixplan.errors import ExitCode, UsageError
+from prefixplan.warm.plan import WarmPlan, kv_bytes_per_token_from_config, plan_from_record
+from prefixplan.warm.run import ItemResult, WarmOptions, WarmReport, record_report, run_warm
+
+
+@dataclass(frozen=True, slots=True)
+class WarmRequest:
+    """Everything ``prefixplan warm`` was asked to do (no secrets: only the env var's name)."""
+
+    endpoints: tuple[str, ...] = ()
+    endpoints_file: str | None = None
+    analysis: str | None = None
+    top: int | None = 20
+    keys: tuple[str, ...] = ()
+    budget_gb: float | None = None
+    kv_bytes_per_token: float | None = None
+    model_config: str | None = None
+    api_key_env: str | None = None
+    options: WarmOptions = field(default_factory=WarmOptions)
+    dry_run: bool = False
+    every_s: float | None = None
+    for_s: float | None = None
+    rounds: int | None = None
+    record: bool = True
+    db: str | None = None
+    profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WarmOutcome:
+    plan: WarmPlan
+    reports: tuple[WarmReport, ...] = ()
+    profile: dict[str, Any] | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.reports[-1].exit_code if self.reports else ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.reports:
+            return {"dry_run": True, "plan": self.plan.to_dict(self.profile)}
+        last = self.reports[-1].to_dict()
+        if len(self.reports) > 1:
+            last["rounds"] = [{"status": r.status, "exit_code": r.exit_code, "duration_s": round(r.duration_s, 3)}
+                              for r in self.reports]
+        return last
+
+
+def build_plan(req: WarmRequest) -> WarmPlan:
+    """The plan for ``req`` (no network)."""
+    import json
+    from pathlib import Path
+
+    from prefixplan.warm.source import latest_record, load_record, record_from_store_keys, store_token_lookup
+
+    if req.analysis:
+        record = load_record(req.analysis)
+    elif req.keys:
+        try:
+            record = latest_record(req.db)
+        except UsageError:
+            record = record_from_store_keys(req.keys, req.db)
+        else:
+            names = {c.get("key") for c in record.get("candidates", [])}
+            if not all(k in names for k in req.keys):
+                record = record_from_store_keys(req.keys, req.db)
+    else:
+        record = latest_record(req.db)
+    kv = req.kv_bytes_per_token
+    if kv is None and req.model_config:
+        try:
+            cfg = json.loads(Path(req.model_config).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise UsageError(f"--model-config {req.model_config}: {err}") from None
+        kv = kv_bytes_per_token_from_config(cfg)
+    return plan_from_record(
+        record,
+        top=None if req.keys else req.top,
+        keys=list(req.keys) or None,
+        budget_gb=req.budget_gb,
+        kv_bytes_per_token=kv,
+        block_size=req.options.block_size,
+        token_lookup=store_token_lookup(req.db),
+    )
+
+
+def warm(
+    req: WarmRequest,
+    *,
+    progress: Callable[[ItemResult], None] | None = None,
+    on_round: Callable[[int, WarmReport], None] | None = None,
+    stop: threading.Event | None = None,
+    connector: Any = None,
+) -> WarmOutcome:
+    """Plan, then (unless ``dry_run``) warm every endpoint, record each result in the store,
+    and with ``every_s`` repeat until ``for_s``/``rounds``/SIGTERM.
+    """
+    from prefixplan.warm.calibrate import load_profile
+    from prefixplan.warm.keepalive import keepalive
+    from prefixplan.warm.source import endpoints_from_options
+
+    profile = load_profile(req.profile) if req.profile else None
+    plan = build_plan(req)
+    if req.dry_run:
+        return WarmOutcome(plan=plan, profile=profile)
+    endpoints = endpoints_from_options(req.endpoints, req.endpoints_file, req.api_key_env)
+    if not endpoints:
+        raise UsageError("no endpoint given", hint="pass --endpoint URL (repeatable) or --endpoints FILE")
+
+    def one(_: int) -> WarmReport:
+        report = run_warm(plan, endpoints, req.options, connector=connector, progress=progress)
+        if req.record:
+            record_report(report, req.db)
+        return report
+
+    if req.every_s is None:
+        return WarmOutcome(plan=plan, reports=(one(0),), profile=profile)
+    if req.for_s is None and req.rounds is None:
+        raise UsageError("--every needs a bound: --for DURATION or --rounds N")
+    reports = keepalive(one, req.every_s, max_duration_s=req.for_s, max_rounds=req.rounds, stop=stop,
+                        on_round=on_round)
+    return WarmOutcome(plan=plan, reports=tuple(reports), profile=profile)
+
+
+def endpoints_for(urls: Sequence[str], file: str | None, api_key_env: str | None) -> list[Any]:
+    from prefixplan.warm.source import endpoints_from_options
+
+    return endpoints_from_options(urls, file, api_key_env)
