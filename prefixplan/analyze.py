@@ -23,7 +23,7 @@ from prefixplan.candidates import Candidate, find_candidates
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests
 from prefixplan.radix import RadixTree, reusable_prefix
-from prefixplan.rag import reorder_request
+from prefixplan.rag import reorder_request, request_chunk_hashes
 from prefixplan.render import RenderSet
 from prefixplan.render.spans import message_text
 from prefixplan.types import Chunk, Prompt, Request, Segment, content_hash
@@ -173,8 +173,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
             logged_n += 1
         for chunk in prompt.chunks:
             chunk_tokens.setdefault(chunk.content_hash, chunk.end - chunk.start)
-        for h in {c.content_hash for c in prompt.chunks}:
-            chunk_requests[h] += 1
+        chunk_requests.update(request_chunk_hashes(req))
         _remember_previews(previews, req, prompt.segments)
         finder.add(prompt)
         if progress is not None and i % 512 == 0:

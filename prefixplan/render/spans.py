@@ -134,14 +134,23 @@ def locate(
     attributed and its tokens count as ``template``.
     """
     spans: list[CharSpan] = []
+    taken: list[tuple[int, int]] = []
     cursor = 0
     for i, msg in enumerate(messages or ()):
         kind = ROLE_KIND.get(str(msg.get("role")), "user")
         for variant in _content_variants(msg):
-            pos = text.find(variant, cursor)
+            # Templates emit turns in order, but some move the system text (Mistral v3 puts it
+            # in the last user turn): system texts and misses are searched anywhere free.
+            pos = -1 if kind == "system" else text.find(variant, cursor)
+            if pos >= 0 and any(a < pos + len(variant) and pos < b for a, b in taken):
+                pos = -1
+            if pos < 0:
+                pos = _find_free(text, variant, taken)
             if pos >= 0:
                 spans.append(CharSpan(kind, pos, pos + len(variant), content_hash(variant), i))
-                cursor = pos + len(variant)
+                taken.append((pos, pos + len(variant)))
+                if kind != "system":
+                    cursor = pos + len(variant)
                 break
         # tool calls of an assistant turn belong to that turn
         for call in msg.get("tool_calls") or ():
@@ -150,11 +159,12 @@ def locate(
                 continue
             args = fn.get("arguments")
             needle = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            pos = text.find(needle, cursor) if needle else -1
+            pos = _find_free(text, needle, taken) if needle else -1
             if pos >= 0:
                 spans.append(CharSpan(kind, pos, pos + len(needle), content_hash(needle), i))
-                cursor = pos + len(needle)
-    taken = sorted((s.start, s.end) for s in spans)
+                taken.append((pos, pos + len(needle)))
+                cursor = max(cursor, pos + len(needle))
+    taken.sort()
     for j, tool in enumerate(tools or ()):
         for variant in _tool_variants(tool):
             pos = _find_free(text, variant, taken)

@@ -1,0 +1,164 @@
+"""The analyze pipeline end to end: exact reuse accounting, RAG what-if vs reality, cache
+breakers, privacy, malformed input, namespaces, CLI behaviour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prefixplan.analyze import AnalyzeOptions, analyze, iter_prompts
+from prefixplan.cli.app import main
+from prefixplan.logs import LineErrors
+from prefixplan.radix import reusable_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
+DOCS_FIRST = ROOT / "examples" / "agent_log.docs-first.jsonl.gz"
+
+
+def _write(path: Path, rows: list) -> Path:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+SYSTEM = "You are the Acme assistant. " * 40
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find an order by id.",
+          "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}}]
+
+
+def _chat(user: str, who: str, *, system: str = SYSTEM, tools=TOOLS, model: str = "m") -> dict:
+    body = {"model": model, "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}], "user": who}
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+@pytest.fixture(scope="module")
+def example():
+    if not EXAMPLE.is_file():
+        pytest.skip("examples/agent_log.jsonl.gz missing")
+    return analyze(AnalyzeOptions(paths=(str(EXAMPLE),), top=50))
+
+
+def test_reuse_equals_bruteforce_oracle(tmp_path):
+    rows = [_chat(f"question number {i} " * (i % 5 + 1), f"u{i % 3}") for i in range(12)]
+    rows += [_chat("other system", "u9", system="A different assistant. " * 30, tools=None)] * 2
+    log = _write(tmp_path / "log.jsonl", rows)
+    for block in (1, 16, 64):
+        opts = AnalyzeOptions(paths=(str(log),), block_size=block, rag_whatif=False)
+        result = analyze(opts)
+        prompts = [p.tokens for p in iter_prompts(opts, LineErrors())]
+        expected = 0
+        for i, toks in enumerate(prompts):
+            best = 0
+            for prev in prompts[:i]:
+                n = min(len(prev), len(toks))
+                neq = np.nonzero(prev[:n] != toks[:n])[0]
+                best = max(best, int(neq[0]) if neq.size else n)
+            expected += reusable_prefix(best, len(toks), block)
+        assert result.record["summary"]["reusable_tokens"] == expected
+        assert result.record["summary"]["prompt_tokens"] == sum(len(t) for t in prompts)
+        assert result.record["granularity"]["block_size"] == block
+
+
+def test_candidates_are_labelled_and_nested(tmp_path):
+    rows = [_chat(f"q{i}", f"u{i}") for i in range(6)] + [_chat(f"r{i}", f"u{i}", tools=None) for i in range(4)]
+    log = _write(tmp_path / "log.jsonl", rows)
+    rec = analyze(AnalyzeOptions(paths=(str(log),), rag_whatif=False)).record
+    labels = {c["label"] for c in rec["candidates"]}
+    assert "system+tools" in labels or "tools" in labels
+    for c in rec["candidates"]:
+        assert c["length"] % 16 == 0
+        assert c["marginal_tokens"] <= c["reusable_tokens"]
+        if c["parent"] is not None:
+            parent = next((p for p in rec["candidates"] if p["rank"] == c["parent"]), None)
+            assert parent is None or parent["length"] < c["length"]
+    assert sum(c["marginal_tokens"] for c in rec["candidates"]) == rec["summary"]["shared_prefix_tokens"]
+
+
+def test_privacy_withholds_single_user_prefixes(tmp_path):
+    secret = "my account number is 99-12345 and my address is 1 Secret Lane. " * 10
+    rows = [
+        {"model": "m", "user": "alice", "messages": [{"role": "user", "content": secret + "first"}]},
+        {"model": "m", "user": "alice", "messages": [{"role": "user", "content": secret + "second"}]},
+    ]
+    log = _write(tmp_path / "log.jsonl", rows)
+    rec = analyze(AnalyzeOptions(paths=(str(log),), min_tokens=16)).record
+    assert rec["candidates"], "the shared user text is a candidate"
+    for c in rec["candidates"]:
+        assert c["tenants"] == 1 and c["withheld"]
+        assert c["token_ids"] is None and c["preview"] is None
+    assert "Secret Lane" not in json.dumps(rec)
+    # two distinct users: ids may be recorded, but user text is still not previewed
+    rows[1]["user"] = "bob"
+    _write(log, rows)
+    rec = analyze(AnalyzeOptions(paths=(str(log),), min_tokens=16)).record
+    c = rec["candidates"][0]
+    assert not c["withheld"] and c["token_ids"]
+    assert "Secret Lane" not in json.dumps(rec)
+    rec = analyze(AnalyzeOptions(paths=(str(log),), min_tokens=16, show_user_text=True)).record
+    assert "my account number" in rec["candidates"][0]["preview"]
+
+
+def test_namespaces_never_share(tmp_path):
+    rows = [_chat("q1", "u1", model="a"), _chat("q2", "u2", model="b"), _chat("q3", "u3", model="a")]
+    log = _write(tmp_path / "log.jsonl", rows)
+    rec = analyze(AnalyzeOptions(paths=(str(log),), rag_whatif=False)).record
+    assert rec["summary"]["namespaces"] == 2
+    assert all(c["hits"] == 2 and c["model"] == "a" for c in rec["candidates"])
+
+
+def test_example_plants_are_found(example):
+    rec = example.record
+    assert rec["summary"]["requests"] >= 300
+    assert rec["errors"]["count"] == 4
+    assert {e["line"] for e in rec["errors"]["samples"]} == {38, 75, 112, 149}
+    date = [b for b in rec["breakers"] if b["kind"] == "dynamic-system"]
+    assert date, "the planted timestamp in the support-bot system prompt is flagged"
+    assert date[0]["pattern"] in ("datetime", "date") and date[0]["line"] == 1
+    assert date[0]["cost_tokens"] > 10_000
+    assert any(b["kind"] in ("tool-key-order", "tool-order") for b in rec["breakers"])
+    labels = {c["label"] for c in rec["candidates"]}
+    assert {"system", "system+tools"} <= labels
+
+
+def test_rag_whatif_matches_reordered_log(example):
+    if not DOCS_FIRST.is_file():
+        pytest.skip("examples/agent_log.docs-first.jsonl.gz missing")
+    whatif = example.record["rag"]["whatif"]
+    assert whatif["requests_rewritten"] > 0
+    actual = analyze(AnalyzeOptions(paths=(str(DOCS_FIRST),), rag_whatif=False)).record["summary"]
+    assert actual["reusable_tokens"] == whatif["reusable_tokens"]
+    assert whatif["gain_tokens"] > 0
+
+
+def test_cli_reports_malformed_lines_and_strict(tmp_path, capsys):
+    log = _write(tmp_path / "log.jsonl", [_chat("q1", "u1"), "{not json", _chat("q2", "u2"), "\xff\xfe garbage", "[1,2]"])
+    out = tmp_path / "rec.json"
+    assert main(["analyze", str(log), "--no-record", "--json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["summary"]["requests"] == 2
+    assert sorted(e["line"] for e in rec["errors"]["samples"]) == [2, 4, 5]
+    text = capsys.readouterr().out
+    assert f"{log}:2: bad JSON" in text
+    assert main(["analyze", str(log), "--no-record", "--strict"]) == 2
+    assert "log.jsonl:2" in capsys.readouterr().err
+
+
+def test_cli_missing_file_and_bad_tokenizer(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "nope.jsonl"), "--no-record"]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    log = _write(tmp_path / "log.jsonl", [_chat("q1", "u1")])
+    assert main(["analyze", str(log), "--no-record", "--tokenizer", "bogus:x"]) == 2
+    assert "unknown scheme" in capsys.readouterr().err
+
+
+def test_json_to_stdout_is_clean(tmp_path, capsys):
+    log = _write(tmp_path / "log.jsonl", [_chat("q1", "u1"), _chat("q2", "u2")])
+    assert main(["analyze", str(log), "--no-record", "--json", "-", "-q"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["schema_version"] == 1 and rec["tokenizer"]["spec"] == "mistral:nemo"
+    assert rec["tokenizer"]["fingerprint"].startswith("tok1:")
