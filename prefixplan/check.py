@@ -467,7 +467,7 @@ def lock_recipes(
     if conflicts:
         first = next(r for r in recipes if any(c.startswith(f"{r.key} ") for c in conflicts))
         raise KeyConflictError(
-            "content changed under an existing key:\n  " + "\n  ".join(conflicts),
+            "content changed under an existing key; bump the version instead:\n  " + "\n  ".join(conflicts),
             hint=(f"bump the version instead (e.g. `version: {first.version + 1}` for {first.name} in "
                   f"{display_path(first.file)}), then run `prefixplan lock` again"),
         )
