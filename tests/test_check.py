@@ -294,3 +294,11 @@ def test_cli_keys_commands(repo: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "deleted 1 expired version(s): support-bot@v3" in capsys.readouterr().out
     assert main(["keys", "history", "support-bot", "--json", "-"]) == 0
     assert [k["version"] for k in json.loads(capsys.readouterr().out)] == [4]
+
+
+def test_repository_recipes_match_committed_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's own gate: bundled recipes and prefixplan.lock agree, lint clean."""
+    monkeypatch.chdir(ROOT)
+    res = run_check("recipes", "prefixplan.lock", diff_ref=None, fail_on="warning")
+    assert res.exit_code == ExitCode.OK, res.findings
+    assert res.keys == ("nimbus-manual-rag@v2", "relay-agent@v1", "support-bot@v3")
