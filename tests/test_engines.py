@@ -106,8 +106,6 @@ def test_sglang_without_cache_report_gives_none() -> None:
 )
 @pytest.mark.parametrize("stream", [True, False])
 def test_completion_faults_are_named(fault: str, kind: str, retryable: bool, text: str, stream: bool) -> None:
-    if fault == "malformed" and stream:
-        pytest.skip("the fake answers malformed JSON without streaming")
     with FakeEngine("vllm", fault=fault) as fake, VLLMAdapter(Endpoint(fake.url), timeout=5) as a:
         url = fake.url
         with pytest.raises(EngineRequestError) as err:

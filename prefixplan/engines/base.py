@@ -279,6 +279,18 @@ class EngineAdapter:
         try:
             with self._client.stream("POST", path, json=body) as resp:
                 self._check_status(resp, path)
+                ctype = resp.headers.get("content-type", "")
+                if "event-stream" not in ctype:
+                    text = resp.read().decode("utf-8", "replace")
+                    try:
+                        json.loads(text)
+                    except json.JSONDecodeError:
+                        snippet = " ".join(self.redact(text).split())[:80]
+                        raise self._error(f"malformed JSON from {path}: {snippet!r}", kind="malformed") from None
+                    raise self._error(
+                        f"malformed answer from {path}: expected a server-sent event stream, got {ctype or 'no type'}",
+                        kind="malformed",
+                    )
                 for line in resp.iter_lines():
                     if time.perf_counter() > deadline:
                         raise self._error(
@@ -305,6 +317,8 @@ class EngineAdapter:
                     on_event(event, state)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path) from None
+        if state.first_at is None:
+            raise self._error(f"malformed stream from {path}: no server-sent 'data:' events", kind="malformed")
         return state, time.perf_counter() - t0
 
     # -- the protocol ---------------------------------------------------------------------

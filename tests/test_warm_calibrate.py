@@ -1,0 +1,156 @@
+"""calibrate (fit recovers known coefficients; YAML profile), keepalive (bounded, no overlap,
+clean SIGTERM stop) and status (hit rate from counters, verdict, keys from the store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fake_engine import FakeEngine, free_port_url
+
+from prefixplan.cli.app import main
+from prefixplan.engines.base import Endpoint
+from prefixplan.errors import ExitCode, InputError, UsageError
+from prefixplan.warm.calibrate import TimingSample, fit_prefill, load_profile, save_profile, calibrate_endpoint
+from prefixplan.warm.keepalive import keepalive, parse_duration
+from prefixplan.warm.plan import prefill_seconds
+from prefixplan.warm.status import replica_status
+
+
+def synthetic(a: float, b: float, c: float, noise: float = 0.0, seed: int = 1) -> list[TimingSample]:
+    rng = random.Random(seed)
+    out = []
+    for n in (256, 512, 1024, 2048, 4096, 8192):
+        for f in (0.0, 0.25, 0.5, 0.9):
+            cached = int(n * f) // 16 * 16
+            new = n - cached
+            t = a + b * new + c * new * (cached + new / 2)
+            out.append(TimingSample(new, cached, t * (1 + rng.gauss(0, noise)) if noise else t))
+    return out
+
+
+def test_fit_recovers_known_coefficients_exactly_and_with_noise() -> None:
+    a, b, c = 0.012, 4.0e-5, 3.0e-9
+    fit = fit_prefill(synthetic(a, b, c))
+    assert fit.a_s == pytest.approx(a, rel=1e-6) and fit.b_s_per_token == pytest.approx(b, rel=1e-6)
+    assert fit.c_s_per_token2 == pytest.approx(c, rel=1e-6) and fit.r2 == pytest.approx(1.0) and fit.rmse_s < 1e-9
+    assert fit.attention_measurable
+    noisy = fit_prefill(synthetic(a, b, c, noise=0.01))
+    assert noisy.b_s_per_token == pytest.approx(b, rel=0.1) and noisy.c_s_per_token2 == pytest.approx(c, rel=0.15)
+    flat = fit_prefill(synthetic(a, b, 0.0, noise=0.02))
+    assert not flat.attention_measurable or flat.c_s_per_token2 < 1e-10
+
+
+def test_fit_needs_enough_distinct_samples() -> None:
+    with pytest.raises(UsageError):
+        fit_prefill([TimingSample(10, 0, 0.1)] * 2)
+    with pytest.raises(UsageError, match="separate"):
+        fit_prefill([TimingSample(10, 0, 0.1)] * 5)
+
+
+def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
+    from prefixplan.warm.calibrate import Profile
+
+    fit = fit_prefill(synthetic(0.01, 5e-5, 2e-9))
+    path = save_profile(Profile(fit=fit, endpoint="http://h:1", engine="vllm", model="m", block_size=16,
+                                samples=tuple(synthetic(0.01, 5e-5, 2e-9)[:3])), tmp_path / "p.yaml")
+    prof = load_profile(path)
+    assert prof["kind"] == "prefixplan/prefill-profile" and prof["model"] == "m" and len(prof["samples"]) == 3
+    assert prefill_seconds(1000, 500, prof) == pytest.approx(0.01 + 5e-5 * 1000 + 2e-9 * 1000 * 1000, rel=1e-6)
+    (tmp_path / "bad.yaml").write_text("a_s: 1\n")
+    with pytest.raises(InputError, match="b_s_per_token"):
+        load_profile(tmp_path / "bad.yaml")
+
+
+def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
+    # The fake sleeps a + b*new + c*new*(cached+new/2): the fit must find b within a loose margin.
+    with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 2.0e-5, 0.0)) as fake:
+        profile, path = calibrate_endpoint(fake.url, lengths=[64, 256, 512], fractions=[0.0, 0.5], repeats=1,
+                                           out=tmp_path / "prof.yaml")
+        sent = [b for _, p, b, _ in fake.requests if p == "/v1/completions"]
+    assert path is not None and path.is_file() and profile.fit.n_samples == 6
+    assert all(b["max_tokens"] == 1 for b in sent)
+    cached = [s.cached for s in profile.samples]
+    assert cached == [0, 32, 0, 128, 0, 256]  # reported by the server, block-aligned
+    assert profile.fit.b_s_per_token == pytest.approx(2.0e-5, rel=0.5)
+
+
+def test_cli_calibrate_unreachable_exit_4(tmp_path: Path) -> None:
+    assert main(["calibrate", "--endpoint", free_port_url(), "--out", str(tmp_path / "p.yaml"),
+                 "--timeout", "1"]) == ExitCode.ENDPOINT
+    assert main(["calibrate", "--endpoint", "http://x:1", "--fractions", "1.5"]) == ExitCode.USAGE
+
+
+def test_parse_duration() -> None:
+    assert [parse_duration(x) for x in ("90", "90s", "5m", "1h", "0.5s")] == [90, 90, 300, 3600, 0.5]
+    for bad in ("x", "-1s", "0"):
+        with pytest.raises(UsageError):
+            parse_duration(bad)
+
+
+def test_keepalive_bounded_no_overlap_and_skips_missed_ticks() -> None:
+    active = []
+    starts: list[float] = []
+
+    def round_(i: int) -> int:
+        active.append(1)
+        assert len(active) == 1  # never overlapping
+        starts.append(time.monotonic())
+        time.sleep(0.12 if i == 0 else 0.01)  # first round overruns two ticks
+        active.pop()
+        return i
+
+    t0 = time.monotonic()
+    out = keepalive(round_, 0.05, max_duration_s=0.4, install_signals=False)
+    assert time.monotonic() - t0 < 0.6 and out == list(range(len(out))) and 3 <= len(out) <= 7
+    assert starts[1] - t0 >= 0.14  # next grid tick after the overrun (0.15), no catch-up burst
+    assert keepalive(lambda i: i, 0.01, max_rounds=3, install_signals=False) == [0, 1, 2]
+
+
+def test_keepalive_stops_cleanly_on_sigterm() -> None:
+    timer = threading.Timer(0.15, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    before = signal.getsignal(signal.SIGTERM)
+    timer.start()
+    t0 = time.monotonic()
+    out = keepalive(lambda i: i, 10.0, max_duration_s=30)
+    assert time.monotonic() - t0 < 2 and out == [0]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from prefixplan.store import open_store
+
+    with FakeEngine("vllm", block_size=16) as fake, FakeEngine("sglang", block_size=1) as sg:
+        ep = Endpoint(fake.url)
+        from prefixplan.engines.vllm import VLLMAdapter
+
+        with VLLMAdapter(ep) as a:
+            ids = list(range(100, 164))
+            a.complete_ids(ids + [1])
+            a.complete_ids(ids + [2])  # 64 of 65 cached
+        with open_store() as s:
+            s.record_warm_run(endpoint=fake.url, key="sys@v1", version=1, tokens=64, status="verified")
+            s.record_warm_run(endpoint=fake.url, key="sys@v1", version=1, tokens=64, status="failed")
+
+        def traffic(_: float) -> None:  # during the window: one fully-cold request on the vLLM fake
+            with VLLMAdapter(ep) as a:
+                a.complete_ids(list(range(5000, 5032)))
+
+        rows = replica_status([ep, Endpoint(sg.url), Endpoint(free_port_url())], window_s=1.0, sleep=traffic,
+                              timeout=2)
+        vl, sgl, dead = rows
+        assert vl.engine == "vllm" and vl.hit_rate == pytest.approx(64 / (65 + 65 + 32))
+        assert vl.window_hit_rate == 0.0 and vl.window_queries == 32 and vl.verdict == "below-target"
+        assert vl.keys[0].key == "sys@v1" and vl.keys[0].last_verified and vl.keys[0].last_status == "failed"
+        assert sgl.engine == "sglang" and sgl.verdict == "no-traffic"
+        assert dead.verdict == "unreachable" and "connection refused" in (dead.error or "")
+        code = main(["status", "--endpoint", fake.url, "--target", "0.3", "--json", "-"])
+        data = json.loads(capsys.readouterr().out)
+        assert code == ExitCode.OK and data["replicas"][0]["verdict"] == "ok"
+        assert main(["status", "--endpoint", fake.url, "--target", "0.9"]) == ExitCode.FINDINGS
