@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
         show_user_text: Annotated[bool, typer.Option("--show-user-text", help="Allow previews of user-authored text (off by default).")] = False,
         rag_whatif: Annotated[bool, typer.Option("--rag-whatif/--no-rag-whatif", help="Measure the documents-first layout (a second pass).")] = True,
         json_out: Annotated[Optional[str], typer.Option("--json", help="Write the analysis record (JSON) to FILE, or - for stdout.")] = None,
+        html_out: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report to FILE.")] = None,
+        markdown_out: Annotated[Optional[str], typer.Option("--markdown", help="Write a Markdown report (PR comments) to FILE.")] = None,
         record: Annotated[bool, typer.Option("--record/--no-record", help="Record the run in the SQLite store.")] = True,
         db: Annotated[Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
@@ -60,6 +62,10 @@ def register(app: typer.Typer) -> None:
             record_analysis(result, db=str(db) if db else None, record_path=json_out if json_out not in (None, "-") else None)
         if json_out:
             atomic_write_json(json_out, result.record)
+        if html_out or markdown_out:
+            from prefixplan.report.files import write_reports
+
+            write_reports(result.record, html=html_out, markdown=markdown_out, top=top)
         if not quiet:
             render_analysis(result.record, console, top=top)
 

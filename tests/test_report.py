@@ -1,0 +1,322 @@
+"""HTML and Markdown reports: self-contained, escaped, private, and drawn from the record's numbers."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import math
+import random
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from prefixplan.cli.app import main
+from prefixplan.report import views
+from prefixplan.report.html import render_html
+from prefixplan.report.markdown import md_escape, render_markdown
+
+EVIL = '<script>alert("x")</script>"><img src=x onerror=alert(1)></script><!--'
+SYSTEM = ("You are a careful assistant for the Example Corp help desk. Answer briefly, cite the handbook, "
+          "and never reveal internal ticket numbers. " * 4) + EVIL
+
+
+def _chat(user: str, who: str, system: str = SYSTEM) -> dict:
+    return {"request": {"model": "m", "user": who, "messages": [
+        {"role": "system", "content": system}, {"role": "user", "content": user}]}}
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory) -> dict:
+    """A real record from the analyze pipeline on a small log with hostile text in it."""
+    from prefixplan.analyze import AnalyzeOptions, analyze
+
+    d = tmp_path_factory.mktemp("log")
+    rows = [_chat(f"question {i} about invoices and refunds, please", f"u{i % 3}") for i in range(6)]
+    # a prefix only one user sends: withheld by the privacy rule
+    lonely = "PRIVATE-ONLY-ONE-USER " * 30
+    rows += [_chat(f"q{i}", "solo", system=lonely) for i in range(3)]
+    path = d / "log.jsonl.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("\n".join(json.dumps(r) for r in rows) + "\n{bad json " + EVIL + "\n")
+    return analyze(AnalyzeOptions(paths=(str(path),), rag_whatif=False)).record
+
+
+SIM = {
+    "in_batch": {"hit_rate_tokens": 0.125, "hit_tokens": 1000, "prefill_tokens": 7000},
+    "persistent": {"hit_rate_tokens": 0.5, "hit_tokens": 4000, "prefill_tokens": 4000, "capacity_tokens": 1_000_000},
+    "capacity_tokens": 1_000_000,
+    "sweep": {"capacities": [100_000, 300_000, 1_000_000, 3_000_000, 10_000_000],
+              "policies": {"lru": [0.1, 0.2, 0.4, 0.5, 0.54], "lfu": [0.12, 0.25, 0.41, 0.5, 0.54]}},
+    "savings": {"prefill_tokens_saved": 900_000, "gpu_seconds_saved": 12.5,
+                "ttft_p50_s": {"without": 0.8, "with": 0.3}, "ttft_p95_s": {"without": 2.1, "with": 1.2},
+                "money": {"amount": 3.2, "currency": "USD", "basis": "per day"},
+                "assumptions": {"profile": "H100 default (assumed)", "gpu_hour_usd": 2.5}},
+    "kv_bytes_per_token": 131072,
+}
+
+
+class _Doc(HTMLParser):
+    """Collects elements with their attributes and the text of <script> elements."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict]] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self._in_script: dict | None = None
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        if tag == "script":
+            self._in_script = dict(attrs)
+            self.scripts.append((self._in_script, ""))
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = None
+
+    def handle_data(self, data):
+        if self._in_script is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+        else:
+            self.text.append(data)
+
+    def handle_comment(self, data):
+        raise AssertionError(f"unexpected HTML comment (escaping failed?): {data[:60]}")
+
+
+def parse(page: str) -> _Doc:
+    doc = _Doc()
+    doc.feed(page)
+    doc.close()
+    return doc
+
+
+def embedded(doc: _Doc) -> dict:
+    (data,) = [text for attrs, text in doc.scripts if attrs.get("id") == "pp-data"]
+    return json.loads(data)
+
+
+def test_page_is_self_contained(analyzed):
+    page = render_html({**analyzed, "simulation": SIM})
+    doc = parse(page)
+    urls = [(tag, k, val) for tag, attrs in doc.elements for k, val in attrs.items()
+            if k in ("src", "href", "xlink:href", "action", "srcset", "poster", "data")]
+    assert urls == [("link", "href", "data:,")]  # the empty favicon, so the browser fetches none
+    assert not re.search(r"@import|url\(|https?://", page)
+    assert sum(tag == "script" for tag, _ in doc.elements) == 2  # the data block and the inline script
+    csp = [a["content"] for t, a in doc.elements if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0]
+
+
+def test_log_text_cannot_inject_html(analyzed):
+    rec = copy.deepcopy(analyzed)
+    rec["inputs"]["paths"] = [EVIL]
+    rec["tokenizer"]["label"] = EVIL
+    rec["candidates"][0]["label"] = EVIL
+    rec["breakers"] = [{"kind": EVIL, "pattern": EVIL, "requests": 3, "variants": 2, "line": 1, "column": 2,
+                        "token_offset": 0, "cost_tokens": 10, "example": EVIL, "preview": EVIL}]
+    rec["findings"] = [{"severity": "warning", "code": EVIL, "message": EVIL, "file": EVIL, "line": 3}]
+    rec["kinds"][EVIL] = {"tokens": 5, "reused": 1}
+    page = render_html({**rec, "simulation": {**SIM, "sweep": {"capacities": [1, 10], "policies": {EVIL: [0.1, 0.2]}}}})
+    doc = parse(page)
+    tags = [t for t, _ in doc.elements]
+    assert "img" not in tags and tags.count("script") == 2
+    assert not [k for _, a in doc.elements for k in a if k.startswith("on")]
+    # the hostile text is shown, as text
+    assert any(EVIL in t for t in doc.text)
+    assert embedded(doc)["candidates"][0]["label"] == EVIL
+    (data,) = [t for a, t in doc.scripts if a.get("id") == "pp-data"]
+    assert "<" not in data and ">" not in data
+
+
+def test_privacy_rule_is_applied_and_stated(analyzed):
+    rec = copy.deepcopy(analyzed)
+    withheld = [c for c in rec["candidates"] if c["withheld"]]
+    shown = [c for c in rec["candidates"] if not c["withheld"]]
+    assert withheld and shown, "the fixture log has both kinds"
+    # even if a record carried text or ids for a withheld prefix, the reports must not show them
+    for c in withheld:
+        c["preview"] = "SECRET-PREVIEW"
+        c["parts"] = [{"kind": "system", "tokens": 16, "text": "SECRET-PART"}]
+        c["token_ids"] = [987654, 876543]
+    for out in (render_html(rec), render_markdown(rec, top=None)):
+        assert "SECRET" not in out and "PRIVATE-ONLY-ONE-USER" not in out
+        assert "987654" not in out and "876543" not in out
+        assert "min_tenants = 2" in out.replace("min\\_tenants", "min_tenants")
+    page = render_html(rec)
+    # no token ids at all on the page (the record holds them for shared prefixes)
+    some_id = str(shown[0]["token_ids"][5])
+    assert f'"{some_id}"' not in page and f"[{some_id}," not in page
+    doc = parse(page)
+    row = [a for t, a in doc.elements if t == "tr" and a.get("data-rank") == str(withheld[0]["rank"])]
+    assert row and row[0]["data-withheld"] == "true"
+    assert shown[0]["preview"] in doc.text  # a shared prefix's preview is shown (escaped, as one cell)
+
+
+def test_embedded_data_equal_the_record(analyzed):
+    rec = {**analyzed, "simulation": SIM}
+    doc = parse(render_html(rec))
+    data = embedded(doc)
+    kinds = {k["kind"]: (k["tokens"], k["reused"]) for k in data["kinds"]}
+    assert kinds == {k: (x["tokens"], x["reused"]) for k, x in analyzed["kinds"].items()}
+    assert [k["kind"] for k in data["kinds"]] == [k for k in views.KIND_ORDER if k in kinds] + sorted(
+        k for k in kinds if k not in views.KIND_ORDER)
+    assert data["sweep"] == {p: [[float(c), r] for c, r in zip(SIM["sweep"]["capacities"], rates)]
+                             for p, rates in SIM["sweep"]["policies"].items()}
+    assert data["configured_capacity"] == 1_000_000
+    assert data["generations"]["in_batch"]["hit_rate"] == 0.125
+    assert [c["rank"] for c in data["candidates"]] == [c["rank"] for c in analyzed["candidates"]]
+    assert data["summary"]["prompt_tokens"] == analyzed["summary"]["prompt_tokens"]
+    # bar segments drawn to scale
+    segs = [a for t, a in doc.elements if t == "rect" and "pp-kind" == a.get("class")]
+    total = sum(int(a["data-tokens"]) for a in segs)
+    assert total == analyzed["summary"]["prompt_tokens"]
+    for a in segs:
+        assert float(a["width"]) == pytest.approx(int(a["data-tokens"]) / total * 680, abs=0.01)
+
+
+def test_capacity_points_map_back_to_the_record(analyzed):
+    doc = parse(render_html({**analyzed, "simulation": SIM}))
+    (svg,) = [a for t, a in doc.elements if t == "svg" and a.get("id") == "pp-capacity"]
+    assert svg["data-x-scale"] == "log"
+    lo, hi = math.log10(float(svg["data-x-min"])), math.log10(float(svg["data-x-max"]))
+    left, top, w, h = (float(svg[k]) for k in ("data-left", "data-top", "data-width", "data-height"))
+    pts = [a for t, a in doc.elements if t == "circle" and a.get("class") == "pp-pt"]
+    assert len(pts) == 10
+    for a in pts:
+        cap = 10 ** (lo + (float(a["cx"]) - left) / w * (hi - lo))
+        rate = 1 - (float(a["cy"]) - top) / h
+        i = SIM["sweep"]["capacities"].index(int(float(a["data-capacity"])))
+        assert cap == pytest.approx(SIM["sweep"]["capacities"][i], rel=0.01)
+        assert rate == pytest.approx(SIM["sweep"]["policies"][a["data-policy"]][i], abs=0.005)
+    (marker,) = [a for t, a in doc.elements if t == "line" and a.get("class") == "pp-cap-marker"]
+    assert float(marker["data-capacity"]) == 1_000_000
+    cap = 10 ** (lo + (float(marker["x1"]) - left) / w * (hi - lo))
+    assert cap == pytest.approx(1_000_000, rel=0.01)
+
+
+def test_without_simulation_the_parts_are_left_out(analyzed):
+    page = render_html(analyzed)
+    assert 'id="pp-capacity"' not in page and "not simulated" in page
+    assert "KV memory" not in page
+    with_sim = render_html({**analyzed, "simulation": SIM})
+    assert "KV memory" in with_sim and "800 ms → 300 ms" in with_sim and "3.20 USD (per day)" in with_sim
+    assert "H100 default (assumed)" in with_sim
+
+
+def test_sweep_shapes_normalise_alike():
+    rows = [{"policy": p, "capacity_tokens": c, "hit_rate_tokens": r}
+            for p, rates in SIM["sweep"]["policies"].items() for c, r in zip(SIM["sweep"]["capacities"], rates)]
+    random.Random(1).shuffle(rows)
+    assert views.sweep({"sweep": rows}) == views.sweep(SIM)
+    nested = {"sweep": {"capacities": SIM["sweep"]["capacities"],
+                        "policies": {p: [{"hit_rate_tokens": r} for r in rs] for p, rs in SIM["sweep"]["policies"].items()}}}
+    assert views.sweep(nested) == views.sweep(SIM)
+    assert list(views.sweep(SIM)) == ["lru", "lfu"]
+    assert views.sweep({"sweep": [{"policy": "lru", "capacity_tokens": float("inf"), "hit_rate_tokens": 0.5}]}) == {}
+    assert views.sweep(None) == {} and views.generations(None) == {} and views.savings(None) == []
+
+
+def test_icicle_children_sit_inside_their_parents():
+    cands = [{"rank": 1, "parent": None, "hits": 50, "length": 100, "label": "system"},
+             {"rank": 2, "parent": 1, "hits": 30, "length": 200, "label": "system+tools"},
+             {"rank": 3, "parent": 1, "hits": 15, "length": 300, "label": "system+tools"},
+             {"rank": 4, "parent": 2, "hits": 10, "length": 400, "label": "history"},
+             {"rank": 5, "parent": 99, "hits": 20, "length": 64, "label": "tools"},  # parent not listed
+             {"rank": 6, "parent": None, "hits": 40, "length": 64, "label": "tools"}]
+    nodes = views.icicle({"summary": {"requests": 200}, "candidates": cands})
+    by = {nd["rank"]: nd for nd in nodes}
+    assert by[None]["x0"] == 0 and by[None]["x1"] == 1
+    for c in cands:
+        nd, parent = by[c["rank"]], by[c["parent"] if c["parent"] in by else None]
+        assert parent["x0"] - 1e-12 <= nd["x0"] <= nd["x1"] <= parent["x1"] + 1e-12
+        assert nd["depth"] == parent["depth"] + 1
+    assert by[1]["x1"] - by[1]["x0"] == pytest.approx(50 / 200)
+    assert by[2]["x1"] - by[2]["x0"] == pytest.approx(30 / 200)  # widths are shares of all requests
+    # siblings never overlap
+    level1 = sorted((nd for nd in nodes if nd["depth"] == 1), key=lambda nd: nd["x0"])
+    assert all(a["x1"] <= b["x0"] + 1e-12 for a, b in zip(level1, level1[1:]))
+    # children wider than the parent allows are scaled down to fit
+    over = views.icicle({"summary": {"requests": 10}, "candidates": [
+        {"rank": 1, "parent": None, "hits": 10}, {"rank": 2, "parent": 1, "hits": 8}, {"rank": 3, "parent": 1, "hits": 8}]})
+    assert max(nd["x1"] for nd in over) <= 1 + 1e-12
+
+
+def test_markdown_is_stable_and_ordered(analyzed):
+    rec = {**analyzed, "simulation": SIM,
+           "findings": [{"severity": "warning", "code": "PP201", "message": "b", "file": "r.yaml", "line": 2},
+                        {"severity": "error", "code": "PP101", "message": "a", "file": "r.yaml", "line": 9},
+                        {"severity": "warning", "code": "PP200", "message": "c", "file": "a.yaml", "line": 1}]}
+    md = render_markdown(rec)
+    assert md == render_markdown(copy.deepcopy(rec))
+    shuffled = copy.deepcopy(rec)
+    for key in ("candidates", "findings", "breakers"):
+        random.Random(7).shuffle(shuffled[key])
+    shuffled["created"] = "2099-01-01T00:00:00Z"
+    shuffled["summary"]["elapsed_s"] = 99.0
+    assert render_markdown(shuffled) == md
+    heads = [line for line in md.splitlines() if line.startswith("### ")]
+    assert [h.split(" (")[0] for h in heads] == ["### Summary", "### Top shared prefixes", "### Cache breakers",
+                                                 "### Check and lint findings", "### Malformed lines"]
+    codes = re.findall(r"\| (PP\d+) \|", md)
+    assert codes == ["PP101", "PP200", "PP201"]  # errors first, then by file and line
+    assert "| hit rate, in-batch sharing only | 12.5% |" in md
+    assert "| hit rate, persistent radix cache | 50.0% |" in md
+
+
+def test_markdown_cells_cannot_break_out(analyzed):
+    rec = copy.deepcopy(analyzed)
+    shown = next(c for c in rec["candidates"] if not c["withheld"])
+    shown["preview"] = "a | b\n## heading `code` *em* @someone " + EVIL
+    md = render_markdown(rec, top=None)
+    line = next(ln for ln in md.splitlines() if ln.startswith(f"| {shown['rank']} |"))
+    assert len(re.findall(r"(?<!\\)\|", line)) == 10  # 9 columns, no extra cell from the preview
+    assert "<script>" not in md and "<img" not in md and "@someone" not in md
+    assert "&lt;script&gt;" in md and "\\`code\\`" in md and "\\*em\\*" in md
+    assert md_escape("x\ny") == "x y"
+
+
+def _write(tmp: Path, name: str, data) -> Path:
+    p = tmp / name
+    p.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return p
+
+
+def test_report_command(analyzed, tmp_path, capsys):
+    rec = _write(tmp_path, "a.json", analyzed)
+    check = _write(tmp_path, "check.json", {"exit_code": 1, "ok": False, "findings": [
+        {"severity": "error", "code": "PP-LOCK", "message": "system prompt changed without a version bump",
+         "file": "recipes/support.yaml", "line": 4, "cost_tokens": 300}]})
+    html_out, md_out = tmp_path / "out" / "r.html", tmp_path / "out" / "r.md"
+    assert main(["report", str(rec), "--html", str(html_out), "--markdown", str(md_out), "--check", str(check)]) == 0
+    assert "wrote html report" in capsys.readouterr().out
+    assert html_out.read_text().startswith("<!DOCTYPE html>")
+    md = md_out.read_text()
+    assert "system prompt changed without a version bump" in md and "PP-LOCK" in md
+    assert main(["report", str(rec)]) == 0  # Markdown on stdout by default
+    assert capsys.readouterr().out.startswith("## prefixplan report")
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
+    assert main(["report", str(_write(tmp_path, "bad.json", "{nope"))]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    assert main(["report", str(_write(tmp_path, "other.json", {"hello": 1}))]) == 2
+    assert main(["report", str(_write(tmp_path, "new.json", {**analyzed, "schema_version": 99}))]) == 2
+    assert "newer" in capsys.readouterr().err
+    assert main(["report", str(rec), "--html", "-", "--markdown", "-"]) == 2
+
+
+def test_analyze_writes_reports(tmp_path, capsys):
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps(_chat(f"question {i}", f"u{i % 2}")) for i in range(4)) + "\n")
+    html_out, md_out = tmp_path / "a.html", tmp_path / "a.md"
+    assert main(["analyze", str(log), "--no-record", "-q", "--no-rag-whatif", "--html", str(html_out),
+                 "--markdown", str(md_out)]) == 0
+    assert embedded(parse(html_out.read_text()))["summary"]["requests"] == 4
+    assert "| requests | 4 |" in md_out.read_text()
