@@ -33,7 +33,7 @@ DYNAMIC_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"\b\d{1,2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{4}\b"
         r"|\b(January|February|March|April|May|June|July|August|September|October|November|December) \d{1,2},? \d{4}\b")),
     ("time", re.compile(r"\b\d{1,2}:\d{2}(:\d{2})?( ?[AaPp][Mm])?\b")),
-    ("hex-id", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b")),
+    ("hex-id", re.compile(r"\b[0-9a-f]{16,}\b")),  # must mix digits and letters (checked below)
     ("request-id", re.compile(r"\b(req|request|session|trace|run)[-_][A-Za-z0-9]{6,}\b", re.I)),
     ("number", re.compile(r"\b\d{6,}\b")),
 )
@@ -44,6 +44,8 @@ def find_dynamic(text: str) -> list[tuple[str, int, int]]:
     found: list[tuple[str, int, int]] = []
     for kind, pattern in DYNAMIC_PATTERNS:
         for m in pattern.finditer(text):
+            if kind == "hex-id" and (m.group(0).isdigit() or m.group(0).isalpha()):
+                continue
             if not any(a < m.end() and m.start() < b for _, a, b in found):
                 found.append((kind, m.start(), m.end()))
     return sorted(found, key=lambda f: f[1])
@@ -91,6 +93,7 @@ class BreakerFinder:
     """Streams prompts; :meth:`results` lists breakers by cost."""
 
     def __init__(self) -> None:
+        self._scan_cache: dict[str, tuple[list[tuple[str, int, int]], str | None]] = {}
         self._system: dict[str, _Group] = defaultdict(_Group)
         self._tools: dict[frozenset[str], _Group] = defaultdict(_Group)
 
@@ -101,9 +104,9 @@ class BreakerFinder:
         region_end = next((s.start for s in prompt.segments if s.kind in ("user", "assistant", "tool_result")), len(prompt))
         if req.messages and str(req.messages[0].get("role")) in ("system", "developer"):
             text = message_text(req.messages[0].get("content"))
-            dyn = find_dynamic(text)
-            if dyn:
-                group = self._system[content_hash(mask_dynamic(text))]
+            dyn, masked = self._scan(text)
+            if dyn and masked is not None:
+                group = self._system[masked]
                 key = content_hash(text)
                 group.variants[key] = group.variants.get(key, 0) + 1
                 seg = next((s for s in prompt.segments if s.kind == "system" and s.index == 0), None)
@@ -128,6 +131,17 @@ class BreakerFinder:
                 group.token_offsets.append(first_tool)
             if group.first is None:
                 group.first = ("order", 0, 0, raw)
+
+    def _scan(self, text: str) -> tuple[list[tuple[str, int, int]], str | None]:
+        """find_dynamic + masked hash, cached per distinct system text (most repeat)."""
+        hit = self._scan_cache.get(text)
+        if hit is None:
+            dyn = find_dynamic(text)
+            hit = (dyn, content_hash(mask_dynamic(text)) if dyn else None)
+            if len(self._scan_cache) > 4096:
+                self._scan_cache.clear()
+            self._scan_cache[text] = hit
+        return hit
 
     def results(self) -> list[Breaker]:
         out: list[Breaker] = []

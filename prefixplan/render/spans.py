@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,18 +101,19 @@ def _content_variants(message: dict[str, Any]) -> list[str]:
     return [v for v in variants if v]
 
 
-def _tool_variants(tool: dict[str, Any]) -> list[str]:
-    """JSON texts a chat template may emit for a tool schema (``tojson`` and friends)."""
-    out = []
+def _tool_variants(tool: dict[str, Any]) -> Iterator[str]:
+    """JSON texts a chat template may emit for a tool schema (``tojson`` and friends), most
+    common first; generated lazily because the indented forms are slow to build."""
     objs = [tool]
     if isinstance(tool.get("function"), dict):
         objs.append(tool["function"])
     for obj in objs:
-        out.append(json.dumps(obj, ensure_ascii=False))
-        out.append(json.dumps(obj, ensure_ascii=False, indent=4))
-        out.append(json.dumps(obj))
-        out.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
-    return out
+        yield json.dumps(obj, ensure_ascii=False)
+        yield json.dumps(obj)
+        yield json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    for obj in objs:
+        yield json.dumps(obj, ensure_ascii=False, indent=4)
+        yield json.dumps(obj, ensure_ascii=False, indent=2)
 
 
 def tool_name(tool: dict[str, Any]) -> str | None:
