@@ -564,3 +564,67 @@ def load_recipes(paths_or_dir: str | os.PathLike[str] | Sequence[str | os.PathLi
 def _strip_where(message: str, file: Path) -> str:
     where = display_path(file) + ": "
     return message[len(where):] if message.startswith(where) else message
+
+
+def emit_recipe(
+    out_dir: str | os.PathLike[str],
+    name: str,
+    *,
+    version: int = 1,
+    system_text: str | None = None,
+    tools: Sequence[str | bytes] = (),
+    documents: Sequence[str | bytes] = (),
+    model: str | None = None,
+    retain: int = DEFAULT_RETAIN,
+    pin: bool = False,
+    description: str | None = None,
+) -> Path:
+    """Write ``out_dir/<name>.yaml`` plus its part files so a discovered prefix joins the gate.
+
+    Parts are written byte-exact (``parts/<name>/system.txt``, ``parts/<name>/tools/NN-<tool>.json``,
+    ``parts/<name>/documents/NN.txt``), so the emitted recipe's content hash equals
+    ``content_hash`` of the same parts. Used by ``analyze --emit-recipes DIR``.
+
+    Raises:
+        RecipeError: the name is invalid or no part is given.
+    """
+    if not NAME_RE.match(name):
+        raise RecipeError(f"cannot emit a recipe named {name!r}: use letters, digits, '.', '_' or '-'")
+    if system_text is None and not tools and not documents:
+        raise RecipeError(f"cannot emit recipe {name}: it has no parts")
+    import yaml
+
+    out = Path(out_dir)
+    base = out / "parts" / name
+    entry: dict[str, Any] = {"name": name, "version": int(version)}
+    if description:
+        entry["description"] = description
+    entry["retain"] = f"{retain // 86400}d" if retain % 86400 == 0 else int(retain)
+    entry["pin"] = bool(pin)
+    if model:
+        entry["model"] = model
+
+    def put(rel: str, data: str | bytes) -> str:
+        p = base / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+        return (Path("parts") / name / rel).as_posix()
+
+    if system_text is not None:
+        entry["system"] = {"file": put("system.txt", system_text)}
+    tool_paths = []
+    for i, t in enumerate(tools):
+        from prefixplan.lint import tool_name
+
+        raw = t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", tool_name(raw) or "tool")[:60]
+        tool_paths.append(put(f"tools/{i:02d}-{slug}.json", t))
+    if tool_paths:
+        entry["tools"] = tool_paths
+    doc_paths = [put(f"documents/{i:02d}.txt", d) for i, d in enumerate(documents)]
+    if doc_paths:
+        entry["documents"] = doc_paths
+    path = out / f"{name}.yaml"
+    header = "# Emitted by prefixplan from observed traffic. Review, then run `prefixplan lock`.\n"
+    path.write_text(header + yaml.safe_dump({"prefixes": [entry]}, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path

@@ -161,3 +161,23 @@ def test_chunk_modes() -> None:
     assert [c for _, c in chunk_text(md, "headings")] == [
         "# A\npara one\n\npara two\n```\n# not a heading\n```\n", "## B\nlast\n"]
     assert [c for _, c in chunk_text("a\n\n\nb\nc\n\nd", "blank-lines")] == ["a\n\n\n", "b\nc\n\n", "d"]
+
+
+def test_emit_recipe_roundtrip(tmp_path: Path) -> None:
+    from prefixplan.recipes import emit_recipe
+
+    system = "You are the Acme support assistant.\r\nKeep answers short.  \n"
+    tools = ['{"type": "function", "function": {"name": "lookup order"}}', b'{"name":"refund"}']
+    path = emit_recipe(tmp_path / "out", "support-bot", version=4, system_text=system, tools=tools,
+                       documents=["chunk one\n"], model="acme-chat", retain=3 * 86400)
+    (r,) = load_recipes(tmp_path / "out")
+    assert path == tmp_path / "out" / "support-bot.yaml"
+    assert (str(r.key), r.model, r.retain) == ("support-bot@v4", "acme-chat", 3 * 86400)
+    assert [p.source for p in r.parts] == [
+        "parts/support-bot/system.txt", "parts/support-bot/tools/00-lookup-order.json",
+        "parts/support-bot/tools/01-refund.json", "parts/support-bot/documents/00.txt"]
+    expected = content_hash([("system", system.encode()), ("tool", tools[0].encode()), ("tool", tools[1]),  # type: ignore[union-attr]
+                             ("document", b"chunk one\n")])
+    assert r.content_hash == expected
+    with pytest.raises(RecipeError):
+        emit_recipe(tmp_path / "out", "bad name", system_text="x")
