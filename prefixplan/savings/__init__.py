@@ -1,0 +1,1 @@
+"""Savings model: KV bytes per token, prefill time, money (see docs/simulate.md)."""

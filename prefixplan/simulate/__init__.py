@@ -1,0 +1,1 @@
+"""Replay request streams through prefix-cache models (see docs/simulate.md)."""

@@ -1,0 +1,570 @@
+"""Cache models replayed over a :class:`~prefixplan.simulate.trace.BlockTrace`.
+
+Semantics shared by every capacity-bounded model (and by the reference oracles in the tests):
+
+* A request first looks up its path: the reused prefix is the run of leading blocks that
+  are cached (the cache is always prefix-closed), capped by the request's reusable blocks
+  (full blocks, last-token rule).
+* Then it evicts to make room for the blocks it lacks (*demand eviction*, as vLLM's free
+  block queue and SGLang's radix cache): only unpinned leaf blocks not on its own path
+  may go while it runs (its own blocks are in use), chosen by the policy key.
+* It inserts the missing blocks and touches its whole path. A request longer than the
+  cache then gives back its excess blocks by the same policy when it finishes, so the
+  cache never holds more than its capacity between requests.
+
+Policy keys (smallest evicted first; only leaves are evictable, so no ties can occur):
+``lru`` last use; ``lfu`` (uses since insertion, last use); ``fifo`` insertion;
+``priority`` (highest request priority since insertion, last use), as SGLang's
+``--radix-eviction-policy priority``.
+
+LRU uses the Mattson stack-distance method on the compressed tree: one pass gives every
+capacity, tier split and TTL at once. A node's blocks occupy consecutive stack depths
+(deeper blocks are older), so the cached part of a node at capacity ``C`` is
+``clip(C - depth_above, 0, weight)``. Tiers under LRU are the same stack cut into
+consecutive ranges (GPU, then CPU, then disk): demotion on eviction and promotion on hit
+preserve recency order, and a lower tier with free space is taken to hold the most recent
+blocks of the tiers below it (a modelling simplification that only moves blocks between
+lower tiers, never changes whether a block is cached). TTL expiry removes the oldest
+blocks, so it composes with the stack as an age test. LFU, FIFO, priority and
+auto-promotion use :class:`GenericCache`, a block-level simulator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixplan.errors import UsageError
+from prefixplan.simulate.trace import BlockTrace
+from prefixplan.simulate.tree import NodeTree, build_tree
+
+POLICIES = ("lru", "lfu", "fifo", "priority")
+TTL_PRESETS = {"5m": 300.0, "1h": 3600.0, "24h": 86400.0}
+
+
+def parse_ttl(value: str | float | None) -> float | None:
+    """``5m``, ``1h``, ``24h``, ``90s`` or seconds -> seconds (None = no expiry)."""
+    if value is None or value == "" or value == "none":
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = value.strip().lower()
+    if text in TTL_PRESETS:
+        return TTL_PRESETS[text]
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise UsageError(f"bad cache TTL {value!r}", hint="use 5m, 1h, 24h or seconds") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A lower cache tier (CPU memory, local disk) below the GPU cache.
+
+    Attributes:
+        name: label, e.g. ``cpu`` or ``disk``.
+        capacity_tokens: tokens the tier holds.
+        bandwidth_bytes_per_s: load bandwidth into GPU memory (0 = free).
+        latency_s: fixed latency per request that loads from this tier.
+    """
+
+    name: str
+    capacity_tokens: float
+    bandwidth_bytes_per_s: float = 0.0
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AutoPromote:
+    """Auto-promotion into the pinned partition.
+
+    A cached block is pinned once it was reused in at least ``min_hits`` requests during
+    the last ``window_s`` seconds (and its parent is pinned, and the partition has room);
+    a pinned block not reused for ``cold_after_s`` seconds goes back to the regular area.
+    """
+
+    min_hits: int = 3
+    window_s: float = 3600.0
+    cold_after_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """One cache model.
+
+    Attributes:
+        policy: ``infinite``, ``lru``, ``lfu``, ``fifo`` or ``priority``.
+        capacity_tokens: GPU cache capacity in tokens (None = unbounded).
+        ttl_s: hosted-cache expiry after last use (None = none).
+        pinned_fraction: share of the capacity reserved for pinned prefixes.
+        pins: pinned prefixes as ``(namespace, token ids)``, admitted in order while they fit.
+        auto_promote: promote hot blocks into the pinned partition instead of fixed pins.
+        tiers: lower tiers (LRU only).
+        prewarm_pins: pinned prefixes are resident from the start (warmed).
+    """
+
+    policy: str = "lru"
+    capacity_tokens: float | None = None
+    ttl_s: float | None = None
+    pinned_fraction: float = 0.0
+    pins: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)
+    auto_promote: AutoPromote | None = None
+    tiers: tuple[Tier, ...] = ()
+    prewarm_pins: bool = False
+
+    def label(self) -> str:
+        """Short human label, e.g. ``lru 1e+06 tok, 20% pinned``."""
+        if self.policy == "infinite" or self.capacity_tokens is None:
+            text = "infinite" if self.policy in ("infinite", "lru") else f"{self.policy} unbounded"
+        else:
+            text = f"{self.policy} {self.capacity_tokens:.3g} tok"
+        if self.pinned_fraction > 0:
+            how = "auto-promoted" if self.auto_promote else "pinned"
+            text += f", {self.pinned_fraction:.0%} {how}"
+        for tier in self.tiers:
+            text += f" + {tier.name} {tier.capacity_tokens:.3g}"
+        if self.ttl_s is not None:
+            text += f", ttl {self.ttl_s:g}s"
+        return text
+
+
+@dataclass(slots=True)
+class CacheOutcome:
+    """Block-level outcome of one model (converted to tokens by the caller).
+
+    Attributes:
+        hit_blocks: reused blocks per request.
+        tier_blocks: per lower tier, reused blocks per request loaded from it.
+        evictions: blocks evicted from the GPU cache (demoted or dropped).
+        pinned_blocks: blocks held by the pinned partition at the end.
+    """
+
+    hit_blocks: np.ndarray
+    tier_blocks: dict[str, np.ndarray]
+    evictions: int
+    pinned_blocks: int = 0
+
+
+def capacity_blocks(trace: BlockTrace, tokens: float | None) -> float:
+    """Capacity in blocks (floor); ``inf`` when unbounded."""
+    if tokens is None or math.isinf(tokens):
+        return math.inf
+    bt = int(trace.block_tokens.max()) if trace.n_requests else trace.granularity.block_size
+    return float(int(tokens // max(1, bt)))
+
+
+def choose_pins(trace: BlockTrace, pins, budget_blocks: float) -> list[int]:
+    """Block ids of the pinned prefixes that fit in ``budget_blocks`` (in order given)."""
+    chosen: dict[int, None] = {}
+    for namespace, tokens in pins:
+        ids = trace.resolve(np.asarray(tokens, dtype=np.uint32), namespace)
+        for b in ids:
+            if b in chosen:
+                continue
+            if len(chosen) + 1 > budget_blocks:
+                return list(chosen)
+            chosen[b] = None
+    return list(chosen)
+
+
+def infinite_hits(trace: BlockTrace) -> np.ndarray:
+    """Reused blocks per request with an unbounded persistent cache."""
+    return np.minimum(trace.known_blocks, trace.cap_blocks)
+
+
+class LRUStack:
+    """LRU stack distances of every (request, node) touch; evaluates any capacity."""
+
+    def __init__(self, trace: BlockTrace, tree: NodeTree, pinned_nodes: np.ndarray | None = None) -> None:
+        self.trace = trace
+        self.tree = tree
+        n = tree.n_nodes
+        pinned = pinned_nodes if pinned_nodes is not None else np.zeros(n, dtype=bool)
+        node_parent = tree.node_parent.tolist()
+        weight = tree.weight.tolist()
+        is_pin = pinned.tolist()
+        req_node = tree.req_node.tolist()
+        times = trace.times.tolist()
+        depth = [0] * n
+        for v in range(n):  # parents have smaller ids
+            p = node_parent[v]
+            depth[v] = depth[p] + 1 if p >= 0 else 1
+        total_touch = sum(depth[v] for v in req_node if v >= 0)
+        size = total_touch + 1
+        fen = [0] * (size + 1)
+        last_ts = [0] * n
+        last_time = [0.0] * n
+        t_req = np.zeros(total_touch, dtype=np.int64)
+        t_node = np.zeros(total_touch, dtype=np.int64)
+        t_above = np.zeros(total_touch, dtype=np.float64)
+        t_age = np.zeros(total_touch, dtype=np.float64)
+        m_reg = np.zeros(trace.n_requests, dtype=np.int64)
+        inf = math.inf
+        total = 0
+        ts = 0
+        k = 0
+        for r, end in enumerate(req_node):
+            if end < 0:
+                continue
+            now = times[r]
+            path = []
+            v = end
+            while v >= 0:
+                path.append(v)
+                v = node_parent[v]
+            reg = 0
+            for v in path:
+                t_req[k] = r
+                t_node[k] = v
+                o = last_ts[v]
+                if is_pin[v]:
+                    t_above[k] = -1.0 if o else inf  # -1: pinned and resident
+                    t_age[k] = 0.0
+                elif o:
+                    s = 0
+                    i = o
+                    while i:
+                        s += fen[i]
+                        i &= i - 1
+                    t_above[k] = total - s
+                    t_age[k] = now - last_time[v]
+                    reg += weight[v]
+                else:
+                    t_above[k] = inf
+                    t_age[k] = inf
+                    reg += weight[v]
+                k += 1
+            m_reg[r] = reg
+            for v in path:
+                o = last_ts[v]
+                w = weight[v]
+                if is_pin[v]:
+                    last_ts[v] = 1
+                    continue
+                if o:
+                    i = o
+                    while i <= size:
+                        fen[i] -= w
+                        i += i & -i
+                else:
+                    total += w
+                ts += 1
+                i = ts
+                while i <= size:
+                    fen[i] += w
+                    i += i & -i
+                last_ts[v] = ts
+                last_time[v] = now
+        self.t_req = t_req[:k]
+        self.t_node = t_node[:k]
+        self.t_above = t_above[:k]
+        self.t_age = t_age[:k]
+        self.t_w = tree.weight[self.t_node]
+        self.t_pin = pinned[self.t_node]
+        self.m_reg = m_reg
+        self.distinct_regular = total
+
+    def evaluate(
+        self,
+        cap_blocks: float,
+        tier_blocks: tuple[float, ...] = (),
+        ttl_s: float | None = None,
+        prewarm_pins: bool = False,
+    ) -> tuple[np.ndarray, list[np.ndarray], int]:
+        """Present blocks per request (uncapped): (total, per tier incl. GPU first, evictions)."""
+        nreq = self.trace.n_requests
+        ceff = np.full(self.t_req.shape[0], float(cap_blocks))
+        w = self.t_w.astype(np.float64)
+        above = self.t_above
+        alive = np.ones(above.shape[0], dtype=bool)
+        if ttl_s is not None:
+            alive = self.t_age <= ttl_s
+        pin_present = np.where(self.t_pin, w if prewarm_pins else np.where(above < 0, w, 0.0), 0.0)
+        bounds = [ceff]
+        acc = ceff
+        for extra in tier_blocks:
+            acc = acc + extra
+            bounds.append(acc)
+        per_tier: list[np.ndarray] = []
+        prev_present = np.zeros(nreq, dtype=np.int64)
+        for j, bound in enumerate(bounds):
+            with np.errstate(invalid="ignore"):
+                present = np.where(self.t_pin | np.isinf(above), 0.0, np.clip(bound - above, 0.0, w))
+            present = np.where(alive, present, 0.0)
+            if j == 0:
+                present = present + pin_present
+            cum = np.bincount(self.t_req, weights=present, minlength=nreq).astype(np.int64)
+            per_tier.append(cum - prev_present)
+            prev_present = cum
+        gpu_reg = per_tier[0] - np.bincount(self.t_req, weights=pin_present, minlength=nreq).astype(np.int64)
+        inserted = int((self.m_reg - gpu_reg).sum())
+        final = min(cap_blocks, self.distinct_regular)
+        evictions = max(0, inserted - int(final)) if ttl_s is None else 0
+        return prev_present, per_tier, evictions
+
+
+class GenericCache:
+    """Block-level simulator for any policy, pins, auto-promotion and TTL (no tiers).
+
+    Cost is proportional to the blocks each request touches; use :class:`LRUStack` for LRU
+    sweeps over large logs.
+    """
+
+    def __init__(
+        self,
+        trace: BlockTrace,
+        policy: str,
+        cap_blocks: float,
+        *,
+        ttl_s: float | None = None,
+        pinned_blocks: list[int] | None = None,
+        pinned_capacity: float = 0.0,
+        auto_promote: AutoPromote | None = None,
+        priorities: np.ndarray | None = None,
+        prewarm_pins: bool = False,
+    ) -> None:
+        if policy not in POLICIES:
+            raise UsageError(f"unknown eviction policy {policy!r}", hint="use lru, lfu, fifo or priority")
+        self.trace = trace
+        self.policy = policy
+        self.cap = cap_blocks
+        self.ttl = ttl_s
+        self.auto = auto_promote
+        self.pin_cap = pinned_capacity
+        self.priorities = priorities
+        d = trace.n_distinct_blocks
+        self.cached = [False] * d
+        self.kids = [0] * d
+        self.last = [0] * d
+        self.last_time = [0.0] * d
+        self.count = [0] * d
+        self.ins = [0] * d
+        self.prio = [0] * d
+        self.ver = [0] * d
+        self.fixed_pin = [False] * d
+        self.pinned = [False] * d
+        for b in pinned_blocks or ():
+            self.fixed_pin[b] = True
+        self.pinned_size = 0
+        self.reg_size = 0
+        self.heap: list[tuple] = []
+        self.exp_heap: list[tuple[float, int, int]] = []
+        self.evictions = 0
+        self.hits_window: dict[int, deque[float]] = {}
+        self.last_hit: dict[int, float] = {}
+        self.auto_pinned: set[int] = set()
+        if prewarm_pins:
+            parent = trace.parent
+            for b in sorted(pinned_blocks or ()):
+                self.cached[b] = True
+                self.pinned[b] = True
+                self.pinned_size += 1
+                p = int(parent[b])
+                if p >= 0:
+                    self.kids[p] += 1
+
+    def _key(self, b: int) -> tuple:
+        pol = self.policy
+        if pol == "lru":
+            return (self.last[b],)
+        if pol == "lfu":
+            return (self.count[b], self.last[b])
+        if pol == "fifo":
+            return (self.ins[b],)
+        return (self.prio[b], self.last[b])
+
+    def _push(self, b: int) -> None:
+        heapq.heappush(self.heap, (self._key(b), -b, self.ver[b]))
+
+    def _drop(self, b: int, parent: np.ndarray) -> None:
+        self.cached[b] = False
+        self.reg_size -= 1
+        self.ver[b] += 1
+        p = int(parent[b])
+        if p >= 0:
+            self.kids[p] -= 1
+            if self.kids[p] == 0 and self.cached[p] and not self.pinned[p]:
+                self._push(p)
+
+    def _expire(self, now: float, parent: np.ndarray) -> None:
+        limit = now - self.ttl  # type: ignore[operator]
+        heap = self.exp_heap
+        while heap and heap[0][0] < limit:
+            t, _, b = heapq.heappop(heap)
+            if self.cached[b] and not self.pinned[b] and self.last_time[b] == t and self.kids[b] == 0:
+                self._drop(b, parent)
+
+    def _demote(self, now: float) -> None:
+        assert self.auto is not None
+        cold = [b for b in self.auto_pinned if self.last_hit.get(b, -math.inf) < now - self.auto.cold_after_s]
+        for b in sorted(cold, reverse=True):  # children (larger ids) first
+            self.pinned[b] = False
+            self.auto_pinned.discard(b)
+            self.pinned_size -= 1
+            self.reg_size += 1
+            self.ver[b] += 1
+            if self.kids[b] == 0:
+                self._push(b)
+            if self.ttl is not None:
+                heapq.heappush(self.exp_heap, (self.last_time[b], -b, b))
+
+    def _promote(self, hit_path: list[int], now: float, parent: np.ndarray) -> None:
+        assert self.auto is not None
+        window = self.auto.window_s
+        for b in hit_path:
+            dq = self.hits_window.setdefault(b, deque())
+            dq.append(now)
+            while dq and dq[0] < now - window:
+                dq.popleft()
+            self.last_hit[b] = now
+        for b in hit_path:
+            if self.pinned[b]:
+                continue
+            p = int(parent[b])
+            if p >= 0 and not self.pinned[p]:
+                break
+            if len(self.hits_window[b]) < self.auto.min_hits or self.pinned_size + 1 > self.pin_cap:
+                break
+            self.pinned[b] = True
+            self.auto_pinned.add(b)
+            self.pinned_size += 1
+            self.reg_size -= 1
+            self.ver[b] += 1
+
+    def run(self) -> CacheOutcome:
+        trace = self.trace
+        parent = trace.parent
+        times = trace.times.tolist()
+        caps = trace.cap_blocks.tolist()
+        prios = self.priorities.tolist() if self.priorities is not None else None
+        hits = np.zeros(trace.n_requests, dtype=np.int64)
+        cached = self.cached
+        for r in range(trace.n_requests):
+            now = times[r]
+            if self.auto is not None:
+                self._demote(now)
+            if self.ttl is not None:
+                self._expire(now, parent)
+            path = trace.path_blocks(r)
+            m = len(path)
+            present = 0
+            while present < m and cached[path[present]]:
+                present += 1
+            hit = min(present, caps[r])
+            hits[r] = hit
+            if self.auto is not None and hit:
+                self._promote(path[:hit], now, parent)
+            new_reg = sum(1 for b in path[present:] if not self.fixed_pin[b])
+            on_path = set(path)
+            stash = []
+            while self.reg_size + new_reg > self.cap and self.heap:
+                key, nb, ver = heapq.heappop(self.heap)
+                b = -nb
+                if ver != self.ver[b] or not cached[b] or self.pinned[b] or self.kids[b]:
+                    continue
+                if b in on_path:
+                    stash.append((key, nb, ver))
+                    continue
+                self._drop(b, parent)
+                self.evictions += 1
+            for item in stash:
+                heapq.heappush(self.heap, item)
+            p_r = prios[r] if prios is not None else 0
+            for j, b in enumerate(path):
+                if not cached[b]:
+                    cached[b] = True
+                    self.ins[b] = r
+                    self.count[b] = 0
+                    self.prio[b] = p_r
+                    if self.fixed_pin[b]:
+                        self.pinned[b] = True
+                        self.pinned_size += 1
+                    else:
+                        self.reg_size += 1
+                    if j:
+                        self.kids[path[j - 1]] += 1
+                self.last[b] = r
+                self.last_time[b] = now
+                self.count[b] += 1
+                if p_r > self.prio[b]:
+                    self.prio[b] = p_r
+                self.ver[b] += 1
+            if m:
+                leaf = path[-1]
+                if self.kids[leaf] == 0 and not self.pinned[leaf]:
+                    self._push(leaf)
+            while self.reg_size > self.cap and self.heap:  # an over-long request gives back its excess
+                key, nb, ver = heapq.heappop(self.heap)
+                b = -nb
+                if ver != self.ver[b] or not cached[b] or self.pinned[b] or self.kids[b]:
+                    continue
+                self._drop(b, parent)
+                self.evictions += 1
+            if self.ttl is not None:
+                for b in path:
+                    if cached[b] and not self.pinned[b]:
+                        heapq.heappush(self.exp_heap, (now, -b, b))
+        return CacheOutcome(hits, {}, self.evictions, self.pinned_size)
+
+
+def run_model(
+    trace: BlockTrace,
+    spec: CacheSpec,
+    *,
+    priorities: np.ndarray | None = None,
+    kv_bytes_per_token: float | None = None,
+    _stack_cache: dict | None = None,
+) -> CacheOutcome:
+    """Replay ``trace`` through one cache model."""
+    if spec.policy == "infinite":
+        spec = CacheSpec(policy="lru", ttl_s=spec.ttl_s)
+    if spec.capacity_tokens is None and spec.policy == "lru" and spec.ttl_s is None and not spec.tiers:
+        return CacheOutcome(infinite_hits(trace), {}, 0)
+    cap = capacity_blocks(trace, spec.capacity_tokens)
+    pin_cap = math.floor(cap * spec.pinned_fraction) if spec.pinned_fraction > 0 and not math.isinf(cap) else 0
+    if spec.pinned_fraction > 0 and math.isinf(cap):
+        raise UsageError("a pinned partition needs a finite --capacity")
+    reg_cap = cap - pin_cap
+    pins = choose_pins(trace, spec.pins, pin_cap) if (spec.pins and pin_cap and spec.auto_promote is None) else []
+    if spec.policy == "lru" and spec.auto_promote is None:
+        key = tuple(sorted(pins))
+        cache = _stack_cache if _stack_cache is not None else {}
+        stack = cache.get(key)
+        if stack is None:
+            tree = build_tree(trace, extra_ends=pins)
+            pinned_nodes = np.zeros(tree.n_nodes, dtype=bool)
+            if pins:
+                pinned_nodes[np.unique(tree.node_of_block[np.asarray(pins, dtype=np.int64)])] = True
+            stack = cache[key] = LRUStack(trace, tree, pinned_nodes)
+        tier_caps = tuple(capacity_blocks(trace, t.capacity_tokens) for t in spec.tiers)
+        _, per_tier, evictions = stack.evaluate(reg_cap, tier_caps, spec.ttl_s, spec.prewarm_pins)
+        present = sum(per_tier)
+        hits = np.minimum(present, trace.cap_blocks)
+        tiers: dict[str, np.ndarray] = {}
+        acc = np.minimum(per_tier[0], hits)
+        for tier, amount in zip(spec.tiers, per_tier[1:]):
+            nxt = np.minimum(acc + amount, hits)
+            tiers[tier.name] = nxt - acc
+            acc = nxt
+        return CacheOutcome(hits, tiers, evictions, len(pins))
+    if spec.tiers:
+        raise UsageError("tiers are modelled with LRU eviction only", hint="use --policy lru with tiers")
+    sim = GenericCache(
+        trace,
+        spec.policy,
+        reg_cap,
+        ttl_s=spec.ttl_s,
+        pinned_blocks=pins,
+        pinned_capacity=pin_cap,
+        auto_promote=spec.auto_promote,
+        priorities=priorities,
+        prewarm_pins=spec.prewarm_pins,
+    )
+    return sim.run()
