@@ -8,7 +8,6 @@ versioned JSON contract documented in docs/analysis-record.md.
 
 from __future__ import annotations
 
-import hashlib
 import time as _time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan import __version__
+from prefixplan import __version__, keys
 from prefixplan.breakers import Breaker, BreakerFinder
 from prefixplan.candidates import Candidate, find_candidates
 from prefixplan.errors import TokenizerError, UsageError
@@ -32,6 +31,7 @@ SCHEMA_VERSION = 1
 ENGINE_BLOCK = {"vllm": 16, "sglang": 1, "lmcache": 256}
 USER_KINDS = ("user", "assistant", "tool_result")
 PREVIEW_CHARS = 80
+LINEAGE_HEAD_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
     finder = BreakerFinder()
     infos: list[_ReqInfo] = []
     previews: dict[str, tuple[str, str, int]] = {}  # content hash -> (kind, preview, chars)
+    heads: dict[str, str] = {}  # system content hash -> first LINEAGE_HEAD_CHARS chars (lineage naming)
     chunk_requests: Counter[str] = Counter()
     chunk_tokens: dict[str, int] = {}
     namespaces: Counter[str] = Counter()
@@ -174,7 +175,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         for chunk in prompt.chunks:
             chunk_tokens.setdefault(chunk.content_hash, chunk.end - chunk.start)
         chunk_requests.update(request_chunk_hashes(req))
-        _remember_previews(previews, req, prompt.segments)
+        _remember_previews(previews, heads, req, prompt.segments)
         finder.add(prompt)
         if progress is not None and i % 512 == 0:
             progress(i)
@@ -229,7 +230,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         "elapsed_s": round(_time.monotonic() - started, 3),
     }
     cand_json = [
-        _candidate_json(c, tree, previews, infos, options, primary.get("fingerprint"))
+        _candidate_json(c, tree, previews, heads, infos, options, primary.get("fingerprint"))
         for c in (candidates[: options.top] if options.top else candidates)
     ]
     record = {
@@ -274,7 +275,9 @@ def _approx_reason(fingerprints: dict[str, dict[str, Any]], formats: Counter[str
     return "; ".join(reasons) or "approximate rendering"
 
 
-def _remember_previews(previews: dict[str, tuple[str, str, int]], req: Request, segments: Sequence[Segment]) -> None:
+def _remember_previews(
+    previews: dict[str, tuple[str, str, int]], heads: dict[str, str], req: Request, segments: Sequence[Segment]
+) -> None:
     if not req.messages and not req.tools:
         return
     wanted = {s.content_hash for s in segments if s.kind != "template"} - previews.keys()
@@ -285,6 +288,8 @@ def _remember_previews(previews: dict[str, tuple[str, str, int]], req: Request, 
         h = content_hash(text)
         if h in wanted:
             previews[h] = (str(msg.get("role")), _short(text), len(text))
+            if msg.get("role") in ("system", "developer"):
+                heads[h] = text[:LINEAGE_HEAD_CHARS]
             wanted.discard(h)
     for s in segments:
         if s.kind == "tool" and s.content_hash in wanted:
@@ -300,23 +305,24 @@ def _candidate_json(
     c: Candidate,
     tree: RadixTree,
     previews: dict[str, tuple[str, str, int]],
+    heads: dict[str, str],
     infos: list[_ReqInfo],
     options: AnalyzeOptions,
     fingerprint: str | None,
 ) -> dict[str, Any]:
     shared_enough = c.tenants >= options.min_tenants or c.tenants_capped
     tokens = tree.path_tokens(c.node_id)[: c.length] if shared_enough else None
-    token_hash = None
-    if tokens is not None:
-        h = hashlib.sha256((fingerprint or "").encode() + b"\0" + np.asarray(tokens, dtype="<u4").tobytes())
-        token_hash = "pp1:tok:sha256:" + h.hexdigest()
+    token_hash = keys.token_hash(fingerprint or "", tokens) if tokens is not None else None
     parts = []
+    system_head = None
     if shared_enough:
         for kind, start, end, name in c.segments:
             if kind == "template":
                 continue
             seg = next((s for s in infos[c.request_index].segments if s.start == start and s.kind == kind), None)
             prev = previews.get(seg.content_hash) if seg is not None else None
+            if kind == "system" and seg is not None and system_head is None:
+                system_head = heads.get(seg.content_hash)
             if kind == "tool":
                 parts.append({"kind": kind, "tokens": end - start, "text": name})
             elif kind in ("system",) or (options.show_user_text and prev):
@@ -346,6 +352,7 @@ def _candidate_json(
         "token_hash": token_hash,
         "preview": _preview(parts) if shared_enough else None,
         "parts": parts,
+        "system_head": system_head,
     }
 
 

@@ -162,3 +162,30 @@ def test_json_to_stdout_is_clean(tmp_path, capsys):
     rec = json.loads(capsys.readouterr().out)
     assert rec["schema_version"] == 1 and rec["tokenizer"]["spec"] == "mistral:nemo"
     assert rec["tokenizer"]["fingerprint"].startswith("tok1:")
+
+
+def test_recorded_prefixes_get_lineage_keys(tmp_path):
+    from prefixplan.record import record_analysis
+    from prefixplan.store import open_store
+
+    db = str(tmp_path / "pp.db")
+    system_v1 = "You are the billing assistant of Acme. Explain invoices, refunds and plans precisely. " * 12
+    system_v2 = system_v1.replace("precisely", "precisely and briefly", 1)
+    other = "You write haiku about databases and nothing else, in lowercase. " * 12
+
+    def run(system: str) -> dict:
+        log = _write(tmp_path / "log.jsonl", [_chat(f"q{i}", f"u{i}", system=system, tools=None) for i in range(4)])
+        result = analyze(AnalyzeOptions(paths=(str(log),), rag_whatif=False))
+        record_analysis(result, db=db)
+        return next(c for c in result.record["candidates"] if c["label"] == "system")
+
+    first = run(system_v1)
+    assert first["key"] == f"{first['name']}@v1"
+    edited = run(system_v2)
+    assert edited["name"] == first["name"] and edited["key"] == f"{first['name']}@v2"
+    unrelated = run(other)
+    assert unrelated["name"] != first["name"] and unrelated["key"].endswith("@v1")
+    with open_store(db) as store:
+        statuses = {v.version: v.status for v in store.versions(first["name"])}
+        assert statuses == {1: "superseded", 2: "active"}
+        assert len(store.analyses()) == 3
