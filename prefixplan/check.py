@@ -95,9 +95,14 @@ class LockResult:
     registered: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "written": self.written, "added": list(self.added),
-                "unchanged": list(self.unchanged), "removed": list(self.removed),
-                "registered": list(self.registered)}
+        return {
+            "path": str(self.path),
+            "written": self.written,
+            "added": list(self.added),
+            "unchanged": list(self.unchanged),
+            "removed": list(self.removed),
+            "registered": list(self.registered),
+        }
 
 
 # -- git -----------------------------------------------------------------------------------
@@ -113,7 +118,9 @@ def git_show(ref: str, path: Path) -> bytes | None:
     try:
         proc = subprocess.run(
             ["git", "-C", str(folder), "show", f"{ref}:./{Path(rel).as_posix()}"],
-            capture_output=True, check=False, timeout=30,
+            capture_output=True,
+            check=False,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -124,7 +131,9 @@ def git_ref_exists(ref: str, cwd: Path) -> bool:
     try:
         proc = subprocess.run(
             ["git", "-C", str(cwd), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-            capture_output=True, check=False, timeout=30,
+            capture_output=True,
+            check=False,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -151,8 +160,12 @@ def _rel_to(path: Path, folder: Path) -> str:
 def lock_entry(recipe: Recipe, lock_dir: Path) -> LockEntry:
     """The lock entry a recipe should have."""
     return LockEntry(
-        key=recipe.key, hash=recipe.content_hash, recipe=_rel_to(recipe.file, lock_dir),
-        retain=recipe.retain, pin=recipe.pin, parts=tuple((p.ident, p.hash) for p in recipe.parts),
+        key=recipe.key,
+        hash=recipe.content_hash,
+        recipe=_rel_to(recipe.file, lock_dir),
+        retain=recipe.retain,
+        pin=recipe.pin,
+        parts=tuple((p.ident, p.hash) for p in recipe.parts),
     )
 
 
@@ -190,8 +203,12 @@ def _line_diff(old: bytes, new: bytes, name: str, ref: str) -> tuple[tuple[str, 
             break
     lines = list(difflib.unified_diff(a, b, f"{name} ({ref})", f"{name} (working tree)", n=1, lineterm=""))
     if not lines and old != new:
-        lines = [f"--- {name} ({ref})", f"+++ {name} (working tree)", "(only bytes that are not line text differ,"
-                 " e.g. whitespace at the end of the file or line endings)"]
+        lines = [
+            f"--- {name} ({ref})",
+            f"+++ {name} (working tree)",
+            "(only bytes that are not line text differ,"
+            " e.g. whitespace at the end of the file or line endings)",
+        ]
     if len(lines) > MAX_DIFF_LINES:
         lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"]
     return tuple(lines), first
@@ -223,22 +240,34 @@ def _content_findings(recipe: Recipe, entry: LockEntry, diff_ref: str | None) ->
     key = str(recipe.key)
     changes = _changed_parts(entry, recipe)
     nxt = max(recipe.version, entry.key.version) + 1
-    fix = (f"bump `version:` to {nxt} for {recipe.name} in {display_path(recipe.file)} "
-           "and run `prefixplan lock`")
+    fix = (
+        f"bump `version:` to {nxt} for {recipe.name} in {display_path(recipe.file)} and run `prefixplan lock`"
+    )
     if not changes:  # parts equal, key hash differs: the lock itself was altered
-        return [Finding(
-            code="content-changed", severity="error", key=key, file=display_path(recipe.file),
-            line=recipe.line,
-            message=f"{key}: the locked hash does not match the recipe content; {fix}",
-        )]
+        return [
+            Finding(
+                code="content-changed",
+                severity="error",
+                key=key,
+                file=display_path(recipe.file),
+                line=recipe.line,
+                message=f"{key}: the locked hash does not match the recipe content; {fix}",
+            )
+        ]
     findings = []
     for what, part, old_hash in changes:
         if part is None:
-            findings.append(Finding(
-                code="content-changed", severity="error", key=key, part=what.split(" ", 1)[1],
-                file=display_path(recipe.file), line=recipe.line,
-                message=f"{key}: part {what.split(' ', 1)[1]} was removed but the version did not change; {fix}",
-            ))
+            findings.append(
+                Finding(
+                    code="content-changed",
+                    severity="error",
+                    key=key,
+                    part=what.split(" ", 1)[1],
+                    file=display_path(recipe.file),
+                    line=recipe.line,
+                    message=f"{key}: part {what.split(' ', 1)[1]} was removed but the version did not change; {fix}",
+                )
+            )
             continue
         file, line = _part_file(recipe, part)
         diff: tuple[str, ...] = ()
@@ -253,10 +282,18 @@ def _content_findings(recipe: Recipe, entry: LockEntry, diff_ref: str | None) ->
             else:
                 diff = (f"(the locked content of this part is not committed at {diff_ref}; no line diff)",)
         verb = "changed" if what == "changed" else "was added"
-        findings.append(Finding(
-            code="content-changed", severity="error", key=key, part=part.ident, file=file, line=line,
-            diff=diff, message=f"{key}: part {part.ident} {verb} but the version did not change; {fix}",
-        ))
+        findings.append(
+            Finding(
+                code="content-changed",
+                severity="error",
+                key=key,
+                part=part.ident,
+                file=file,
+                line=line,
+                diff=diff,
+                message=f"{key}: part {part.ident} {verb} but the version did not change; {fix}",
+            )
+        )
     return findings
 
 
@@ -272,18 +309,30 @@ def _lint_findings(recipes: Sequence[Recipe], counter: Any = None) -> list[Findi
     out: list[Finding] = []
     for r in recipes:
         texts = [(p.ident, p.data.decode("utf-8", "replace")) for p in r.parts]
-        lint = lint_prefix(texts, counter=counter, ignore=r.lint_ignore,
-                           first_lines=[p.line if p.path is not None else 1 for p in r.parts])
+        lint = lint_prefix(
+            texts,
+            counter=counter,
+            ignore=r.lint_ignore,
+            first_lines=[p.line if p.path is not None else 1 for p in r.parts],
+        )
         by_ident = {p.ident: p for p in r.parts}
         for f in lint:
             part = by_ident[f.part]
             file, _ = _part_file(r, part)
             line = f.line if part.path is not None else part.line
-            out.append(Finding(
-                code=f.code, severity="warning", key=str(r.key), part=f.part, file=file, line=line,
-                column=f.column if part.path is not None else None, cost_tokens=f.cost_tokens,
-                message=f"{r.key}: {f.message}",
-            ))
+            out.append(
+                Finding(
+                    code=f.code,
+                    severity="warning",
+                    key=str(r.key),
+                    part=f.part,
+                    file=file,
+                    line=line,
+                    column=f.column if part.path is not None else None,
+                    cost_tokens=f.cost_tokens,
+                    message=f"{r.key}: {f.message}",
+                )
+            )
     groups: dict[tuple[str, ...], list[Recipe]] = defaultdict(list)
     for r in recipes:
         tools = [p for p in r.parts if p.kind == "tool"]
@@ -293,15 +342,25 @@ def _lint_findings(recipes: Sequence[Recipe], counter: Any = None) -> list[Findi
     for rs in groups.values():
         if len(rs) < 2:
             continue
-        variants = {str(r.key): [p.data.decode("utf-8", "replace") for p in r.parts if p.kind == "tool"] for r in rs}
+        variants = {
+            str(r.key): [p.data.decode("utf-8", "replace") for p in r.parts if p.kind == "tool"] for r in rs
+        }
         by_key = {str(r.key): r for r in rs}
         for f in lint_tool_variants(variants, lineage="recipes with the same tool set", counter=counter):
             key = f.part.split(" ")[0]
             r = by_key[key]
-            out.append(Finding(
-                code=f.code, severity="warning", key=key, part=f.part, file=display_path(r.file),
-                line=r.line, cost_tokens=f.cost_tokens, message=f.message,
-            ))
+            out.append(
+                Finding(
+                    code=f.code,
+                    severity="warning",
+                    key=key,
+                    part=f.part,
+                    file=display_path(r.file),
+                    line=r.line,
+                    cost_tokens=f.cost_tokens,
+                    message=f.message,
+                )
+            )
     return out
 
 
@@ -350,22 +409,37 @@ def run_check(
         recipes = load_recipes(recipes_dir)
     except RecipeError as exc:
         for prob in getattr(exc, "errors", None) or []:
-            findings.append(Finding(
-                code="recipe-invalid", severity="error", file=prob.file, line=prob.line,
-                message=str(prob), exit_code=ExitCode.USAGE,
-            ))
+            findings.append(
+                Finding(
+                    code="recipe-invalid",
+                    severity="error",
+                    file=prob.file,
+                    line=prob.line,
+                    message=str(prob),
+                    exit_code=ExitCode.USAGE,
+                )
+            )
         if not findings:
-            findings.append(Finding(code="recipe-invalid", severity="error", message=str(exc),
-                                    exit_code=ExitCode.USAGE))
+            findings.append(
+                Finding(code="recipe-invalid", severity="error", message=str(exc), exit_code=ExitCode.USAGE)
+            )
         return CheckResult(tuple(findings), ExitCode.USAGE, (), base_ref, fail_on)
     try:
         lock = read_lock(lock_p)
     except InputError as exc:
-        f = Finding(code="lock-invalid", severity="error", file=display_path(lock_p), line=1,
-                    message=f"{exc} (regenerate it with `prefixplan lock`)", exit_code=ExitCode.USAGE)
+        f = Finding(
+            code="lock-invalid",
+            severity="error",
+            file=display_path(lock_p),
+            line=1,
+            message=f"{exc} (regenerate it with `prefixplan lock`)",
+            exit_code=ExitCode.USAGE,
+        )
         return CheckResult((f,), ExitCode.USAGE, tuple(str(r.key) for r in recipes), base_ref, fail_on)
     if base_ref is not None and not git_ref_exists(base_ref, lock_p.resolve().parent):
-        raise UsageError(f"--base {base_ref}: not a git commit here", hint="fetch it first, e.g. git fetch origin main")
+        raise UsageError(
+            f"--base {base_ref}: not a git commit here", hint="fetch it first, e.g. git fetch origin main"
+        )
     ref_for_diff = base_ref or diff_ref
     names = {r.name for r in recipes}
     for r in recipes:
@@ -378,56 +452,98 @@ def run_check(
         others = lock.by_name(r.name)
         newer = [e for e in others if e.key.version > r.version]
         if newer:
-            findings.append(Finding(
-                code="version-decreased", severity="error", key=key, file=display_path(r.file), line=r.line,
-                message=(f"{key}: the lock already has {newer[-1].key}; versions only go up "
-                         f"(set version: {newer[-1].key.version + 1} and run `prefixplan lock`)"),
-            ))
+            findings.append(
+                Finding(
+                    code="version-decreased",
+                    severity="error",
+                    key=key,
+                    file=display_path(r.file),
+                    line=r.line,
+                    message=(
+                        f"{key}: the lock already has {newer[-1].key}; versions only go up "
+                        f"(set version: {newer[-1].key.version + 1} and run `prefixplan lock`)"
+                    ),
+                )
+            )
             continue
         what = f"bumped from {others[-1].key}" if others else "new"
-        findings.append(Finding(
-            code="not-locked", severity="error", key=key, file=display_path(r.file), line=r.line,
-            exit_code=ExitCode.NOT_LOCKED,
-            message=(f"{key} is {what} but not in {display_path(lock_p)}: run `prefixplan lock` "
-                     "and commit the lock file"),
-        ))
+        findings.append(
+            Finding(
+                code="not-locked",
+                severity="error",
+                key=key,
+                file=display_path(r.file),
+                line=r.line,
+                exit_code=ExitCode.NOT_LOCKED,
+                message=(
+                    f"{key} is {what} but not in {display_path(lock_p)}: run `prefixplan lock` "
+                    "and commit the lock file"
+                ),
+            )
+        )
     if lock.exists:
         for e in lock.entries.values():
             if e.key.name not in names:
-                findings.append(Finding(
-                    code="stale-lock-entry", severity="notice", key=str(e.key), file=display_path(lock_p),
-                    line=e.line or None,
-                    message=f"{e.key} is locked but no recipe declares {e.key.name}; `prefixplan lock` removes it",
-                ))
+                findings.append(
+                    Finding(
+                        code="stale-lock-entry",
+                        severity="notice",
+                        key=str(e.key),
+                        file=display_path(lock_p),
+                        line=e.line or None,
+                        message=f"{e.key} is locked but no recipe declares {e.key.name}; `prefixplan lock` removes it",
+                    )
+                )
     if base_ref is not None:
         findings.extend(_base_findings(lock, lock_p, base_ref))
     if lint:
         findings.extend(_lint_findings(recipes, counter))
-    return CheckResult(tuple(findings), _exit_code(findings, fail_on), tuple(str(r.key) for r in recipes),
-                       base_ref, fail_on)
+    return CheckResult(
+        tuple(findings), _exit_code(findings, fail_on), tuple(str(r.key) for r in recipes), base_ref, fail_on
+    )
 
 
 def _base_findings(lock: Lock, lock_p: Path, base_ref: str) -> list[Finding]:
     raw = git_show(base_ref, lock_p)
     if raw is None:
-        return [Finding(code="no-base-lock", severity="notice", file=display_path(lock_p),
-                        message=f"{display_path(lock_p)} does not exist at {base_ref}; nothing to compare")]
+        return [
+            Finding(
+                code="no-base-lock",
+                severity="notice",
+                file=display_path(lock_p),
+                message=f"{display_path(lock_p)} does not exist at {base_ref}; nothing to compare",
+            )
+        ]
     try:
         base = parse_lock_text(raw.decode("utf-8"), f"{display_path(lock_p)}@{base_ref}")
     except (InputError, UnicodeDecodeError) as exc:
-        return [Finding(code="no-base-lock", severity="notice", file=display_path(lock_p),
-                        message=f"the lock at {base_ref} cannot be read ({exc}); nothing to compare")]
+        return [
+            Finding(
+                code="no-base-lock",
+                severity="notice",
+                file=display_path(lock_p),
+                message=f"the lock at {base_ref} cannot be read ({exc}); nothing to compare",
+            )
+        ]
     out = []
     for k, be in sorted(base.entries.items()):
         cur = lock.entries.get(k)
         if cur is not None and cur.hash != be.hash:
-            out.append(Finding(
-                code="lock-edited", severity="error", key=k, file=display_path(lock_p), line=cur.line or None,
-                diff=(f"-    hash: {be.hash}", f"+    hash: {cur.hash}"),
-                message=(f"{k} has hash {cur.hash} in {display_path(lock_p)} but {be.hash} at {base_ref}: "
-                         "a locked name@vN must never change its content; restore the entry and bump the "
-                         "version instead"),
-            ))
+            out.append(
+                Finding(
+                    code="lock-edited",
+                    severity="error",
+                    key=k,
+                    file=display_path(lock_p),
+                    line=cur.line or None,
+                    diff=(f"-    hash: {be.hash}", f"+    hash: {cur.hash}"),
+                    message=(
+                        f"{k} has hash {cur.hash} in {display_path(lock_p)} but {be.hash} at {base_ref}: "
+                        "a locked name@vN must never change its content; restore the entry and bump the "
+                        "version instead"
+                    ),
+                )
+            )
     return out
 
 
@@ -455,21 +571,29 @@ def lock_recipes(
     for r in recipes:
         e = lock.entries.get(str(r.key))
         if e is not None and e.hash != r.content_hash:
-            conflicts.append(f"{r.key} ({display_path(r.file)}): locked {e.hash}, content now {r.content_hash}")
+            conflicts.append(
+                f"{r.key} ({display_path(r.file)}): locked {e.hash}, content now {r.content_hash}"
+            )
         newer = [x for x in lock.by_name(r.name) if x.key.version > r.version]
         if newer:
-            conflicts.append(f"{r.key} ({display_path(r.file)}): {newer[-1].key} is already locked; versions only go up")
+            conflicts.append(
+                f"{r.key} ({display_path(r.file)}): {newer[-1].key} is already locked; versions only go up"
+            )
         if store is not None:
             rec = store.get(r.name, r.version)
             if rec is not None and rec.content_hash != r.content_hash:
-                conflicts.append(f"{r.key} ({display_path(r.file)}): registered in the store as {rec.content_hash}, "
-                                 f"content now {r.content_hash}")
+                conflicts.append(
+                    f"{r.key} ({display_path(r.file)}): registered in the store as {rec.content_hash}, "
+                    f"content now {r.content_hash}"
+                )
     if conflicts:
         first = next(r for r in recipes if any(c.startswith(f"{r.key} ") for c in conflicts))
         raise KeyConflictError(
             "content changed under an existing key; bump the version instead:\n  " + "\n  ".join(conflicts),
-            hint=(f"bump the version instead (e.g. `version: {first.version + 1}` for {first.name} in "
-                  f"{display_path(first.file)}), then run `prefixplan lock` again"),
+            hint=(
+                f"bump the version instead (e.g. `version: {first.version + 1}` for {first.name} in "
+                f"{display_path(first.file)}), then run `prefixplan lock` again"
+            ),
         )
     lock_dir = lock_p.resolve().parent
     entries = [lock_entry(r, lock_dir) for r in recipes]
@@ -481,17 +605,26 @@ def lock_recipes(
     if store is not None:  # register first: a store conflict leaves the lock untouched
         for r in recipes:
             rec = store.record_version(
-                r.name, version=r.version, content_hash=r.content_hash, kind=recipe_kind(r),
-                source=f"recipe:{_rel_to(r.file, lock_dir)}", namespace=r.model,
-                retain_seconds=r.retain, pinned=r.pin, now=now,
+                r.name,
+                version=r.version,
+                content_hash=r.content_hash,
+                kind=recipe_kind(r),
+                source=f"recipe:{_rel_to(r.file, lock_dir)}",
+                namespace=r.model,
+                retain_seconds=r.retain,
+                pinned=r.pin,
+                now=now,
             )
             registered.append(str(rec.key))
     written = current != text
     if written:
         write_lock(lock_p, entries)
     return LockResult(
-        path=lock_p, written=written, added=tuple(sorted(new_keys - old_keys)),
-        unchanged=tuple(sorted(new_keys & old_keys)), removed=tuple(sorted(old_keys - new_keys)),
+        path=lock_p,
+        written=written,
+        added=tuple(sorted(new_keys - old_keys)),
+        unchanged=tuple(sorted(new_keys & old_keys)),
+        removed=tuple(sorted(old_keys - new_keys)),
         registered=tuple(registered),
     )
 

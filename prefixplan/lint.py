@@ -39,23 +39,42 @@ _MONTHS = (
 )
 _WEEKDAYS = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
 _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
-     "UUID"),
-    ("date-time", re.compile(
-        r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
-     "ISO date/time"),
-    ("date-time", re.compile(rf"\b(?:{_WEEKDAYS},?\s+)?{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}\b"),
-     "date"),
-    ("date-time", re.compile(rf"\b(?:{_WEEKDAYS},?\s+)?\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b"),
-     "date"),
+    (
+        "uuid",
+        re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
+        "UUID",
+    ),
+    (
+        "date-time",
+        re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
+        "ISO date/time",
+    ),
+    (
+        "date-time",
+        re.compile(rf"\b(?:{_WEEKDAYS},?\s+)?{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}\b"),
+        "date",
+    ),
+    (
+        "date-time",
+        re.compile(rf"\b(?:{_WEEKDAYS},?\s+)?\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b"),
+        "date",
+    ),
     ("date-time", re.compile(r"\b\d{1,2}[/.]\d{1,2}[/.]\d{4}\b"), "date"),
     ("date-time", re.compile(rf"\b(?:today|current date|date) is,?\s+{_WEEKDAYS}\b", re.I), "weekday"),
-    ("date-time", re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\s*(?:AM|PM|UTC|Z))?\b|\b\d{1,2}:\d{2}\s*(?:AM|PM|am|pm|UTC)\b"),
-     "clock time"),
-    ("request-id", re.compile(
-        r"\b(?:req|request|trace|span|session|sess|conv|chatcmpl|msg|run|call|txn)[-_:=]"
-        r"(?=[A-Za-z0-9-]*\d)[A-Za-z0-9][A-Za-z0-9-]{7,}\b", re.I),
-     "request/session id"),
+    (
+        "date-time",
+        re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\s*(?:AM|PM|UTC|Z))?\b|\b\d{1,2}:\d{2}\s*(?:AM|PM|am|pm|UTC)\b"),
+        "clock time",
+    ),
+    (
+        "request-id",
+        re.compile(
+            r"\b(?:req|request|trace|span|session|sess|conv|chatcmpl|msg|run|call|txn)[-_:=]"
+            r"(?=[A-Za-z0-9-]*\d)[A-Za-z0-9][A-Za-z0-9-]{7,}\b",
+            re.I,
+        ),
+        "request/session id",
+    ),
     ("request-id", re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{16,}\b"), "hex id"),
     ("date-time", re.compile(r"\b1[4-9]\d{8}(?:\d{3})?\b"), "Unix timestamp"),
     ("long-number", re.compile(r"\b\d{8,}\b"), "long number"),
@@ -148,12 +167,20 @@ def lint_text(
         approx = "" if exact else "~"
         findings.append(
             LintFinding(
-                code=code, part=part, line=line + first_line - 1, column=col, offset=s,
-                prefix_offset=prefix_start + s, match=text[s:e],
-                message=(f"{what} {text[s:e]!r} in {part} changes between requests: the "
-                         f"{approx}{cost} tokens after it are recomputed every time; move it to the end "
-                         "of the prompt (after the cached prefix) or remove it"),
-                cost_tokens=cost, cost_exact=exact,
+                code=code,
+                part=part,
+                line=line + first_line - 1,
+                column=col,
+                offset=s,
+                prefix_offset=prefix_start + s,
+                match=text[s:e],
+                message=(
+                    f"{what} {text[s:e]!r} in {part} changes between requests: the "
+                    f"{approx}{cost} tokens after it are recomputed every time; move it to the end "
+                    "of the prompt (after the cached prefix) or remove it"
+                ),
+                cost_tokens=cost,
+                cost_exact=exact,
             )
         )
     return findings
@@ -170,11 +197,18 @@ def lint_prefix(
     findings: list[LintFinding] = []
     start = 0
     for i, (label, text) in enumerate(parts):
-        after = "".join(t for _, t in parts[i + 1:])
+        after = "".join(t for _, t in parts[i + 1 :])
         fl = first_lines[i] if first_lines else 1
         findings.extend(
-            lint_text(text, part=label, after=after, prefix_start=start, counter=counter,
-                      ignore=ignore, first_line=fl)
+            lint_text(
+                text,
+                part=label,
+                after=after,
+                prefix_start=start,
+                counter=counter,
+                ignore=ignore,
+                first_line=fl,
+            )
         )
         start += len(text)
     return findings
@@ -250,17 +284,25 @@ def lint_tool_variants(
         ref_names = [tool_name(t) for t in ref_tools]
         joined = "".join(tools)
         if sorted(map(str, names)) == sorted(map(str, ref_names)) and names != ref_names:
-            i = next(k for k, (a, b) in enumerate(zip(names, ref_names)) if a != b)
+            i = next(k for k, (a, b) in enumerate(zip(names, ref_names, strict=False)) if a != b)
             off = sum(len(t) for t in tools[:i])
             cost, exact = estimate_tokens(joined[off:], counter)
             findings.append(
                 LintFinding(
-                    code="tool-order", part=f"{label} tool[{i}]", line=1, column=1, offset=0,
-                    prefix_offset=off, match=str(names[i]),
-                    message=(f"{lineage or 'lineage'}: {label} lists tools in a different order than "
-                             f"{ref_label} from tool[{i}] ({names[i]} vs {ref_names[i]}); "
-                             f"~{cost} tokens after it cannot be shared. Sort tools in one fixed order."),
-                    cost_tokens=cost, cost_exact=exact,
+                    code="tool-order",
+                    part=f"{label} tool[{i}]",
+                    line=1,
+                    column=1,
+                    offset=0,
+                    prefix_offset=off,
+                    match=str(names[i]),
+                    message=(
+                        f"{lineage or 'lineage'}: {label} lists tools in a different order than "
+                        f"{ref_label} from tool[{i}] ({names[i]} vs {ref_names[i]}); "
+                        f"~{cost} tokens after it cannot be shared. Sort tools in one fixed order."
+                    ),
+                    cost_tokens=cost,
+                    cost_exact=exact,
                 )
             )
         for i, text in enumerate(tools):
@@ -277,19 +319,30 @@ def lint_tool_variants(
             path = next((p for p in ob if oa.get(p) != ob[p]), None)
             if path is None:
                 continue  # only whitespace differs
-            d = next((k for k, (x, y) in enumerate(zip(text, ref)) if x != y), min(len(text), len(ref)))
+            d = next(
+                (k for k, (x, y) in enumerate(zip(text, ref, strict=False)) if x != y),
+                min(len(text), len(ref)),
+            )
             line, col = line_col(text, d)
             off = sum(len(t) for t in tools[:i]) + d
             cost, exact = estimate_tokens(joined[off:], counter)
             findings.append(
                 LintFinding(
-                    code="key-order", part=f"{label} tool[{i}]", line=line, column=col, offset=d,
-                    prefix_offset=off, match=f"{path}: {list(ob[path])}",
-                    message=(f"{lineage or 'lineage'}: tool {names[i]} is serialised with a different "
-                             f"JSON key order at {path} in {label} than in {ref_label} "
-                             f"({list(ob[path])} vs {list(oa[path])}); ~{cost} tokens after it cannot "
-                             "be shared. Serialise schemas with one fixed key order."),
-                    cost_tokens=cost, cost_exact=exact,
+                    code="key-order",
+                    part=f"{label} tool[{i}]",
+                    line=line,
+                    column=col,
+                    offset=d,
+                    prefix_offset=off,
+                    match=f"{path}: {list(ob[path])}",
+                    message=(
+                        f"{lineage or 'lineage'}: tool {names[i]} is serialised with a different "
+                        f"JSON key order at {path} in {label} than in {ref_label} "
+                        f"({list(ob[path])} vs {list(oa[path])}); ~{cost} tokens after it cannot "
+                        "be shared. Serialise schemas with one fixed key order."
+                    ),
+                    cost_tokens=cost,
+                    cost_exact=exact,
                 )
             )
     return findings
@@ -321,25 +374,37 @@ def lint_variants(
         text = texts[label]
         if text == ref:
             continue
-        d = next((k for k, (x, y) in enumerate(zip(text, ref)) if x != y), min(len(text), len(ref)))
+        d = next(
+            (k for k, (x, y) in enumerate(zip(text, ref, strict=False)) if x != y), min(len(text), len(ref))
+        )
         tail_a, tail_b = text[d:], ref[d:]
         ratio = difflib.SequenceMatcher(None, tail_a[:4000], tail_b[:4000], autojunk=False).ratio()
         if ratio < min_shared:
             continue
         # classify by the breaker pattern whose match covers the divergence, if any
-        covering = [(ms, me, w) for ms, me, _c, w in _matches(text[max(0, d - 64):d + 64]) if ms <= min(d, 64) < me]
+        covering = [
+            (ms, me, w) for ms, me, _c, w in _matches(text[max(0, d - 64) : d + 64]) if ms <= min(d, 64) < me
+        ]
         what = covering[0][2] if covering else "a varying value"
         s = max(0, d - 64) + covering[0][0] if covering else d
         line, col = line_col(text, d)
         cost, exact = estimate_tokens(text[d:], counter)
         findings.append(
             LintFinding(
-                code="divergence", part=label, line=line, column=col, offset=d, prefix_offset=d,
-                match=text[s:s + 40],
-                message=(f"{lineage or 'lineage'}: {label} diverges from {labels[0]} at line {line}, "
-                         f"column {col} ({what}) although {ratio:.0%} of the rest is shared; "
-                         f"~{cost} tokens after it are recomputed."),
-                cost_tokens=cost, cost_exact=exact,
+                code="divergence",
+                part=label,
+                line=line,
+                column=col,
+                offset=d,
+                prefix_offset=d,
+                match=text[s : s + 40],
+                message=(
+                    f"{lineage or 'lineage'}: {label} diverges from {labels[0]} at line {line}, "
+                    f"column {col} ({what}) although {ratio:.0%} of the rest is shared; "
+                    f"~{cost} tokens after it are recomputed."
+                ),
+                cost_tokens=cost,
+                cost_exact=exact,
             )
         )
     return findings

@@ -104,7 +104,9 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise InputError(f"{where}: invalid YAML: {exc}", hint="regenerate it with `prefixplan lock`") from exc
+        raise InputError(
+            f"{where}: invalid YAML: {exc}", hint="regenerate it with `prefixplan lock`"
+        ) from exc
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -113,7 +115,9 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
     if unknown:
         raise InputError(f"{where}: {sorted(unknown)[0]}: unknown field")
     if doc.get("lock_version", LOCK_VERSION) != LOCK_VERSION:
-        raise InputError(f"{where}: lock_version: unsupported {doc.get('lock_version')!r} (expected {LOCK_VERSION})")
+        raise InputError(
+            f"{where}: lock_version: unsupported {doc.get('lock_version')!r} (expected {LOCK_VERSION})"
+        )
     if doc.get("scheme", SCHEME) != SCHEME:
         raise InputError(f"{where}: scheme: unsupported {doc.get('scheme')!r} (expected {SCHEME})")
     keys = doc.get("keys") or {}
@@ -147,8 +151,13 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
         if isinstance(retain, bool) or not isinstance(retain, int) or retain < 0:
             raise InputError(f"{where}: {path}.retain: expected seconds >= 0")
         entries[str(key)] = LockEntry(
-            key=key, hash=h, recipe=str(v.get("recipe") or ""), retain=retain,
-            pin=bool(v.get("pin", False)), parts=tuple(parts), line=lines.get(str(key), 0),
+            key=key,
+            hash=h,
+            recipe=str(v.get("recipe") or ""),
+            retain=retain,
+            pin=bool(v.get("pin", False)),
+            parts=tuple(parts),
+            line=lines.get(str(key), 0),
         )
     return Lock(entries=entries)
 
@@ -192,4 +201,3 @@ def write_lock(path: str | os.PathLike[str], entries: Iterable[LockEntry]) -> st
             os.unlink(tmp)
         raise
     return text
-

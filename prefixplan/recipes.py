@@ -44,8 +44,18 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)?\s*$")
 _UNITS = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 _PREFIX_FIELDS = (
-    "name", "version", "description", "retain", "pin", "model", "tokenizer", "render",
-    "system", "tools", "documents", "lint",
+    "name",
+    "version",
+    "description",
+    "retain",
+    "pin",
+    "model",
+    "tokenizer",
+    "render",
+    "system",
+    "tools",
+    "documents",
+    "lint",
 )
 
 
@@ -248,7 +258,7 @@ def chunk_text(text: str, by: str = "none", max_chars: int | None = None) -> lis
                     starts.append(offset)
             offset += len(line)
     bounds = starts + [len(text)]
-    pieces = [(bounds[i], text[bounds[i]:bounds[i + 1]]) for i in range(len(starts))]
+    pieces = [(bounds[i], text[bounds[i] : bounds[i + 1]]) for i in range(len(starts))]
     if max_chars:
         split: list[tuple[int, str]] = []
         for start, piece in pieces:
@@ -370,7 +380,9 @@ def _document_parts(ctx: _Ctx, base: Path, value: Any, path: str, start_index: i
         ctx.err(f"{path}.chunk", f"unknown chunk mode {chunk!r} (allowed: {', '.join(CHUNK_MODES)})")
         return []
     max_chars = spec.get("max_chars")
-    if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1):
+    if max_chars is not None and (
+        isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1
+    ):
         ctx.err(f"{path}.max_chars", "expected a positive integer")
         return []
     files: list[tuple[str, Path]] = []
@@ -403,8 +415,14 @@ def _document_parts(ctx: _Ctx, base: Path, value: Any, path: str, start_index: i
         pieces = chunk_text(text, chunk, max_chars)
         for k, (off, piece) in enumerate(pieces):
             parts.append(
-                Part("document", f"document[{start_index + len(parts)}]", f"{rel}#chunk{k}",
-                     piece.encode("utf-8"), p, _line_of(text, off))
+                Part(
+                    "document",
+                    f"document[{start_index + len(parts)}]",
+                    f"{rel}#chunk{k}",
+                    piece.encode("utf-8"),
+                    p,
+                    _line_of(text, off),
+                )
             )
     return parts
 
@@ -474,10 +492,21 @@ def _parse_prefix(ctx: _Ctx, base: Path, entry: Any, index: int) -> Recipe | Non
         ctx.err(path, "a prefix needs at least one of system, tools, documents")
     if len(ctx.errors) > n_errors:
         return None
+    assert isinstance(name, str) and isinstance(version, int)  # validated above
     return Recipe(
-        name=name, version=version, retain=retain, pin=pin, model=entry.get("model"),
-        tokenizer=entry.get("tokenizer"), render=render, parts=tuple(parts), file=ctx.file,
-        index=index, line=ctx.line(path), description=entry.get("description"), lint_ignore=lint_ignore,
+        name=name,
+        version=version,
+        retain=retain,
+        pin=pin,
+        model=entry.get("model"),
+        tokenizer=entry.get("tokenizer"),
+        render=render,
+        parts=tuple(parts),
+        file=ctx.file,
+        index=index,
+        line=ctx.line(path),
+        description=entry.get("description"),
+        lint_ignore=lint_ignore,
     )
 
 
@@ -542,15 +571,20 @@ def load_recipes(paths_or_dir: str | os.PathLike[str] | Sequence[str | os.PathLi
         try:
             recipes.extend(parse_recipe_text(text, f))
         except RecipeError as exc:
-            problems.extend(getattr(exc, "errors", None) or [RecipeProblem(display_path(f), "", _strip_where(str(exc), f), 1)])
+            problems.extend(
+                getattr(exc, "errors", None)
+                or [RecipeProblem(display_path(f), "", _strip_where(str(exc), f), 1)]
+            )
     seen: dict[str, Recipe] = {}
     for r in recipes:
         if r.name in seen:
             o = seen[r.name]
             problems.append(
                 RecipeProblem(
-                    display_path(r.file), f"{r.field_path}.name",
-                    f"duplicate name {r.name!r} (also {display_path(o.file)}: {o.field_path})", r.line,
+                    display_path(r.file),
+                    f"{r.field_path}.name",
+                    f"duplicate name {r.name!r} (also {display_path(o.file)}: {o.field_path})",
+                    r.line,
                 )
             )
         seen[r.name] = r
@@ -563,7 +597,7 @@ def load_recipes(paths_or_dir: str | os.PathLike[str] | Sequence[str | os.PathLi
 
 def _strip_where(message: str, file: Path) -> str:
     where = display_path(file) + ": "
-    return message[len(where):] if message.startswith(where) else message
+    return message[len(where) :] if message.startswith(where) else message
 
 
 def emit_recipe(
@@ -626,5 +660,7 @@ def emit_recipe(
         entry["documents"] = doc_paths
     path = out / f"{name}.yaml"
     header = "# Emitted by prefixplan from observed traffic. Review, then run `prefixplan lock`.\n"
-    path.write_text(header + yaml.safe_dump({"prefixes": [entry]}, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    path.write_text(
+        header + yaml.safe_dump({"prefixes": [entry]}, sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
     return path

@@ -109,13 +109,43 @@ _VERSION_COLS = (
 
 
 def _row_to_record(row: sqlite3.Row | tuple[Any, ...]) -> VersionRecord:
-    (name, version, chash, status, created, kind, thash, tcount, fp, ns, sup, until, rsec, pinned,
-     source, has_ids, lineage) = row
+    (
+        name,
+        version,
+        chash,
+        status,
+        created,
+        kind,
+        thash,
+        tcount,
+        fp,
+        ns,
+        sup,
+        until,
+        rsec,
+        pinned,
+        source,
+        has_ids,
+        lineage,
+    ) = row
     return VersionRecord(
-        name=name, version=int(version), content_hash=chash, status=status, created=created,
-        kind=kind, token_hash=thash, token_count=tcount, tokenizer_fingerprint=fp, namespace=ns,
-        superseded_at=sup, retain_until=until, retain_seconds=int(rsec), pinned=bool(pinned),
-        source=source, has_token_ids=bool(has_ids), lineage=json.loads(lineage) if lineage else None,
+        name=name,
+        version=int(version),
+        content_hash=chash,
+        status=status,
+        created=created,
+        kind=kind,
+        token_hash=thash,
+        token_count=tcount,
+        tokenizer_fingerprint=fp,
+        namespace=ns,
+        superseded_at=sup,
+        retain_until=until,
+        retain_seconds=int(rsec),
+        pinned=bool(pinned),
+        source=source,
+        has_token_ids=bool(has_ids),
+        lineage=json.loads(lineage) if lineage else None,
     )
 
 
@@ -357,11 +387,23 @@ class Store:
                 "retain_until, status, retain_seconds, pinned, source, lineage) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    name, version, content_hash, token_hash, token_count, blob,
-                    tokenizer_fingerprint, namespace, kind, created,
+                    name,
+                    version,
+                    content_hash,
+                    token_hash,
+                    token_count,
+                    blob,
+                    tokenizer_fingerprint,
+                    namespace,
+                    kind,
+                    created,
                     None if newer else created,
                     None if newer else iso(ts + retain_seconds),
-                    status, int(retain_seconds), int(bool(pinned)), source, lineage_json,
+                    status,
+                    int(retain_seconds),
+                    int(bool(pinned)),
+                    source,
+                    lineage_json,
                 ),
             )
             c.execute(
@@ -472,7 +514,9 @@ class Store:
             data = json.loads(lineage) if lineage else {}
             out.append(
                 LineageRow(
-                    name=name, kind=k or "", version=int(version),
+                    name=name,
+                    kind=k or "",
+                    version=int(version),
                     system_head=data.get("system_head"),
                     tool_names=tuple(data.get("tool_names") or ()),
                 )
@@ -498,8 +542,12 @@ class Store:
         with self.write() as c:
             cur = c.execute(
                 "INSERT INTO analyses(created, log_paths, summary, record_path) VALUES (?, ?, ?, ?)",
-                (created, json.dumps(list(map(str, log_paths))), json.dumps(summary, default=str),
-                 record_path),
+                (
+                    created,
+                    json.dumps(list(map(str, log_paths))),
+                    json.dumps(summary, default=str),
+                    record_path,
+                ),
             )
             aid = int(cur.lastrowid or 0)
             for rank, cand in enumerate(candidates, start=1):
@@ -507,8 +555,12 @@ class Store:
                     "INSERT INTO analysis_candidates(analysis_id, rank, key, kind, token_count, "
                     "content_hash, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
-                        aid, int(cand.get("rank", rank)), cand.get("key"), cand.get("kind"),
-                        cand.get("token_count", cand.get("tokens")), cand.get("content_hash"),
+                        aid,
+                        int(cand.get("rank", rank)),
+                        cand.get("key"),
+                        cand.get("kind"),
+                        cand.get("token_count", cand.get("tokens")),
+                        cand.get("content_hash"),
                         json.dumps(cand, default=str),
                     ),
                 )
@@ -520,8 +572,13 @@ class Store:
             "SELECT id, created, log_paths, summary, record_path FROM analyses ORDER BY id DESC"
         ).fetchall()
         return [
-            {"id": r[0], "created": r[1], "log_paths": json.loads(r[2]),
-             "summary": json.loads(r[3]), "record_path": r[4]}
+            {
+                "id": r[0],
+                "created": r[1],
+                "log_paths": json.loads(r[2]),
+                "summary": json.loads(r[3]),
+                "record_path": r[4],
+            }
             for r in rows
         ]
 
@@ -534,8 +591,17 @@ class Store:
 
     def record_warm_run(self, *, now: float | None = None, **fields: Any) -> int:
         """Store one warm attempt; known columns are filled, everything else goes to ``data``."""
-        cols = ("endpoint", "key", "version", "tokens", "cold_ttft", "warm_ttft",
-                "cached_tokens", "status", "error")
+        cols = (
+            "endpoint",
+            "key",
+            "version",
+            "tokens",
+            "cold_ttft",
+            "warm_ttft",
+            "cached_tokens",
+            "status",
+            "error",
+        )
         row = {k: fields.pop(k) for k in cols if k in fields}
         row["created"] = iso(time.time() if now is None else now)
         row["data"] = json.dumps(fields, default=str) if fields else None
@@ -558,7 +624,7 @@ class Store:
         names = [d[0] for d in cur.description]
         out = []
         for r in cur.fetchall():
-            d = dict(zip(names, r))
+            d = dict(zip(names, r, strict=True))
             d["data"] = json.loads(d["data"]) if d.get("data") else None
             out.append(d)
         return out

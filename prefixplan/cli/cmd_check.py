@@ -22,7 +22,9 @@ def _write_json(target: str, data: object) -> None:
 
 
 def check(
-    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
+    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path(
+        "recipes"
+    ),
     lock: Annotated[Path, typer.Option("--lock", help="Lock file.")] = Path("prefixplan.lock"),
     base: Annotated[
         str | None, typer.Option("--base", help="Git ref to compare the lock with (e.g. origin/main).")
@@ -31,7 +33,9 @@ def check(
         str, typer.Option("--fail-on", help="Fail on 'error' (default) or also on lint 'warning'.")
     ] = "error",
     fmt: Annotated[str, typer.Option("--format", help="human, github (annotations) or json.")] = "human",
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
+    ] = None,
     no_lint: Annotated[bool, typer.Option("--no-lint", help="Skip the cache-breaker lint.")] = False,
 ) -> None:
     """Fail when recipe content changed under an unchanged name@vN, or a bump is not locked.
@@ -69,8 +73,11 @@ def _render_human(result: object) -> None:
         con.print(f"[{style.get(f.severity, '')}]{f.severity}[/] [bold]{f.code}[/] {escape(where)}")
         con.print(f"  {escape(f.message)}")
         for d in f.diff:
-            color = "green" if d.startswith("+") and not d.startswith("+++") else (
-                "red" if d.startswith("-") and not d.startswith("---") else "dim")
+            color = (
+                "green"
+                if d.startswith("+") and not d.startswith("+++")
+                else ("red" if d.startswith("-") and not d.startswith("---") else "dim")
+            )
             con.print(f"    [{color}]{escape(d)}[/]")
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "notice")}
     keys = len(result.keys)  # type: ignore[attr-defined]

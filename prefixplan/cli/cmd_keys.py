@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-DbOpt = Annotated[str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")]
+DbOpt = Annotated[
+    str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
+]
 JsonOpt = Annotated[str | None, typer.Option("--json", help="Write JSON to FILE ('-' = stdout).")]
 
 
@@ -36,12 +38,29 @@ def _table(records: list, title: str) -> None:  # type: ignore[type-arg]
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("key", "status", "kind", "content hash", "tokens", "created", "retain until", "pin", "source"):
+    for col in (
+        "key",
+        "status",
+        "kind",
+        "content hash",
+        "tokens",
+        "created",
+        "retain until",
+        "pin",
+        "source",
+    ):
         t.add_column(col)
     for r in records:
         t.add_row(
-            str(r.key), r.status, r.kind or "", r.content_hash[:23] + "…", "" if r.token_count is None else str(r.token_count),
-            r.created, r.retain_until or "", "yes" if r.pinned else "", r.source or "",
+            str(r.key),
+            r.status,
+            r.kind or "",
+            r.content_hash[:23] + "…",
+            "" if r.token_count is None else str(r.token_count),
+            r.created,
+            r.retain_until or "",
+            "yes" if r.pinned else "",
+            r.source or "",
         )
     Console(highlight=False).print(t)
 
@@ -123,7 +142,10 @@ def expire_cmd(
         _emit_json(json_out, [r.to_dict() for r in records])
         if json_out == "-":
             return
-    typer.echo(f"expired {len(records)} version(s)" + (": " + ", ".join(str(r.key) for r in records) if records else ""))
+    typer.echo(
+        f"expired {len(records)} version(s)"
+        + (": " + ", ".join(str(r.key) for r in records) if records else "")
+    )
 
 
 def gc_cmd(
@@ -141,4 +163,7 @@ def gc_cmd(
         if json_out == "-":
             return
     verb = "deleted" if yes else "would delete (dry run; pass --yes)"
-    typer.echo(f"{verb} {len(records)} expired version(s)" + (": " + ", ".join(str(r.key) for r in records) if records else ""))
+    typer.echo(
+        f"{verb} {len(records)} expired version(s)"
+        + (": " + ", ".join(str(r.key) for r in records) if records else "")
+    )

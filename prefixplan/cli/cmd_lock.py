@@ -14,11 +14,19 @@ def register(app: typer.Typer) -> None:
 
 
 def lock(
-    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
+    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path(
+        "recipes"
+    ),
     lock_path: Annotated[Path, typer.Option("--lock", help="Lock file to write.")] = Path("prefixplan.lock"),
-    db: Annotated[str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
-    no_store: Annotated[bool, typer.Option("--no-store", help="Only write the lock; do not register versions.")] = False,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")] = None,
+    db: Annotated[
+        str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Only write the lock; do not register versions.")
+    ] = False,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
+    ] = None,
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
     from prefixplan.check import lock_recipes
