@@ -153,7 +153,11 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
     rng.shuffle(popular)
     popular = popular[:24]
     weights = [1 / (k + 1) for k in range(len(popular))]
-    lines: list[str] = []
+    bad = ['{"timestamp": 1795856500, "request": {"model": "acme-chat", "messages": [', '["not", "an", "object"]',
+           '{"request": {"model": "acme-chat", "messages": "hello"}}', '{"request": {"model": "acme-chat"}}']
+    bad_at = {37 * (k + 1) + 1: b for k, b in enumerate(bad)} if preset["malformed"] else {}  # 1-based line numbers
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sink = _Sink(out)
     convs: list[dict] = []  # open multi-turn conversations
     written = 0
     while written < n:
@@ -190,22 +194,34 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
             if rng.random() < preset["multi"]:
                 convs.append({"model": body["model"], "messages": messages, "user": user, "tools": body.get("tools"),
                               "turns_left": rng.randint(1, 3)})
-        record = {"timestamp": round(t, 3), "request": json.loads(json.dumps(body))}
-        lines.append(json.dumps(record, ensure_ascii=False))
+        while sink.lines + 1 in bad_at:
+            sink.write(bad_at[sink.lines + 1])
+        sink.write(json.dumps({"timestamp": round(t, 3), "request": body}, ensure_ascii=False))
         written += 1
-    if preset["malformed"]:
-        bad = ['{"timestamp": 1795856500, "request": {"model": "acme-chat", "messages": [', '["not", "an", "object"]',
-               '{"request": {"model": "acme-chat", "messages": "hello"}}', '{"request": {"model": "acme-chat"}}']
-        for k, b in enumerate(bad):
-            lines.insert(37 * (k + 1), b)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _write(out, lines)
-    info = {"preset": preset_name, "requests": n, "lines": len(lines), "content": content.source, "out": str(out)}
+    sink.close()
+    info = {"preset": preset_name, "requests": n, "lines": sink.lines, "content": content.source, "out": str(out)}
     if preset_name == "example":
         docs_first = out.with_name(out.name.replace(".jsonl", ".docs-first.jsonl"))
         _write_docs_first(out, docs_first)
         info["docs_first"] = str(docs_first)
     return info
+
+
+class _Sink:
+    """Streams lines to a .jsonl or .jsonl.gz file (gzip mtime 0: byte-identical reruns)."""
+
+    def __init__(self, path: Path) -> None:
+        self._raw = path.open("wb")
+        self._fh = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0) if path.suffix == ".gz" else self._raw
+        self.lines = 0
+
+    def write(self, line: str) -> None:
+        self._fh.write(line.encode("utf-8") + b"\n")
+        self.lines += 1
+
+    def close(self) -> None:
+        self._fh.close()
+        self._raw.close()
 
 
 def _write(path: Path, lines: list[str]) -> None:
