@@ -1,0 +1,151 @@
+"""The HTML report of the bundled example, opened in headless Chromium.
+
+Asserts no console errors, no network requests (only the file:// document itself), and
+that the plotted data read back from the DOM equal the analysis record. Saves a screenshot
+to test-artifacts/report.png.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from prefixplan.cli.app import main
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
+
+# Shaped like the simulate stage's output; used only when the record has no simulation yet.
+SIMULATION = {
+    "in_batch": {"hit_rate_tokens": 0.081, "hit_tokens": 147_000},
+    "persistent": {"hit_rate_tokens": 0.47, "capacity_tokens": 400_000},
+    "capacity_tokens": 400_000,
+    "sweep": {"capacities": [25_000, 50_000, 100_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000],
+              "policies": {"lru": [0.05, 0.12, 0.22, 0.35, 0.47, 0.52, 0.54, 0.5419],
+                           "lfu": [0.07, 0.15, 0.26, 0.37, 0.46, 0.51, 0.53, 0.5419],
+                           "fifo": [0.04, 0.10, 0.19, 0.31, 0.44, 0.50, 0.53, 0.5419]}},
+    "savings": {"prefill_tokens_saved": 854_000, "gpu_seconds_saved": 41.5,
+                "ttft_p50_s": {"without": 0.61, "with": 0.29}, "ttft_p95_s": {"without": 1.9, "with": 1.1},
+                "money": {"amount": 0.03, "currency": "USD", "basis": "this log"},
+                "assumptions": {"profile": "h100 default coefficients (assumed)", "gpu_hour_usd": 2.5}},
+    "kv_bytes_per_token": 163_840,
+}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict:
+    """Analyze the bundled example once (writing its HTML), then render it with a simulation section."""
+    d = tmp_path_factory.mktemp("report")
+    rec_path, plain = d / "analysis.json", d / "plain.html"
+    assert main(["analyze", str(EXAMPLE), "--no-record", "-q", "--json", str(rec_path), "--html", str(plain)]) == 0
+    record = json.loads(rec_path.read_text())
+    if "simulation" not in record:
+        record["simulation"] = SIMULATION
+    full_json, full = d / "full.json", d / "report.html"
+    full_json.write_text(json.dumps(record))
+    assert main(["report", str(full_json), "--html", str(full)]) == 0
+    return {"record": record, "plain": plain, "full": full}
+
+
+def _assert_offline_and_clean(load, page: Path) -> None:
+    errors = [e for e in load.console if e["level"] in ("SEVERE", "WARNING")]
+    assert errors == [], f"console errors: {errors}"
+    assert load.requests == [page.resolve().as_uri()], f"network requests besides the document: {load.requests}"
+
+
+def test_report_opens_offline_without_errors(reports, open_page, driver, artifacts):
+    for page in (reports["plain"], reports["full"]):
+        load = open_page(page)
+        _assert_offline_and_clean(load, page)
+        assert load.load_ms < 3000, f"{page.name} took {load.load_ms:.0f} ms to load"
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(int(height) + 40, 8000))
+    shot = artifacts / "report.png"
+    assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_plotted_data_equal_the_record(reports, open_page, driver):
+    record = reports["record"]
+    _assert_offline_and_clean(open_page(reports["full"]), reports["full"])
+    js = driver.execute_script
+    # capacity curve: points from the DOM, positions inverted through the SVG's own scale
+    pts = js("""return Array.from(document.querySelectorAll('#pp-capacity circle.pp-pt')).map(c => ({
+        policy: c.dataset.policy, capacity: +c.dataset.capacity, rate: +c.dataset.hitRate,
+        cx: +c.getAttribute('cx'), cy: +c.getAttribute('cy')}));""")
+    box = js("var s = document.getElementById('pp-capacity').dataset; return {lo: +s.xMin, hi: +s.xMax, "
+             "left: +s.left, top: +s.top, w: +s.width, h: +s.height, scale: s.xScale};")
+    sim = record["simulation"]["sweep"]
+    expected = {(p, float(c), r) for p, rates in sim["policies"].items() for c, r in zip(sim["capacities"], rates)}
+    assert {(p["policy"], p["capacity"], p["rate"]) for p in pts} == expected
+    import math
+    for p in pts:
+        u = (p["cx"] - box["left"]) / box["w"]
+        cap = 10 ** (math.log10(box["lo"]) + u * (math.log10(box["hi"]) - math.log10(box["lo"])))
+        assert cap == pytest.approx(p["capacity"], rel=0.01)
+        assert 1 - (p["cy"] - box["top"]) / box["h"] == pytest.approx(p["rate"], abs=0.005)
+    marker = js("return +document.querySelector('#pp-capacity .pp-cap-marker').dataset.capacity")
+    assert marker == record["simulation"]["capacity_tokens"]
+    # the stacked bar: one segment per kind, widths to scale
+    segs = js("""return Array.from(document.querySelectorAll('#pp-kinds rect.pp-kind')).map(r => ({
+        kind: r.dataset.kind, tokens: +r.dataset.tokens, reused: +r.dataset.reused, w: r.getBBox().width}));""")
+    assert {s["kind"]: (s["tokens"], s["reused"]) for s in segs} == {k: (x["tokens"], x["reused"]) for k, x in record["kinds"].items()}
+    total = sum(s["tokens"] for s in segs)
+    assert total == record["summary"]["prompt_tokens"]
+    bar_w = js("return +document.getElementById('pp-kinds').dataset.width")
+    for s in segs:
+        assert s["w"] == pytest.approx(s["tokens"] / total * bar_w, abs=0.05)
+    # summary cards and the prefix table
+    cards = js("return Object.fromEntries(Array.from(document.querySelectorAll('.card[data-value]')).map(c => [c.dataset.metric, +c.dataset.value]))")
+    assert cards["requests"] == record["summary"]["requests"]
+    assert cards["prompt_tokens"] == record["summary"]["prompt_tokens"]
+    assert cards["in_batch"] == record["simulation"]["in_batch"]["hit_rate_tokens"]
+    rows = js("""return Array.from(document.querySelectorAll('#prefixes tbody tr')).map(r => ({
+        rank: +r.dataset.rank, length: +r.dataset.length, hits: +r.dataset.hits, withheld: r.dataset.withheld === 'true',
+        cells: Array.from(r.cells).map(c => c.textContent)}));""")
+    assert [(r["rank"], r["length"], r["hits"], r["withheld"]) for r in rows] == [
+        (c["rank"], c["length"], c["hits"], c["withheld"]) for c in record["candidates"]]
+    for r, c in zip(rows, record["candidates"]):
+        assert r["cells"][2] == f"{c['length']:,}" and r["cells"][5] == f"{c['reusable_tokens']:,}"
+    # the embedded JSON is what was drawn
+    data = js("return JSON.parse(document.getElementById('pp-data').textContent)")
+    assert [k["tokens"] for k in data["kinds"]] == [s["tokens"] for s in segs]
+    malformed = js("return +document.getElementById('pp-malformed').dataset.count")
+    assert malformed == record["errors"]["count"]
+
+
+def test_icicle_hover_and_zoom(reports, open_page, driver):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    record = reports["record"]
+    open_page(reports["full"])
+    nodes = driver.find_elements(By.CSS_SELECTOR, "#pp-icicle g.pp-ice")
+    ranks = {n.get_attribute("data-rank") for n in nodes} - {""}
+    assert ranks and ranks <= {str(c["rank"]) for c in record["candidates"]}
+    top = next(c for c in record["candidates"] if str(c["rank"]) in ranks and c["parent"] is None)
+    node = next(n for n in nodes if n.get_attribute("data-rank") == str(top["rank"]))
+    ActionChains(driver).move_to_element(node.find_element(By.TAG_NAME, "rect")).perform()
+    tip = driver.find_element(By.ID, "pp-tip")
+    assert tip.is_displayed()
+    assert f"{top['length']:,} tokens" in tip.text and f"{top['hits']:,} hits" in tip.text
+    node.find_element(By.TAG_NAME, "rect").click()
+    width = float(node.find_element(By.TAG_NAME, "rect").get_attribute("width"))
+    assert width == pytest.approx(float(driver.find_element(By.ID, "pp-icicle").get_attribute("data-width")), abs=0.01)
+    assert driver.find_elements(By.CSS_SELECTOR, "#pp-icicle")[0].get_attribute("data-zoom")
+    assert driver.get_log("browser") == []
+
+
+def test_withheld_prefixes_show_no_text(reports, open_page, driver):
+    record = copy.deepcopy(reports["record"])
+    withheld = [c for c in record["candidates"] if c["withheld"]]
+    assert withheld, "the example has single-user template prefixes"
+    open_page(reports["full"])
+    text = driver.find_element("tag name", "body").text
+    assert f"min_tenants = {record['privacy']['min_tenants']}" in text
+    rows = driver.execute_script("""return Array.from(document.querySelectorAll('#prefixes tbody tr[data-withheld=true]'))
+        .map(r => r.cells[r.cells.length - 1].textContent)""")
+    assert len(rows) == len(withheld) and all(r.startswith("withheld:") for r in rows)
