@@ -70,15 +70,19 @@ def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
 
 def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
     # The fake sleeps a + b*new + c*new*(cached+new/2): the fit must find b within a loose margin.
-    with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 2.0e-5, 0.0)) as fake:
-        profile, path = calibrate_endpoint(fake.url, lengths=[64, 256, 512], fractions=[0.0, 0.5], repeats=1,
+    with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0)) as fake:
+        profile, path = calibrate_endpoint(fake.url, lengths=[64, 256, 512], fractions=[0.0, 0.5], repeats=2,
                                            out=tmp_path / "prof.yaml")
         sent = [b for _, p, b, _ in fake.requests if p == "/v1/completions"]
-    assert path is not None and path.is_file() and profile.fit.n_samples == 6
+    assert path is not None and path.is_file() and profile.fit.n_samples == 12
     assert all(b["max_tokens"] == 1 for b in sent)
     cached = [s.cached for s in profile.samples]
-    assert cached == [0, 32, 0, 128, 0, 256]  # reported by the server, block-aligned
-    assert profile.fit.b_s_per_token == pytest.approx(2.0e-5, rel=0.5)
+    assert cached == [0, 32, 0, 128, 0, 256] * 2  # reported by the server, block-aligned
+    # b and c are correlated over this short range; the fitted model must predict the timings.
+    prof = profile.to_dict()
+    for new, cached in ((512, 0), (256, 256), (64, 0)):
+        true = 0.002 + 1.0e-4 * new
+        assert prefill_seconds(new, cached, prof) == pytest.approx(true, abs=0.3 * true + 0.004)
 
 
 def test_cli_calibrate_unreachable_exit_4(tmp_path: Path) -> None:
