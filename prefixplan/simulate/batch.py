@@ -1,0 +1,80 @@
+"""Generation (a): prefix sharing among requests in flight together, nothing persists.
+
+A request is in flight from its arrival until ``arrival + service`` seconds. When it
+arrives it reuses the longest prefix held by any request still in flight (same full-block
+granularity and last-token rule as the persistent cache). Once no in-flight request holds
+a block, the block is gone.
+
+Service time is either a fixed ``batch_window`` (seconds every request stays in flight) or
+estimated as ``prompt_tokens / prefill_tps + output_tokens / decode_tps`` with
+:data:`DEFAULT_PREFILL_TPS`, :data:`DEFAULT_DECODE_TPS` and, when the log has no output
+length, :data:`DEFAULT_OUTPUT_TOKENS` (assumptions; queueing is not modelled).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from prefixplan.simulate.trace import BlockTrace
+from prefixplan.simulate.tree import NodeTree
+
+DEFAULT_PREFILL_TPS = 8000.0  # prompt tokens per second for one request (assumption)
+DEFAULT_DECODE_TPS = 40.0  # output tokens per second for one request (assumption)
+DEFAULT_OUTPUT_TOKENS = 200  # when the log has no output length (assumption)
+
+
+def service_times(
+    trace: BlockTrace,
+    batch_window: float | None = None,
+    prefill_tps: float = DEFAULT_PREFILL_TPS,
+    decode_tps: float = DEFAULT_DECODE_TPS,
+    default_output: int = DEFAULT_OUTPUT_TOKENS,
+) -> np.ndarray:
+    """Seconds each request stays in flight."""
+    if batch_window is not None:
+        return np.full(trace.n_requests, float(batch_window))
+    out = np.where(trace.output_tokens > 0, trace.output_tokens, default_output).astype(np.float64)
+    return trace.prompt_tokens / prefill_tps + out / decode_tps
+
+
+def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> np.ndarray:
+    """Reused blocks per request when only in-flight requests share prefixes."""
+    node_parent = tree.node_parent.tolist()
+    weight = tree.weight.tolist()
+    req_node = tree.req_node.tolist()
+    caps = trace.cap_blocks.tolist()
+    times = trace.times
+    order = np.argsort(times, kind="stable").tolist()
+    arrive = times.tolist()
+    finish = (times + service_s).tolist()
+    refs = [0] * tree.n_nodes
+    running: list[tuple[float, int]] = []
+    hits = np.zeros(trace.n_requests, dtype=np.int64)
+
+    def path_of(r: int) -> list[int]:
+        out = []
+        v = req_node[r]
+        while v >= 0:
+            out.append(v)
+            v = node_parent[v]
+        return out
+
+    for r in order:
+        now = arrive[r]
+        while running and running[0][0] <= now:
+            _, q = heapq.heappop(running)
+            for v in path_of(q):
+                refs[v] -= 1
+        path = path_of(r)
+        shared = 0
+        for v in reversed(path):  # root first
+            if refs[v] <= 0:
+                break
+            shared += weight[v]
+        hits[r] = min(shared, caps[r])
+        for v in path:
+            refs[v] += 1
+        heapq.heappush(running, (finish[r], r))
+    return hits
