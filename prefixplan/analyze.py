@@ -117,6 +117,8 @@ def iter_prompts(
 
 @dataclass(slots=True)
 class _ReqInfo:
+    source: str
+    line_no: int
     segments: tuple[Segment, ...]
     chunks: tuple[Chunk, ...]
     length: int
@@ -159,7 +161,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         match = tree.insert(prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time)
         eff_block = max(1, block // scale) if scale > 1 else block
         reused = reusable_prefix(match, n, eff_block) if n else 0
-        infos.append(_ReqInfo(prompt.segments, prompt.chunks, n, reused, tenant))
+        infos.append(_ReqInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
         total += n * scale
         reused_total += reused * scale
         hit_requests += reused > 0
@@ -353,6 +355,7 @@ def _candidate_json(
         "preview": _preview(parts) if shared_enough else None,
         "parts": parts,
         "system_head": system_head,
+        "example": {"source": infos[c.request_index].source, "line": infos[c.request_index].line_no},
     }
 
 

@@ -189,3 +189,18 @@ def test_recorded_prefixes_get_lineage_keys(tmp_path):
         statuses = {v.version: v.status for v in store.versions(first["name"])}
         assert statuses == {1: "superseded", 2: "active"}
         assert len(store.analyses()) == 3
+
+
+def test_emit_recipes_puts_found_prefixes_under_the_gate(tmp_path):
+    log = _write(tmp_path / "log.jsonl", [_chat(f"q{i}", f"u{i}") for i in range(4)])
+    out = tmp_path / "recipes"
+    assert main(["analyze", str(log), "--no-record", "-q", "--emit-recipes", str(out)]) == 0
+    written = sorted(out.glob("*.yaml"))
+    assert written
+    lock = tmp_path / "prefixplan.lock"
+    assert main(["lock", "--recipes", str(out), "--lock", str(lock), "--no-store"]) == 0
+    assert main(["check", "--recipes", str(out), "--lock", str(lock)]) == 0
+    system_file = next(out.glob("parts/*/system.txt"))
+    assert system_file.read_text() == SYSTEM
+    system_file.write_text(SYSTEM.replace("Acme", "Acme Corp", 1))
+    assert main(["check", "--recipes", str(out), "--lock", str(lock)]) == 1

@@ -38,6 +38,7 @@ def register(app: typer.Typer) -> None:
         markdown_out: Annotated[Optional[str], typer.Option("--markdown", help="Write a Markdown report (PR comments) to FILE.")] = None,
         record: Annotated[bool, typer.Option("--record/--no-record", help="Record the run in the SQLite store.")] = True,
         db: Annotated[Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
+        emit_recipes: Annotated[Optional[Path], typer.Option("--emit-recipes", help="Write the top system/tool prefixes as recipe files into DIR.")] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
     ) -> None:
         """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
@@ -60,6 +61,11 @@ def register(app: typer.Typer) -> None:
             from prefixplan.record import record_analysis
 
             record_analysis(result, db=str(db) if db else None, record_path=json_out if json_out not in (None, "-") else None)
+        if emit_recipes is not None:
+            from prefixplan.emit import emit_recipes as emit
+
+            for path in emit(result.record, options, emit_recipes, top=top):
+                console.print(f"wrote recipe {path}")
         if json_out:
             atomic_write_json(json_out, result.record)
         if html_out or markdown_out:
