@@ -94,6 +94,13 @@ def test_profile_yaml_round_trip(tmp_path):
     assert load_profile(None).assumed
     with pytest.raises(UsageError):
         load_profile("nope")
+    # a calibrate-style file (extra keys ignored) is read as measured
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("kind: prefixplan/prefill-profile\nversion: 1\na_s: 0.01\nb_s_per_token: 1.0e-4\n"
+                   "c_s_per_token2: 1.0e-8\ncreated: '2026-01-01'\nstderr: {a_s: 0.001}\nsamples: [[1, 0, 0.1]]\n")
+    got = load_profile(cal)
+    assert (got.a, got.b, got.c, got.assumed) == (0.01, 1e-4, 1e-8, False)
+    assert got.seconds(1000, 0) == pytest.approx(0.115)
 
 
 def test_money_hand_computed(tmp_path):

@@ -9,17 +9,21 @@ cost: each new token attends to the cached prefix plus, on average, half of the 
 TTFT with caching is ``t(n - hit, hit)`` plus any tier load time; without caching it is
 ``t(n, 0)``. Queueing is not modelled.
 
-Profile YAML format (``--profile FILE``; ``prefixplan calibrate`` writes the same)::
+Profile YAML format (``--profile FILE``); ``prefixplan calibrate`` writes this same format
+(its extra keys such as ``stderr``, ``fit`` and ``samples`` are ignored here)::
 
-    name: h100-llama8b          # label printed with every figure
-    gpu: H100-80GB              # free text
-    model: meta-llama/Llama-3.1-8B-Instruct
-    a: 0.015                    # seconds
-    b: 6.0e-5                   # seconds per new token
-    c: 1.5e-9                   # seconds per (new token x context token)
-    gpus: 1                     # GPUs per replica: GPU-seconds = seconds x gpus
+    kind: prefixplan/prefill-profile
+    version: 1
+    formula: "ttft_s = a_s + b_s_per_token*new + c_s_per_token2*new*(cached + new/2)"
+    a_s: 0.015                  # seconds
+    b_s_per_token: 6.0e-5       # seconds per new token
+    c_s_per_token2: 1.5e-9      # seconds per (new token x context token)
+    name: h100-llama8b          # optional label printed with every figure
+    model: meta-llama/Llama-3.1-8B-Instruct   # optional
+    gpu: H100-80GB              # optional, free text
+    gpus: 1                     # optional, GPUs per replica: GPU-seconds = seconds x gpus
     gpu_hour_price: 2.50        # optional, USD per GPU-hour for self-hosted money
-    source: assumption          # or "measured <date> by calibrate"
+    source: assumption          # optional; calibrate profiles are "measured"
 
 The built-in profiles below are rough assumptions for orientation only; calibrate on your
 own endpoint for real numbers.
@@ -92,28 +96,31 @@ def load_profile(spec: str | Path | None) -> PrefillProfile:
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        source = data.get("source") or ("measured " + str(data.get("created") or "") + " by calibrate").replace("  ", " ")
         return PrefillProfile(
             name=str(data.get("name") or path.stem),
-            a=float(data["a"]),
-            b=float(data["b"]),
-            c=float(data.get("c", 0.0)),
-            gpus=int(data.get("gpus", 1)),
-            gpu=str(data.get("gpu", "")),
-            model=str(data.get("model", "")),
+            a=float(data["a_s"] if "a_s" in data else data["a"]),
+            b=float(data["b_s_per_token"] if "b_s_per_token" in data else data["b"]),
+            c=float(data.get("c_s_per_token2", data.get("c", 0.0)) or 0.0),
+            gpus=int(data.get("gpus") or 1),
+            gpu=str(data.get("gpu") or ""),
+            model=str(data.get("model") or ""),
             gpu_hour_price=float(data["gpu_hour_price"]) if data.get("gpu_hour_price") is not None else None,
-            source=str(data.get("source", "measured")),
+            source=str(source),
         )
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: invalid prefill profile ({exc!r})",
-                         hint="required keys: a, b (seconds, seconds/token); optional c, gpus") from None
+                         hint="required keys: a_s, b_s_per_token; optional c_s_per_token2, gpus") from None
 
 
 def dump_profile(profile: PrefillProfile) -> str:
     """YAML text of a profile (the format :func:`load_profile` reads)."""
     import yaml
 
-    data = {"name": profile.name, "gpu": profile.gpu, "model": profile.model, "a": profile.a, "b": profile.b,
-            "c": profile.c, "gpus": profile.gpus, "source": profile.source}
+    data = {"kind": "prefixplan/prefill-profile", "version": 1,
+            "formula": "ttft_s = a_s + b_s_per_token*new + c_s_per_token2*new*(cached + new/2)",
+            "a_s": profile.a, "b_s_per_token": profile.b, "c_s_per_token2": profile.c, "name": profile.name,
+            "gpu": profile.gpu, "model": profile.model, "gpus": profile.gpus, "source": profile.source}
     if profile.gpu_hour_price is not None:
         data["gpu_hour_price"] = profile.gpu_hour_price
     return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,379 @@
+"""Public entry points: :func:`simulate`, :func:`sweep` and :func:`to_json`.
+
+``simulate`` builds the integer block trace once and replays it through: in-batch sharing
+(generation a), the persistent radix cache with unbounded capacity (generation b), and
+every (policy, capacity) pair asked for, then adds the savings model (GPU-seconds, TTFT
+p50/p95, money) for the headline run and the eviction risk of hot prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefixplan.errors import UsageError
+from prefixplan.savings.kvsize import KVShape
+from prefixplan.savings.prefill import PrefillProfile, TimeSavings, load_profile, time_savings
+from prefixplan.savings.pricing import Money, hosted_cost, load_prices, self_hosted_saving
+from prefixplan.simulate.batch import (
+    DEFAULT_DECODE_TPS,
+    DEFAULT_OUTPUT_TOKENS,
+    DEFAULT_PREFILL_TPS,
+    in_batch_hits,
+    service_times,
+)
+from prefixplan.simulate.granularity import Granularity, engine_granularity, provider_granularity
+from prefixplan.simulate.hosted import AnthropicCache
+from prefixplan.simulate.models import POLICIES, AutoPromote, CacheSpec, Tier, parse_ttl, run_model
+from prefixplan.simulate.risk import PrefixRisk, eviction_risk
+from prefixplan.simulate.trace import BlockTrace, SimRequest, TraceBuilder
+from prefixplan.simulate.tree import build_tree
+
+QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """What to simulate. Capacities are in tokens (see :func:`tokens_from_bytes`).
+
+    Attributes:
+        engine: ``vllm``, ``sglang`` or ``lmcache`` (ignored when ``provider`` is set).
+        provider: ``openai`` or ``anthropic`` for hosted prompt caching.
+        block_size: overrides the engine's block size.
+        model: model name (Anthropic minimums, price lookup).
+        policies: eviction policies to run at every capacity.
+        capacities: GPU cache capacities in tokens (empty: unbounded only).
+        ttl: cache expiry after last use (``5m``, ``1h``, ``24h``, seconds); hosted default 5m.
+        pinned_fraction, pins, auto_promote, prewarm_pins: pinned partition (see models).
+        tiers: lower tiers (LRU runs only).
+        batch_window: fixed in-flight seconds for the in-batch model (else estimated).
+        kv: KV shape (bytes/token) for tier loads and memory figures.
+        profile: prefill-time profile (default: built-in assumption).
+        prices_file: price table override; gpu_hour_price: self-hosted USD per GPU-hour.
+        hot_prefixes: ``(label, namespace, tokens)`` for the eviction-risk table.
+        priorities: per-request priority for the ``priority`` policy (default: 1 for
+            requests containing a hot prefix, else 0).
+    """
+
+    engine: str = "vllm"
+    provider: str | None = None
+    block_size: int | None = None
+    model: str | None = None
+    policies: tuple[str, ...] = ("lru",)
+    capacities: tuple[float, ...] = ()
+    ttl: str | float | None = None
+    pinned_fraction: float = 0.0
+    pins: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)
+    auto_promote: AutoPromote | None = None
+    prewarm_pins: bool = False
+    tiers: tuple[Tier, ...] = ()
+    batch_window: float | None = None
+    prefill_tps: float = DEFAULT_PREFILL_TPS
+    decode_tps: float = DEFAULT_DECODE_TPS
+    default_output: int = DEFAULT_OUTPUT_TOKENS
+    anthropic_breakpoints: str = "request"
+    kv: KVShape | None = None
+    profile: PrefillProfile | None = None
+    prices_file: str | None = None
+    gpu_hour_price: float | None = None
+    hot_prefixes: tuple[tuple[str, str, np.ndarray], ...] = field(default=(), compare=False)
+    priorities: np.ndarray | None = field(default=None, compare=False)
+
+    def granularity(self) -> Granularity:
+        if self.provider:
+            return provider_granularity(self.provider, self.model, self.anthropic_breakpoints)
+        return engine_granularity(self.engine, self.block_size)
+
+
+def tokens_from_bytes(capacity_bytes: float, kv: KVShape) -> float:
+    """Capacity in tokens for a KV memory budget in bytes."""
+    return float(capacity_bytes) / kv.bytes_per_token
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRun:
+    """Outcome of one cache model, in real tokens."""
+
+    label: str
+    policy: str
+    capacity_tokens: float | None
+    granularity: str
+    prompt_tokens: int
+    hit_tokens: int
+    requests: int
+    requests_hit: int
+    evictions: int
+    cached: np.ndarray  # per-request reused prefix tokens
+    loaded: dict[str, int] = field(default_factory=dict)  # lower tier -> tokens loaded
+    write_tokens: int = 0  # Anthropic cache writes
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.prompt_tokens - self.hit_tokens
+
+    @property
+    def hit_rate_tokens(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def hit_rate_requests(self) -> float:
+        return self.requests_hit / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Everything :func:`simulate` computed."""
+
+    granularity: str
+    n_requests: int
+    prompt_tokens: int
+    runs: tuple[CacheRun, ...]
+    headline: str  # label of the run the savings refer to
+    in_batch: str | None  # label of the generation (a) run, when modelled
+    persistent: str  # label of the generation (b) unbounded run
+    curves: dict[str, list[tuple[float, float, float]]]  # policy -> (capacity, token rate, request rate)
+    savings: TimeSavings | None
+    money: Money | None
+    self_hosted_usd: float | None
+    kv_bytes_per_token: int | None
+    risk: tuple[PrefixRisk, ...]
+    notes: tuple[str, ...]
+
+    def run(self, label: str) -> CacheRun:
+        for r in self.runs:
+            if r.label == label:
+                return r
+        raise KeyError(label)
+
+
+def _run_from_blocks(trace: BlockTrace, label: str, policy: str, cap: float | None, hits: np.ndarray,
+                     evictions: int, gran: Granularity, tier_blocks=None) -> CacheRun:
+    cached = hits * trace.block_tokens
+    if gran.min_tokens and gran.breakpoints is None:
+        cached = np.where(cached >= gran.min_tokens, cached, 0)
+    loaded = {k: int((v * trace.block_tokens).sum()) for k, v in (tier_blocks or {}).items()}
+    return CacheRun(label, policy, cap, gran.describe(), int(trace.prompt_tokens.sum()), int(cached.sum()),
+                    trace.n_requests, int((cached > 0).sum()), int(evictions), cached.astype(np.int64), loaded)
+
+
+def _default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | None:
+    if config.priorities is not None:
+        return np.asarray(config.priorities)
+    hot = list(config.hot_prefixes) or [("pin", ns, t) for ns, t in config.pins]
+    if not hot:
+        return None
+    from prefixplan.simulate.risk import prefix_users
+
+    tree = build_tree(trace)
+    prio = np.zeros(trace.n_requests, dtype=np.int64)
+    intervals = tree.dfs_intervals()
+    for _, ns, tokens in hot:
+        ids = trace.resolve(np.asarray(tokens, dtype=np.uint32), ns)
+        if ids:
+            prio[prefix_users(trace, tree, ids[-1], intervals)] = 1
+    return prio
+
+
+def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:
+    """Replay ``requests`` (in arrival order) through the configured cache models."""
+    config = config or SimConfig()
+    gran = config.granularity()
+    for pol in config.policies:
+        if pol not in POLICIES:
+            raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
+    ttl = parse_ttl(config.ttl)
+    notes = [QUEUEING_NOTE]
+    anthropic = AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0, gran.breakpoints or "request") \
+        if gran.breakpoints is not None else None
+    builder = TraceBuilder(gran, observer=anthropic)
+    for req in requests:
+        builder.add(req)
+    trace = builder.finish()
+    runs: list[CacheRun] = []
+    curves: dict[str, list[tuple[float, float, float]]] = {}
+    in_batch_label = None
+    if anthropic is not None:
+        read = np.asarray(anthropic.read, dtype=np.int64)
+        ttl_s = ttl if ttl is not None else 300.0
+        label = f"anthropic cache, ttl {ttl_s:g}s"
+        runs.append(CacheRun(label, "anthropic", None, gran.describe(), int(trace.prompt_tokens.sum()),
+                             int(read.sum()), trace.n_requests, int((read > 0).sum()), 0, read, {},
+                             int(sum(anthropic.write))))
+        persistent = headline = label
+    else:
+        if config.provider is None:
+            tree = build_tree(trace)
+            hits = in_batch_hits(trace, tree, service_times(trace, config.batch_window, config.prefill_tps,
+                                                            config.decode_tps, config.default_output))
+            in_batch_label = "in-batch sharing (generation a)"
+            runs.append(_run_from_blocks(trace, in_batch_label, "in-batch", None, hits, 0, gran))
+            if config.batch_window is None:
+                notes.append(f"in-batch service time = prompt/{config.prefill_tps:g} tok/s + output/"
+                             f"{config.decode_tps:g} tok/s (output {config.default_output} when unknown): assumption")
+        if config.provider is not None and ttl is None:
+            ttl = 300.0
+            notes.append("hosted cache TTL assumed 5m (use --cache-ttl)")
+        base = CacheSpec(policy="lru", ttl_s=ttl)
+        out = run_model(trace, base)
+        persistent = "radix cache, unbounded (generation b)" + (f", ttl {ttl:g}s" if ttl is not None else "")
+        runs.append(_run_from_blocks(trace, persistent, "infinite", None, out.hit_blocks, 0, gran))
+        headline = persistent
+        stacks: dict = {}
+        prios = _default_priorities(trace, config) if "priority" in config.policies else None
+        for pol in config.policies:
+            curve = []
+            for cap in config.capacities:
+                spec = CacheSpec(policy=pol, capacity_tokens=float(cap), ttl_s=ttl,
+                                 pinned_fraction=config.pinned_fraction, pins=config.pins,
+                                 auto_promote=config.auto_promote, tiers=config.tiers if pol == "lru" else (),
+                                 prewarm_pins=config.prewarm_pins)
+                res = run_model(trace, spec, priorities=prios, _stack_cache=stacks)
+                run = _run_from_blocks(trace, spec.label(), pol, float(cap), res.hit_blocks, res.evictions, gran,
+                                       res.tier_blocks)
+                runs.append(run)
+                curve.append((float(cap), run.hit_rate_tokens, run.hit_rate_requests))
+                if headline == persistent:
+                    headline = run.label
+            if curve:
+                curves[pol] = curve
+    head = next(r for r in runs if r.label == headline)
+    # savings
+    profile = config.profile or load_profile(None)
+    if profile.assumed:
+        notes.append(f"prefill profile {profile.name!r} is an assumption ({profile.source}); use --profile")
+    load_s = None
+    if head.loaded and config.tiers:
+        if config.kv is None:
+            notes.append("tier load time not counted: no KV size (use --model-config or --model)")
+        else:
+            load_s = np.zeros(trace.n_requests)
+            spec = CacheSpec(policy="lru", capacity_tokens=head.capacity_tokens, ttl_s=ttl, tiers=config.tiers,
+                             pinned_fraction=config.pinned_fraction, pins=config.pins)
+            res = run_model(trace, spec, _stack_cache={})
+            for tier in config.tiers:
+                tok = res.tier_blocks[tier.name] * trace.block_tokens
+                if tier.bandwidth_bytes_per_s > 0:
+                    load_s += tok * config.kv.bytes_per_token / tier.bandwidth_bytes_per_s
+                load_s += np.where(tok > 0, tier.latency_s, 0.0)
+    savings = time_savings(trace.prompt_tokens, head.cached, profile, load_s) if trace.n_requests else None
+    money = None
+    self_usd = None
+    if config.provider is not None and config.model:
+        table = load_prices(config.prices_file)
+        ttl_label = "1h" if (ttl or 300.0) >= 3600 else "5m"
+        money = hosted_cost(config.provider, config.model, head.prompt_tokens, head.hit_tokens, head.write_tokens,
+                            ttl_label, table)
+        notes.append(f"prices as of {money.as_of}: {money.detail}")
+    elif savings is not None:
+        price = config.gpu_hour_price if config.gpu_hour_price is not None else profile.gpu_hour_price
+        if price is not None:
+            self_usd = self_hosted_saving(savings.gpu_seconds_saved, price)
+            if config.gpu_hour_price is None:
+                notes.append(f"GPU-hour price ${price:g} from profile {profile.name!r} (assumption)")
+    # eviction risk of hot prefixes: LRU vs pinned partition vs auto-promotion at the headline capacity
+    risk: tuple[PrefixRisk, ...] = ()
+    if config.hot_prefixes and config.provider is None and config.capacities:
+        cap = float(config.capacities[0])
+        frac = config.pinned_fraction or 0.2
+        pins = tuple((ns, t) for _, ns, t in config.hot_prefixes)
+        models = {
+            "lru": run_model(trace, CacheSpec("lru", cap, ttl)).hit_blocks,
+            f"pinned {frac:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, pins)).hit_blocks,
+            f"auto-promote {frac:.0%}": run_model(
+                trace, CacheSpec("lru", cap, ttl, frac, auto_promote=config.auto_promote or AutoPromote())).hit_blocks,
+        }
+        risk = tuple(eviction_risk(trace, build_tree(trace), list(config.hot_prefixes), models))
+    return SimResult(
+        granularity=gran.describe(),
+        n_requests=trace.n_requests,
+        prompt_tokens=int(trace.prompt_tokens.sum()),
+        runs=tuple(runs),
+        headline=headline,
+        in_batch=in_batch_label,
+        persistent=persistent,
+        curves=curves,
+        savings=savings,
+        money=money,
+        self_hosted_usd=self_usd,
+        kv_bytes_per_token=config.kv.bytes_per_token if config.kv else None,
+        risk=risk,
+        notes=tuple(notes),
+    )
+
+
+def sweep(requests: Iterable[SimRequest], capacities: Iterable[float], policies: Iterable[str] = ("lru",),
+          config: SimConfig | None = None) -> dict[str, list[tuple[float, float, float]]]:
+    """Hit-rate curve per policy: ``{policy: [(capacity, token hit rate, request hit rate)]}``."""
+    base = config or SimConfig()
+    cfg = SimConfig(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                       "capacities": tuple(float(c) for c in capacities), "policies": tuple(policies),
+                       "hot_prefixes": ()})
+    return simulate(requests, cfg).curves
+
+
+def _run_json(run: CacheRun, per_request: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "label": run.label,
+        "policy": run.policy,
+        "capacity_tokens": run.capacity_tokens,
+        "granularity": run.granularity,
+        "prompt_tokens": run.prompt_tokens,
+        "hit_tokens": run.hit_tokens,
+        "prefill_tokens_computed": run.computed_tokens,
+        "hit_rate_tokens": run.hit_rate_tokens,
+        "hit_rate_requests": run.hit_rate_requests,
+        "requests_hit": run.requests_hit,
+        "evictions_blocks": run.evictions,
+    }
+    if run.loaded:
+        out["loaded_tokens"] = run.loaded
+    if run.write_tokens:
+        out["cache_write_tokens"] = run.write_tokens
+    if per_request:
+        out["cached_tokens_per_request"] = run.cached.tolist()
+    return out
+
+
+def to_json(result: SimResult) -> dict[str, Any]:
+    """JSON-ready dict (per-request cached lengths for in-batch, unbounded and headline runs)."""
+    main = {result.headline, result.persistent, result.in_batch}
+    sav = result.savings
+    return {
+        "granularity": result.granularity,
+        "requests": result.n_requests,
+        "prompt_tokens": result.prompt_tokens,
+        "headline": result.headline,
+        "in_batch": result.in_batch,
+        "persistent": result.persistent,
+        "runs": [_run_json(r, r.label in main) for r in result.runs],
+        "curves": {p: [{"capacity_tokens": c, "hit_rate_tokens": t, "hit_rate_requests": q} for c, t, q in pts]
+                   for p, pts in result.curves.items()},
+        "savings": None if sav is None else {
+            "profile": sav.profile,
+            "profile_is_assumption": sav.assumed,
+            "gpu_seconds_without": sav.gpu_seconds_without,
+            "gpu_seconds_with": sav.gpu_seconds_with,
+            "gpu_seconds_saved": sav.gpu_seconds_saved,
+            "ttft_p50_without_s": sav.ttft_p50_without,
+            "ttft_p95_without_s": sav.ttft_p95_without,
+            "ttft_p50_with_s": sav.ttft_p50_with,
+            "ttft_p95_with_s": sav.ttft_p95_with,
+            "queueing_modelled": False,
+        },
+        "money": None if result.money is None else {
+            "provider": result.money.provider, "model": result.money.model, "prices_as_of": result.money.as_of,
+            "usd_without": result.money.cost_without, "usd_with": result.money.cost_with,
+            "usd_saved": result.money.saved, "detail": result.money.detail,
+        },
+        "self_hosted_usd_saved": result.self_hosted_usd,
+        "kv_bytes_per_token": result.kv_bytes_per_token,
+        "risk": [{"label": r.label, "tokens": r.tokens, "uses": r.uses,
+                  "by_model": {k: {"reprefills": a, "reprefill_tokens": b} for k, (a, b) in r.by_model.items()}}
+                 for r in result.risk],
+        "notes": list(result.notes),
+    }
+
+
