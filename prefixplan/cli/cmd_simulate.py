@@ -1,0 +1,124 @@
+"""``prefixplan simulate LOG...`` — replay a log through prefix-cache models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prefixplan.cli import common
+from prefixplan.cli.output import report_console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(no_args_is_help=True)
+    def simulate(
+        logs: common.Logs,
+        format: common.Format = "auto",
+        since: common.Since = None,
+        until: common.Until = None,
+        sample: common.Sample = None,
+        strict: common.Strict = False,
+        trace_block_size: common.TraceBlock = 512,
+        tokenizer: common.Tokenizer = None,
+        tokenizer_map: common.TokenizerMap = None,
+        chat_template: common.ChatTemplate = None,
+        template_kwargs: common.TemplateKwargs = None,
+        engine: common.Engine = "vllm",
+        block_size: common.BlockSize = None,
+        provider: Annotated[Optional[str], typer.Option("--provider", help="Hosted prompt caching: openai or anthropic.")] = None,
+        capacity: Annotated[Optional[str], typer.Option("--capacity", help="GPU cache capacities, comma-separated: tokens (1e6) or bytes (40GB).")] = None,
+        policy: Annotated[str, typer.Option("--policy", help="Eviction policies, comma-separated: lru, lfu, fifo, priority.")] = "lru",
+        cache_ttl: Annotated[Optional[str], typer.Option("--cache-ttl", help="Expiry after last use: 5m, 1h, 24h or seconds.")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Model name: KV size (built-in table), prices, Anthropic minimums.")] = None,
+        model_config: Annotated[Optional[Path], typer.Option("--model-config", help="config.json giving the KV bytes per token.")] = None,
+        kv_dtype_bytes: Annotated[Optional[int], typer.Option("--kv-dtype-bytes", help="KV cache bytes per element (2 bf16, 1 fp8).")] = None,
+        pinned_fraction: Annotated[float, typer.Option("--pinned-fraction", help="Share of capacity reserved for pinned prefixes (with --auto-promote).")] = 0.0,
+        auto_promote: Annotated[Optional[int], typer.Option("--auto-promote", help="Pin blocks reused >= N times in the last hour; unpin when cold.")] = None,
+        tier: Annotated[Optional[list[str]], typer.Option("--tier", help="Lower tier NAME:CAPACITY[:GB/s[:ms]], e.g. cpu:200GB:25:0.5 (repeatable).")] = None,
+        batch_window: Annotated[Optional[float], typer.Option("--batch-window", help="Seconds each request stays in flight for in-batch sharing (default: estimated).")] = None,
+        breakpoints: Annotated[str, typer.Option("--breakpoints", help="Anthropic: request (log cache_control) or auto (prompt end).")] = "request",
+        profile: Annotated[Optional[str], typer.Option("--profile", help="Prefill profile: built-in name or YAML file (calibrate writes one).")] = None,
+        prices: Annotated[Optional[Path], typer.Option("--prices", help="YAML overriding the shipped price table.")] = None,
+        gpu_hour_price: Annotated[Optional[float], typer.Option("--gpu-hour-price", help="USD per GPU-hour for self-hosted savings.")] = None,
+        json_out: Annotated[Optional[str], typer.Option("--json", help="Write the result (JSON) to FILE, or - for stdout.")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
+    ) -> None:
+        """Replay requests through cache models: in-batch vs persistent cache, capacity curves, savings."""
+        from prefixplan.fileio import atomic_write_json
+        from prefixplan.simulate import to_json
+        from prefixplan.simulate.logs import simulate_logs
+        from prefixplan.simulate.options import build_config
+
+        options = common.analyze_options(
+            logs, format=format, since=since, until=until, sample=sample, strict=strict,
+            trace_block_size=trace_block_size, tokenizer=tokenizer, tokenizer_map=tokenizer_map,
+            chat_template=chat_template, template_kwargs=template_kwargs, engine=engine, block_size=block_size,
+        )
+        config = build_config(
+            engine=engine, block_size=block_size, provider=provider, capacity=capacity, policy=policy,
+            cache_ttl=cache_ttl, model=model, model_config=model_config, kv_dtype_bytes=kv_dtype_bytes,
+            pinned_fraction=pinned_fraction, auto_promote=auto_promote, tiers=tier or [],
+            batch_window=batch_window, breakpoints=breakpoints, profile=profile, prices=prices,
+            gpu_hour_price=gpu_hour_price,
+        )
+        result, errors = simulate_logs(options, config)
+        doc = to_json(result)
+        doc["line_errors"] = errors.count
+        console = report_console(stderr=json_out == "-")
+        if json_out:
+            atomic_write_json(json_out, doc)
+        if not quiet:
+            render(doc, console)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def render(doc: dict, console) -> None:
+    """Print the two-generation comparison, capacity curves, savings and notes."""
+    from rich.table import Table
+
+    console.print(f"[bold]{doc['requests']:,} requests, {doc['prompt_tokens']:,} prompt tokens[/]  "
+                  f"granularity: {doc['granularity']}")
+    table = Table(title="Cache models", title_justify="left")
+    for col in ("model", "hit rate (tokens)", "hit rate (requests)", "prefill computed", "prefill saved", "evicted blocks"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for run in doc["runs"]:
+        name = run["label"]
+        if name == doc["headline"] and name not in (doc["persistent"], doc["in_batch"]):
+            name += " *"
+        table.add_row(name, _pct(run["hit_rate_tokens"]), _pct(run["hit_rate_requests"]),
+                      f"{run['prefill_tokens_computed']:,}", f"{run['hit_tokens']:,}", f"{run['evictions_blocks']:,}")
+    console.print(table)
+    if doc["curves"]:
+        curve = Table(title="Capacity curve (token hit rate)", title_justify="left")
+        curve.add_column("capacity (tokens)", justify="right")
+        pols = list(doc["curves"])
+        for p in pols:
+            curve.add_column(p, justify="right")
+        for i, pt in enumerate(doc["curves"][pols[0]]):
+            curve.add_row(f"{pt['capacity_tokens']:.3g}", *(_pct(doc["curves"][p][i]["hit_rate_tokens"]) for p in pols))
+        console.print(curve)
+    sav = doc.get("savings")
+    if sav:
+        console.print(f"[bold]Savings[/] ({doc['headline']}; profile {sav['profile']}"
+                      f"{', an assumption' if sav['profile_is_assumption'] else ''}): "
+                      f"GPU-seconds {sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} "
+                      f"(saved {sav['gpu_seconds_saved']:,.1f}); TTFT p50 {sav['ttft_p50_without_s'] * 1000:.0f} -> "
+                      f"{sav['ttft_p50_with_s'] * 1000:.0f} ms, p95 {sav['ttft_p95_without_s'] * 1000:.0f} -> "
+                      f"{sav['ttft_p95_with_s'] * 1000:.0f} ms")
+    money = doc.get("money")
+    if money:
+        console.print(f"[bold]Money[/] ({money['provider']} {money['model']}, prices as of {money['prices_as_of']}): "
+                      f"${money['usd_without']:,.2f} -> ${money['usd_with']:,.2f} (saved ${money['usd_saved']:,.2f})")
+    elif doc.get("self_hosted_usd_saved") is not None:
+        console.print(f"[bold]Money[/] self-hosted: ${doc['self_hosted_usd_saved']:,.2f} of GPU time saved")
+    if doc.get("kv_bytes_per_token"):
+        console.print(f"KV cache: {doc['kv_bytes_per_token']:,} bytes/token")
+    for note in doc["notes"]:
+        console.print(f"[dim]note: {note}[/]")
+    if doc.get("line_errors"):
+        console.print(f"[yellow]{doc['line_errors']} malformed log lines skipped[/]")

@@ -1,0 +1,74 @@
+"""Turn command-line style options into a :class:`~prefixplan.simulate.api.SimConfig`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefixplan.errors import UsageError
+from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
+from prefixplan.savings.prefill import load_profile
+from prefixplan.simulate.api import SimConfig, parse_capacity, parse_tier
+from prefixplan.simulate.models import AutoPromote
+
+
+def build_config(
+    *,
+    engine: str = "vllm",
+    block_size: int | None = None,
+    provider: str | None = None,
+    capacity: str | None = None,
+    policy: str = "lru",
+    cache_ttl: str | None = None,
+    model: str | None = None,
+    model_config: Path | None = None,
+    kv_dtype_bytes: int | None = None,
+    pinned_fraction: float = 0.0,
+    auto_promote: int | None = None,
+    tiers: list[str] | tuple[str, ...] = (),
+    batch_window: float | None = None,
+    breakpoints: str = "request",
+    profile: str | None = None,
+    prices: Path | None = None,
+    gpu_hour_price: float | None = None,
+) -> SimConfig:
+    """Validate and convert options (capacities may be bytes when the KV size is known)."""
+    kv: KVShape | None = None
+    if model_config is not None:
+        kv = load_config(model_config, kv_dtype_bytes)
+    elif model and not provider:
+        try:
+            kv = lookup_builtin(model, kv_dtype_bytes)
+        except UsageError:
+            kv = None
+    caps = tuple(parse_capacity(c, kv) for c in capacity.split(",") if c.strip()) if capacity else ()
+    policies = tuple(p.strip().lower() for p in policy.split(",") if p.strip())
+    if not 0 <= pinned_fraction < 1:
+        raise UsageError("--pinned-fraction must be in [0, 1)")
+    auto = None
+    if auto_promote is not None:
+        if auto_promote < 1:
+            raise UsageError("--auto-promote needs N >= 1")
+        auto = AutoPromote(min_hits=auto_promote)
+        pinned_fraction = pinned_fraction or 0.2
+    elif pinned_fraction:
+        raise UsageError("--pinned-fraction needs --auto-promote (or pins from the Python API)")
+    if (pinned_fraction or tiers) and not caps:
+        raise UsageError("pinned partitions and tiers need --capacity")
+    return SimConfig(
+        engine=engine,
+        provider=provider,
+        block_size=block_size,
+        model=model,
+        policies=policies or ("lru",),
+        capacities=caps,
+        ttl=cache_ttl,
+        pinned_fraction=pinned_fraction,
+        auto_promote=auto,
+        tiers=tuple(parse_tier(t, kv) for t in tiers),
+        batch_window=batch_window,
+        anthropic_breakpoints=breakpoints,
+        kv=kv,
+        profile=load_profile(profile),
+        prices_file=str(prices) if prices else None,
+        gpu_hour_price=gpu_hour_price,
+    )
