@@ -17,38 +17,17 @@ a stable prefix would have reused, under an infinite cache.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from prefixplan import lint
 from prefixplan.render.spans import message_text
 from prefixplan.types import Prompt, content_hash
 
-DYNAMIC_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")),
-    ("datetime", re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?")),
-    ("date", re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b")),
-    ("date", re.compile(
-        r"\b\d{1,2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{4}\b"
-        r"|\b(January|February|March|April|May|June|July|August|September|October|November|December) \d{1,2},? \d{4}\b")),
-    ("time", re.compile(r"\b\d{1,2}:\d{2}(:\d{2})?( ?[AaPp][Mm])?\b")),
-    ("hex-id", re.compile(r"\b[0-9a-f]{16,}\b")),  # must mix digits and letters (checked below)
-    ("request-id", re.compile(r"\b(req|request|session|trace|run)[-_][A-Za-z0-9]{6,}\b", re.I)),
-    ("number", re.compile(r"\b\d{6,}\b")),
-)
-
-
 def find_dynamic(text: str) -> list[tuple[str, int, int]]:
-    """Dynamic spans in ``text``: ``(kind, start, end)``, non-overlapping, in order."""
-    found: list[tuple[str, int, int]] = []
-    for kind, pattern in DYNAMIC_PATTERNS:
-        for m in pattern.finditer(text):
-            if kind == "hex-id" and (m.group(0).isdigit() or m.group(0).isalpha()):
-                continue
-            if not any(a < m.end() and m.start() < b for _, a, b in found):
-                found.append((kind, m.start(), m.end()))
-    return sorted(found, key=lambda f: f[1])
+    """Dynamic spans in ``text`` as ``(code, start, end)`` (the recipe lint's patterns)."""
+    return [(code, a, b) for a, b, code, _ in lint.find_dynamic(text)]
 
 
 def mask_dynamic(text: str) -> str:
@@ -64,7 +43,7 @@ def mask_dynamic(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Breaker:
     kind: str  # "dynamic-system" | "tool-order" | "tool-key-order"
-    pattern: str  # "date", "uuid", ... or "order"
+    pattern: str  # a lint code ("date-time", "uuid", "request-id", "long-number") or "order"
     requests: int
     variants: int
     char_offset: int | None  # position of the first dynamic span in the system text
@@ -150,8 +129,7 @@ class BreakerFinder:
                 continue
             kind, a, b, text = group.first
             tail = int(statistics.median(group.tails)) if group.tails else 0
-            line = text.count("\n", 0, a) + 1
-            col = a - (text.rfind("\n", 0, a) + 1) + 1
+            line, col = lint.line_col(text, a)
             lo = max(0, a - 40)
             out.append(Breaker(
                 "dynamic-system", kind, sum(group.variants.values()), len(group.variants), a, line, col,

@@ -75,7 +75,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
         ),
         "request/session id",
     ),
-    ("request-id", re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{16,}\b"), "hex id"),
+    ("request-id", re.compile(r"\b[0-9a-f]{16,}\b"), "hex id"),  # must mix letters and digits (checked)
     ("date-time", re.compile(r"\b1[4-9]\d{8}(?:\d{3})?\b"), "Unix timestamp"),
     ("long-number", re.compile(r"\b\d{8,}\b"), "long number"),
 )
@@ -123,13 +123,16 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
     return line, col
 
 
-def _matches(text: str) -> list[tuple[int, int, str, str]]:
-    """Non-overlapping (start, end, code, what) matches; earlier patterns win overlaps."""
+def find_dynamic(text: str) -> list[tuple[int, int, str, str]]:
+    """Dynamic spans of ``text``: non-overlapping ``(start, end, code, what)``, in order;
+    earlier patterns win overlaps. Shared by recipe lint and the log breaker report."""
     taken: list[tuple[int, int]] = []
     out = []
     for code, pat, what in _PATTERNS:
         for m in pat.finditer(text):
             s, e = m.span()
+            if what == "hex id" and (m.group(0).isdigit() or m.group(0).isalpha()):
+                continue
             if any(s < te and ts < e for ts, te in taken):
                 continue
             taken.append((s, e))
@@ -159,7 +162,7 @@ def lint_text(
         first_line: line number of the text's first line in its file (chunks).
     """
     findings = []
-    for s, e, code, what in _matches(text):
+    for s, e, code, what in find_dynamic(text):
         if code in ignore:
             continue
         line, col = line_col(text, s)
@@ -383,7 +386,7 @@ def lint_variants(
             continue
         # classify by the breaker pattern whose match covers the divergence, if any
         covering = [
-            (ms, me, w) for ms, me, _c, w in _matches(text[max(0, d - 64) : d + 64]) if ms <= min(d, 64) < me
+            (ms, me, w) for ms, me, _c, w in find_dynamic(text[max(0, d - 64) : d + 64]) if ms <= min(d, 64) < me
         ]
         what = covering[0][2] if covering else "a varying value"
         s = max(0, d - 64) + covering[0][0] if covering else d

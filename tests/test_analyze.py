@@ -118,7 +118,7 @@ def test_example_plants_are_found(example):
     assert {e["line"] for e in rec["errors"]["samples"]} == {38, 75, 112, 149}
     date = [b for b in rec["breakers"] if b["kind"] == "dynamic-system"]
     assert date, "the planted timestamp in the support-bot system prompt is flagged"
-    assert date[0]["pattern"] in ("datetime", "date") and date[0]["line"] == 1
+    assert date[0]["pattern"] == "date-time" and date[0]["line"] == 1
     assert date[0]["cost_tokens"] > 10_000
     assert any(b["kind"] in ("tool-key-order", "tool-order") for b in rec["breakers"])
     labels = {c["label"] for c in rec["candidates"]}
