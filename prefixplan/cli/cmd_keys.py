@@ -34,7 +34,7 @@ def _emit_json(target: str, data: object) -> None:
 
 
 def _table(records: list, title: str) -> None:  # type: ignore[type-arg]
-    from rich.console import Console
+    from prefixplan.cli.output import report_console
     from rich.table import Table
 
     t = Table(title=title)
@@ -62,7 +62,7 @@ def _table(records: list, title: str) -> None:  # type: ignore[type-arg]
             "yes" if r.pinned else "",
             r.source or "",
         )
-    Console(highlight=False).print(t)
+    report_console().print(t)
 
 
 def list_cmd(
@@ -101,9 +101,9 @@ def show_cmd(
         _emit_json(json_out, rec.to_dict())
         if json_out == "-":
             return
-    from rich.console import Console
+    from prefixplan.cli.output import report_console
 
-    con = Console(highlight=False)
+    con = report_console()
     for k, v in rec.to_dict().items():
         con.print(f"[bold]{k}[/]: {v}")
 

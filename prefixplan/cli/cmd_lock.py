@@ -44,9 +44,9 @@ def lock(
             typer.echo(text, nl=False)
             return
         Path(json_out).write_text(text, encoding="utf-8")
-    from rich.console import Console
+    from prefixplan.cli.output import report_console
 
-    con = Console(highlight=False)
+    con = report_console()
     state = "written" if result.written else "unchanged"
     con.print(f"{result.path}: {state}; {len(result.added) + len(result.unchanged)} keys")
     for k in result.added:
