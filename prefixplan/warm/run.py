@@ -193,6 +193,18 @@ def aligned(n: int, block: int) -> int:
     return (n // block) * block
 
 
+def warm_prompt(ids: Sequence[int]) -> list[int]:
+    """The warm-up prompt: the prefix plus one extra token (its own last id, always valid), so
+    every full block of the prefix is computed and cached despite the last-token rule."""
+    return [*ids, ids[-1]]
+
+
+def probe_prompt(ids: Sequence[int], suffix_tokens: int = 2) -> list[int]:
+    """The verification probe: the prefix plus a short suffix of valid ids."""
+    suffix = [ids[-1], ids[0], ids[min(1, len(ids) - 1)]][: max(1, suffix_tokens)]
+    return [*ids, *suffix]
+
+
 def _preflight(rep: _Replica, options: WarmOptions, connector: Connector, expected: list[int] | None,
                why_unchecked: str, tokenizer: Mapping[str, Any] | None) -> None:
     try:
@@ -267,9 +279,8 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
     adapter = rep.adapter
     assert adapter is not None
     ids = list(item.token_ids)
-    warm_prompt = ids + [ids[-1]]
-    suffix = [ids[-1], ids[0], ids[min(1, len(ids) - 1)]][: max(1, options.suffix_tokens)]
-    probe_prompt = ids + suffix
+    warm_ids = warm_prompt(ids)
+    probe_ids = probe_prompt(ids, options.suffix_tokens)
 
     def call(prompt: list[int]) -> Any:
         return with_retries(
@@ -278,12 +289,12 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
         )
 
     try:
-        warm = call(warm_prompt)
+        warm = call(warm_ids)
         if not options.verify:
             return ItemResult(**base, status="unverified", cold_ttft_s=warm.ttft_s,
                               cached_at_warmup=warm.cached_tokens, error="verification disabled (--no-verify)")
         before = _counters(adapter) if warm.cached_tokens is None else None
-        probe = call(probe_prompt)
+        probe = call(probe_ids)
     except EngineRequestError as err:
         if err.kind in ("refused", "timeout"):
             rep.dead = err.reason
@@ -305,7 +316,7 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
     hits = after.hits - before.hits
     queries = (after.queries - before.queries) if after.queries is not None and before.queries is not None else None
     idle = (before.running in (None, 0) and after.running in (None, 0)
-            and queries is not None and int(queries) == len(probe_prompt))
+            and queries is not None and int(queries) == len(probe_ids))
     if not idle:
         return ItemResult(**base, **common, status="unverified", error=(
             f"{rep.endpoint.label}: no per-request cached tokens and the replica is not idle "
