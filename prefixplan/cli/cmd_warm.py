@@ -114,7 +114,11 @@ def _render(con: object, data: dict) -> None:
         )
         return
     for r in data["replicas"]:
-        line = f"{escape(r['endpoint'])}: {r['engine'] or '?'} {escape(str(r['model']))} block {r['block_size']} tokenizer {r['tokenizer_check']}"
+        if r["engine"] is None and r["error"]:
+            con.print(f"[red]{escape(r['error'])}[/]")  # type: ignore[attr-defined]
+            continue
+        line = (f"{escape(r['endpoint'])}: {r['engine']} model {escape(str(r['model']))}, block {r['block_size']}, "
+                f"tokenizer {escape(r['tokenizer_check'])}")
         if r["error"]:
             line += f" [red]{escape(r['error'])}[/]"
         con.print(line)  # type: ignore[attr-defined]
