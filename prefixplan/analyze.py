@@ -28,6 +28,7 @@ from prefixplan.render.spans import message_text
 from prefixplan.types import Chunk, Prompt, Request, Segment, content_hash
 
 SCHEMA_VERSION = 1
+DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)  # tokens, for the capacity curve in analyze
 ENGINE_BLOCK = {"vllm": 16, "sglang": 1, "lmcache": 256}
 USER_KINDS = ("user", "assistant", "tool_result")
 PREVIEW_CHARS = 80
@@ -52,6 +53,9 @@ class AnalyzeOptions:
     min_tenants: int = 2
     show_user_text: bool = False
     rag_whatif: bool = True
+    simulate: bool = True
+    capacities: tuple[float, ...] = DEFAULT_CAPACITIES
+    configured_capacity: float | None = None
     render_batch: int = 256
 
     @property
@@ -150,37 +154,49 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
     scale_seen: set[int] = set()
     times: list[float] = []
 
-    for i, prompt in enumerate(iter_prompts(options, errors, renderers, failures=failures)):
-        req = prompt.request
-        n = len(prompt)
-        scale = prompt.token_scale
-        scale_seen.add(scale)
-        tenant = req.tenant
-        if tenant:
-            tenants_seen.add(tenant)
-        match = tree.insert(prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time)
-        eff_block = max(1, block // scale) if scale > 1 else block
-        reused = reusable_prefix(match, n, eff_block) if n else 0
-        infos.append(_ReqInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
-        total += n * scale
-        reused_total += reused * scale
-        hit_requests += reused > 0
-        exact_all &= prompt.exact
-        namespaces[req.namespace] += 1
-        models[req.model or "-"] += 1
-        formats[req.format] += 1
-        if req.time is not None:
-            times.append(req.time)
-        if req.logged_cached_tokens is not None:
-            logged_cached += req.logged_cached_tokens
-            logged_n += 1
-        for chunk in prompt.chunks:
-            chunk_tokens.setdefault(chunk.content_hash, chunk.end - chunk.start)
-        chunk_requests.update(request_chunk_hashes(req))
-        _remember_previews(previews, heads, req, prompt.segments)
-        finder.add(prompt)
-        if progress is not None and i % 512 == 0:
-            progress(i)
+    def observed() -> Iterator[Prompt]:
+        """The rendered stream with the analysis bookkeeping done on the way through, so the
+        simulation (when on) drives one single pass over the log."""
+        nonlocal total, reused_total, hit_requests, logged_cached, logged_n, exact_all
+        for i, prompt in enumerate(iter_prompts(options, errors, renderers, failures=failures)):
+            req = prompt.request
+            n = len(prompt)
+            scale = prompt.token_scale
+            scale_seen.add(scale)
+            tenant = req.tenant
+            if tenant:
+                tenants_seen.add(tenant)
+            match = tree.insert(prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time)
+            eff_block = max(1, block // scale) if scale > 1 else block
+            reused = reusable_prefix(match, n, eff_block) if n else 0
+            infos.append(_ReqInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
+            total += n * scale
+            reused_total += reused * scale
+            hit_requests += reused > 0
+            exact_all &= prompt.exact
+            namespaces[req.namespace] += 1
+            models[req.model or "-"] += 1
+            formats[req.format] += 1
+            if req.time is not None:
+                times.append(req.time)
+            if req.logged_cached_tokens is not None:
+                logged_cached += req.logged_cached_tokens
+                logged_n += 1
+            for chunk in prompt.chunks:
+                chunk_tokens.setdefault(chunk.content_hash, chunk.end - chunk.start)
+            chunk_requests.update(request_chunk_hashes(req))
+            _remember_previews(previews, heads, req, prompt.segments)
+            finder.add(prompt)
+            if progress is not None and i % 512 == 0:
+                progress(i)
+            yield prompt
+
+    simulation = None
+    if options.simulate:
+        simulation = _simulate(observed(), options, block)
+    else:
+        for _ in observed():
+            pass
     n_requests = len(infos)
     if progress is not None:
         progress(n_requests)
@@ -258,6 +274,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         "kinds": kinds,
         "candidates": cand_json,
         "rag": rag,
+        "simulation": simulation,
         "breakers": [b.to_json() for b in breakers],
         "errors": {
             "count": errors.count,
@@ -266,6 +283,27 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         },
     }
     return Analysis(record, candidates, breakers, errors, tree, failures)
+
+
+def _simulate(prompts: Iterator[Prompt], options: AnalyzeOptions, block: int) -> dict[str, Any]:
+    """In-batch vs persistent cache and an LRU capacity curve at the analysis granularity
+    (the headline numbers of ``prefixplan simulate``; per-request arrays left out)."""
+    from prefixplan.simulate import SimConfig, simulate, to_json
+    from prefixplan.simulate.logs import sim_requests
+
+    capacities = tuple(sorted(set(options.capacities) | ({options.configured_capacity} if options.configured_capacity else set())))
+    config = SimConfig(
+        engine=options.engine if options.engine in ENGINE_BLOCK else "vllm",
+        block_size=block,
+        capacities=capacities,
+        headline_capacity=options.configured_capacity,
+        headline_unbounded=options.configured_capacity is None,
+    )
+    data = to_json(simulate(sim_requests(prompts), config))
+    for run in data.get("runs", []):
+        run.pop("cached_tokens_per_request", None)
+    data["configured_capacity_tokens"] = options.configured_capacity
+    return data
 
 
 def _approx_reason(fingerprints: dict[str, dict[str, Any]], formats: Counter[str]) -> str:

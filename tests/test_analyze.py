@@ -48,7 +48,7 @@ def test_reuse_equals_bruteforce_oracle(tmp_path):
     rows += [_chat("other system", "u9", system="A different assistant. " * 30, tools=None)] * 2
     log = _write(tmp_path / "log.jsonl", rows)
     for block in (1, 16, 64):
-        opts = AnalyzeOptions(paths=(str(log),), block_size=block, rag_whatif=False)
+        opts = AnalyzeOptions(paths=(str(log),), block_size=block, rag_whatif=False, capacities=(1e3,))
         result = analyze(opts)
         prompts = [p.tokens for p in iter_prompts(opts, LineErrors())]
         expected = 0
@@ -60,6 +60,10 @@ def test_reuse_equals_bruteforce_oracle(tmp_path):
                 best = max(best, int(neq[0]) if neq.size else n)
             expected += reusable_prefix(best, len(toks), block)
         assert result.record["summary"]["reusable_tokens"] == expected
+        # the simulator's unbounded persistent cache agrees with the tree
+        sim = result.record["simulation"]
+        persistent = next(r for r in sim["runs"] if r["label"] == sim["persistent"])
+        assert persistent["hit_tokens"] == expected
         assert result.record["summary"]["prompt_tokens"] == sum(len(t) for t in prompts)
         assert result.record["granularity"]["block_size"] == block
 

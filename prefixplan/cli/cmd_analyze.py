@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         min_tenants: Annotated[int, typer.Option("--min-tenants", help="Fewest distinct users before a prefix's text or ids are shown/stored.")] = 2,
         show_user_text: Annotated[bool, typer.Option("--show-user-text", help="Allow previews of user-authored text (off by default).")] = False,
         rag_whatif: Annotated[bool, typer.Option("--rag-whatif/--no-rag-whatif", help="Measure the documents-first layout (a second pass).")] = True,
+        simulate: Annotated[bool, typer.Option("--simulate/--no-simulate", help="Also replay the log: in-batch vs persistent cache, LRU capacity curve, savings.")] = True,
+        capacity: Annotated[Optional[str], typer.Option("--capacity", help="Your KV cache capacity in tokens (e.g. 2e6): marked on the curve; savings refer to it.")] = None,
         json_out: Annotated[Optional[str], typer.Option("--json", help="Write the analysis record (JSON) to FILE, or - for stdout.")] = None,
         html_out: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report to FILE.")] = None,
         markdown_out: Annotated[Optional[str], typer.Option("--markdown", help="Write a Markdown report (PR comments) to FILE.")] = None,
@@ -51,7 +53,8 @@ def register(app: typer.Typer) -> None:
             trace_block_size=trace_block_size, tokenizer=tokenizer, tokenizer_map=tokenizer_map,
             chat_template=chat_template, template_kwargs=template_kwargs, engine=engine, block_size=block_size,
             top=top, min_tokens=min_tokens, min_hits=min_hits, min_tenants=min_tenants,
-            show_user_text=show_user_text, rag_whatif=rag_whatif,
+            show_user_text=show_user_text, rag_whatif=rag_whatif, simulate=simulate,
+            configured_capacity=_capacity(capacity),
         )
         to_stdout = json_out == "-"
         console = report_console(stderr=to_stdout)
@@ -74,6 +77,14 @@ def register(app: typer.Typer) -> None:
             write_reports(result.record, html=html_out, markdown=markdown_out, top=top)
         if not quiet:
             render_analysis(result.record, console, top=top)
+
+
+def _capacity(text: str | None) -> float | None:
+    if text is None:
+        return None
+    from prefixplan.simulate.api import parse_capacity
+
+    return parse_capacity(text, None)
 
 
 class common_progress:  # noqa: N801 - used as a context manager

@@ -31,13 +31,33 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     console.print(f"tokenizer: {tok.get('label')} [{exact}]   granularity: {gran} (full blocks; last token never reused)")
     head = Table.grid(padding=(0, 2))
     head.add_column(style="dim")
-    head.add_column(justify="right")
+    head.add_column()
     head.add_row("requests", _n(s["requests"]))
     head.add_row("malformed lines", _n(s["malformed_lines"]) + (f" (+{s['render_failures']} not renderable)" if s["render_failures"] else ""))
     head.add_row("prompt tokens", _n(s["prompt_tokens"]))
     head.add_row("reusable with infinite cache", f"{_n(s['reusable_tokens'])} ({_pct(s['hit_rate_tokens'])} of tokens, "
                  f"{_pct(s['hit_rate_requests'])} of requests hit)")
     head.add_row("covered by ranked shared prefixes", _n(s["shared_prefix_tokens"]))
+    sim = record.get("simulation")
+    if sim:
+        runs = {r["label"]: r for r in sim.get("runs", [])}
+        batch, pers = runs.get(sim.get("in_batch") or ""), runs.get(sim.get("persistent") or "")
+        if batch and pers:
+            head.add_row("in-batch sharing only (nothing survives a batch)",
+                         f"{_pct(batch['hit_rate_tokens'])} of tokens, {_n(batch['hit_tokens'])} prefill saved")
+            head.add_row("persistent radix cache (unbounded)",
+                         f"{_pct(pers['hit_rate_tokens'])} of tokens, {_n(pers['hit_tokens'])} prefill saved")
+        for pol, pts in (sim.get("curves") or {}).items():
+            head.add_row(f"{pol} hit rate by capacity (tokens)",
+                         "  ".join(f"{p['capacity_tokens']:.0e}: {_pct(p['hit_rate_tokens'])}" for p in pts))
+        sav = sim.get("savings")
+        if sav:
+            tag = " (assumed profile)" if sav.get("profile_is_assumption") else ""
+            head.add_row(f"GPU prefill seconds, {sim['headline']}",
+                         f"{sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} with {sav['profile']}{tag}")
+            head.add_row("TTFT p50 / p95 (prefill only, no queueing)",
+                         f"{1000 * sav['ttft_p50_without_s']:,.0f} / {1000 * sav['ttft_p95_without_s']:,.0f} ms -> "
+                         f"{1000 * sav['ttft_p50_with_s']:,.0f} / {1000 * sav['ttft_p95_with_s']:,.0f} ms")
     if s.get("logged_cached_tokens") is not None:
         head.add_row("cached tokens reported in the log", _n(s["logged_cached_tokens"]))
     console.print(head)

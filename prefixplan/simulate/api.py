@@ -77,6 +77,8 @@ class SimConfig:
     anthropic_breakpoints: str = "request"
     kv: KVShape | None = None
     profile: PrefillProfile | None = None
+    headline_capacity: float | None = None  # savings refer to this capacity (first policy)
+    headline_unbounded: bool = False  # ... or to the unbounded cache (default: first capacity)
     prices_file: str | None = None
     gpu_hour_price: float | None = None
     hot_prefixes: tuple[tuple[str, str, np.ndarray], ...] = field(default=(), compare=False)
@@ -235,7 +237,10 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
                                        res.tier_blocks)
                 runs.append(run)
                 curve.append((float(cap), run.hit_rate_tokens, run.hit_rate_requests))
-                if headline == persistent:
+                if config.headline_capacity is not None:
+                    if float(cap) == float(config.headline_capacity) and pol == config.policies[0]:
+                        headline = run.label
+                elif headline == persistent and not config.headline_unbounded:
                     headline = run.label
             if curve:
                 curves[pol] = curve
