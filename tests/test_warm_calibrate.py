@@ -158,3 +158,24 @@ def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.
         data = json.loads(capsys.readouterr().out)
         assert code == ExitCode.OK and data["replicas"][0]["verdict"] == "ok"
         assert main(["status", "--endpoint", fake.url, "--target", "0.9"]) == ExitCode.FINDINGS
+
+
+def test_stop_event_skips_remaining_prefixes() -> None:
+    from prefixplan.warm.run import WarmOptions, run_warm
+    from prefixplan.warm.plan import plan_from_record
+
+    rec = {"granularity": {"block_size": 16}, "candidates": [
+        {"rank": r, "name": f"p{r}", "length": 32, "token_ids": list(range(r * 100, r * 100 + 32)),
+         "marginal_tokens": 10, "parent": None} for r in (1, 2, 3)]}
+    stop = threading.Event()
+    seen = []
+
+    def progress(res) -> None:
+        seen.append(res.status)
+        stop.set()  # "SIGTERM" after the first prefix
+
+    with FakeEngine("vllm") as fake:
+        rep = run_warm(plan_from_record(rec, top=3), [Endpoint(fake.url)], WarmOptions(retries=0), progress=progress,
+                       stop=stop)
+    assert [r.status for r in rep.results] == ["verified", "skipped", "skipped"]
+    assert rep.results[1].error == "stopped (SIGTERM/SIGINT)" and rep.exit_code == ExitCode.FINDINGS

@@ -1,8 +1,9 @@
 """``warm --every``: re-warm on a fixed period so prefixes stay below the eviction horizon.
 
 Rounds never overlap (each starts only after the previous one finished; missed ticks are skipped,
-not caught up), the total run time is bounded, and SIGTERM / SIGINT stop it cleanly after the
-current request: the loop waits on an event, never in an uninterruptible sleep.
+not caught up), the total run time is bounded, and SIGTERM / SIGINT stop it cleanly: the signal
+sets an event that the round checks between prefixes (requests in flight finish, the rest are
+skipped) and that the loop waits on between rounds, never in an uninterruptible sleep.
 """
 
 from __future__ import annotations

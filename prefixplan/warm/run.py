@@ -334,8 +334,11 @@ def run_warm(
     *,
     connector: Connector | None = None,
     progress: Callable[[ItemResult], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> WarmReport:
     """Warm every item of ``plan`` on every endpoint and return the fleet report.
+
+    When ``stop`` is set (keepalive's signal handler), prefixes not yet started are skipped.
 
     Raises:
         UsageError: no endpoints or an empty plan.
@@ -367,6 +370,11 @@ def run_warm(
 
     def replica_job(rep: _Replica) -> None:
         for item in plan.items:
+            if stop is not None and stop.is_set():
+                emit(ItemResult(
+                    endpoint=rep.endpoint.label, rank=item.rank, key=item.record_key, version=item.version,
+                    tokens=item.length, expected_cached=0, status="skipped", error="stopped (SIGTERM/SIGINT)"))
+                continue
             if rep.info.error is not None:
                 emit(ItemResult(
                     endpoint=rep.endpoint.label, rank=item.rank, key=item.record_key, version=item.version,

@@ -116,8 +116,10 @@ def warm(
     if not endpoints:
         raise UsageError("no endpoint given", hint="pass --endpoint URL (repeatable) or --endpoints FILE")
 
+    stop = stop or threading.Event()
+
     def one(_: int) -> WarmReport:
-        report = run_warm(plan, endpoints, req.options, connector=connector, progress=progress)
+        report = run_warm(plan, endpoints, req.options, connector=connector, progress=progress, stop=stop)
         if req.record:
             record_report(report, req.db)
         return report

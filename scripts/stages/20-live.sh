@@ -19,4 +19,11 @@ if [ "$ready" = 0 ] && [ "${PREFIXPLAN_REQUIRE_LIVE:-0}" = 1 ]; then
   echo "live: PREFIXPLAN_REQUIRE_LIVE=1 and the live environment is not available"
   exit 1
 fi
-exec python -m pytest -q -m live -p no:cacheprovider tests/live
+rm -f test-artifacts/live-summary.json
+python -m pytest -q -m live -p no:cacheprovider tests/live
+status=$?
+if [ -f test-artifacts/live-summary.json ]; then
+  echo "live figures (test-artifacts/live-summary.json):"
+  cat test-artifacts/live-summary.json
+fi
+exit $status
