@@ -253,3 +253,14 @@ def test_keepalive_rounds_record_each_round(tmp_path: Path) -> None:
     out = json.loads((tmp_path / "o.json").read_text())
     assert code == 0 and len(out["rounds"]) == 3 and len(rows()) == 3
     assert main(["warm", "--analysis", str(f), "--endpoint", "http://127.0.0.1:1", "--every", "1s"]) == ExitCode.USAGE
+
+
+def test_generic_openai_server_uses_token_granularity_unless_told() -> None:
+    plan = plan_from_record(record(), top=2)
+    with FakeEngine("openai", block_size=16) as a:  # a server that hides its block size
+        rep = run_warm(plan, [Endpoint(a.url)], FAST)
+        assert rep.replicas[0].engine == "openai-compatible" and rep.replicas[0].block_size is None
+        # Block size unknown: the whole prefix must be reported cached; 96 of 104 is not enough.
+        assert rep.results[0].expected_cached == 104 and rep.results[0].status == "failed"
+        rep = run_warm(plan, [Endpoint(a.url)], WarmOptions(timeout=2.0, retries=0, block_size=16))
+        assert rep.status == "ready" and rep.results[0].expected_cached == 96
