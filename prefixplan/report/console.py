@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -27,8 +28,8 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     gran = f"{g['engine']} preset, " if g.get("engine") else ""
     gran += f"block {g['block_size']} tokens"
     exact = "exact" if s["exact"] else f"APPROXIMATE ({s.get('approximate_reason')})"
-    console.print(f"[bold]prefixplan analyze[/] — {', '.join(record['inputs']['paths'])}")
-    console.print(f"tokenizer: {tok.get('label')} [{exact}]   granularity: {gran} (full blocks; last token never reused)")
+    console.print(f"[bold]prefixplan analyze[/] — {escape(', '.join(record['inputs']['paths']))}")
+    console.print(f"tokenizer: {escape(str(tok.get('label')))} ({escape(exact)})   granularity: {gran} (full blocks; last token never reused)")
     head = Table.grid(padding=(0, 2))
     head.add_column(style="dim")
     head.add_column()
@@ -86,9 +87,9 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
                 t.add_column(col, justify=just, no_wrap=True)
         for c in cands[: top or len(cands)]:
             users = _n(c["tenants"]) + ("+" if c.get("tenants_capped") else "")
-            preview = c["preview"] if not c["withheld"] else f"[withheld: {c['tenants']} user(s) < min-tenants]"
+            preview = c["preview"] if not c["withheld"] else f"(withheld: {c['tenants']} user(s) < --min-tenants)"
             t.add_row(str(c["rank"]), c["label"], _n(c["length"]), _n(c["hits"]), users, _n(c["reusable_tokens"]),
-                      _n(c["marginal_tokens"]), _n(c["parent"]), preview or "")
+                      _n(c["marginal_tokens"]), _n(c["parent"]), escape(preview or ""))
         console.print(t)
 
     rag = record.get("rag") or {}
@@ -113,7 +114,7 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
         for b in breakers:
             where = f"system line {b['line']}, col {b['column']}" if b["line"] else f"tools (~token {b['token_offset']})"
             t.add_row(b["kind"], b["pattern"], where, _n(b["requests"]), _n(b["variants"]), "≈" + _n(b["cost_tokens"]),
-                      b["preview"] or b["example"])
+                      escape(b["preview"] or b["example"]))
         console.print(t)
 
     errs = record.get("errors") or {}
@@ -121,4 +122,4 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
         console.print(f"[yellow]{errs['count']} malformed line(s) skipped[/] — "
                       + ", ".join(f"{k}: {v}" for k, v in sorted(errs["by_reason"].items())))
         for e in errs["samples"][:10]:
-            console.print(f"  {e['source']}:{e['line']}: {e['reason']}")
+            console.print(escape(f"  {e['source']}:{e['line']}: {e['reason']}"))
