@@ -1,0 +1,108 @@
+"""Renderer backends other than hf: (tested in test_render_qwen3.py): the embedded Mistral
+default, tiktoken (approximate), the --tokenizer-map routing, and vLLM token-string decoding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chat_cases import cases
+from prefixplan.analyze import AnalyzeOptions, analyze
+from prefixplan.errors import TokenizerError, UsageError
+from prefixplan.render import load_renderer, parse_template_kwargs, parse_tokenizer_map
+from prefixplan.render.vllm_remote import token_strs_to_bytes
+from prefixplan.types import Request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _req(i: int, case: dict) -> Request:
+    return Request(source="cases", line_no=i + 1, id=str(i), format="openai-chat",
+                   messages=tuple(case["messages"]), tools=tuple(case["tools"]) if case["tools"] else None)
+
+
+def _tiles(prompt) -> bool:
+    segs = prompt.segments
+    return segs[0].start == 0 and segs[-1].end == len(prompt) and all(a.end == b.start for a, b in zip(segs, segs[1:]))
+
+
+def test_mistral_default_equals_mistral_common():
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    renderer = load_renderer(None)
+    assert renderer.spec == "mistral:nemo" and renderer.exact
+    reference = MistralTokenizer.v3(is_tekken=True)
+    checked = 0
+    for i, case in enumerate(cases()):
+        req = _req(i, case)
+        try:
+            prompt = renderer.render(req)
+        except TokenizerError:
+            continue  # mistral-common rejects some conversations (e.g. no user turn last); so would vLLM
+        chat = ChatCompletionRequest(messages=[{k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "tool_call_id")}
+                                               for m in case["messages"]], tools=case["tools"])
+        assert prompt.tokens.tolist() == reference.encode_chat_completion(chat).tokens
+        assert _tiles(prompt)
+        checked += 1
+    assert checked >= 30
+
+
+def test_mistral_spans_find_system_moved_to_last_turn():
+    renderer = load_renderer("mistral:nemo")
+    req = _req(0, {"messages": [{"role": "system", "content": "Be terse and exact."},
+                                {"role": "user", "content": "first question"},
+                                {"role": "assistant", "content": "first answer"},
+                                {"role": "user", "content": "second question"}], "tools": None})
+    prompt = renderer.render(req)
+    kinds = [s.kind for s in prompt.segments if s.kind != "template"]
+    assert kinds == ["user", "assistant", "system", "user"]  # v3 puts the system text in the last turn
+
+
+def test_tiktoken_is_labelled_approximate():
+    try:
+        renderer = load_renderer("tiktoken:cl100k_base")
+    except TokenizerError as exc:
+        pytest.skip(f"tiktoken rank file not fetched: {exc}")
+    assert not renderer.exact and "approximate" in renderer.label
+    prompt = renderer.render(_req(0, cases()[0]))
+    assert _tiles(prompt)
+    assert {"system", "user", "template"} <= {s.kind for s in prompt.segments}
+    # special-token strings in user text are ordinary text for this rendering
+    special = renderer.render(_req(1, {"messages": [{"role": "user", "content": "<|endoftext|>"}], "tools": None}))
+    assert 100257 not in special.tokens.tolist()
+
+
+def test_tokenizer_map_routes_models(tmp_path, qwen3_path):
+    rows = [{"model": m, "user": f"u{i}", "messages": [{"role": "system", "content": "You help. " * 30},
+                                                       {"role": "user", "content": f"q{i}"}]}
+            for i, m in enumerate(["a", "b", "a", "b"])]
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    rec = analyze(AnalyzeOptions(paths=(str(log),), tokenizer_map={"b": f"hf:{qwen3_path}"}, rag_whatif=False)).record
+    specs = {t["spec"] for t in rec["tokenizers"]}
+    assert specs == {"mistral:nemo", f"hf:{qwen3_path}"}
+    assert rec["summary"]["namespaces"] == 2
+
+
+def test_option_parsers():
+    assert parse_template_kwargs('{"date_string": "26 Jul 2024"}') == {"date_string": "26 Jul 2024"}
+    assert parse_template_kwargs("enable_thinking=false,x=3") == {"enable_thinking": False, "x": 3}
+    assert parse_tokenizer_map(["m=hf:/x"]) == {"m": "hf:/x"}
+    with pytest.raises(UsageError):
+        parse_tokenizer_map(["nospec"])
+    with pytest.raises(UsageError):
+        parse_template_kwargs("[1]")
+    with pytest.raises(UsageError):
+        load_renderer("mistral:nemo", chat_template=str(ROOT / "README.md"))
+
+
+def test_byte_level_token_strings_map_back_to_bytes():
+    # GPT-2 byte-level pieces: "Ġ" is a space, "Ċ" a newline; multi-byte chars split over pieces
+    text = "héllo 世界\n"
+    data = text.encode()
+    table = {b: ch for ch, b in __import__("prefixplan.render.vllm_remote", fromlist=["x"])._byte_decoder().items()}
+    pieces = ["".join(table[b] for b in data[:3]), "".join(table[b] for b in data[3:8]), "".join(table[b] for b in data[8:])]
+    assert b"".join(token_strs_to_bytes(pieces)) == data
