@@ -23,7 +23,7 @@ from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests
 from prefixplan.radix import RadixTree, reusable_prefix
 from prefixplan.rag import reorder_request, request_chunk_hashes
-from prefixplan.render import RenderSet
+from prefixplan.render import TOKENIZER_PROBE_TEXT, RenderSet
 from prefixplan.render.spans import message_text
 from prefixplan.types import Chunk, Prompt, Request, Segment, content_hash
 
@@ -219,7 +219,11 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         rag.update(_rag_whatif(options, renderers, chunk_requests, block, reused_total))
     breakers = finder.results()
 
-    fingerprints = {r.spec: {"spec": r.spec, "label": r.label, "fingerprint": r.fingerprint, "exact": r.exact} for r in renderers.loaded}
+    fingerprints = {
+        r.spec: {"spec": r.spec, "label": r.label, "fingerprint": r.fingerprint, "exact": r.exact,
+                 "probe_ids": [int(t) for t in r.encode_text(TOKENIZER_PROBE_TEXT)[0]]}
+        for r in renderers.loaded
+    }
     primary = next(iter(fingerprints.values()), {"spec": "trace", "label": "trace blocks", "fingerprint": None, "exact": False})
     exact = exact_all and all(f["exact"] for f in fingerprints.values())
     granularity = {

@@ -29,17 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_API_KEY_ENV = "PREFIXPLAN_API_KEY"
 
-TOKENIZER_PROBE_TEXT = (
-    "prefixplan tokenizer probe v1: Hello, World! 0123456789 +-*/=<> "
-    "ünïcödé naïve café — “quotes” 日本語のテキスト 中文 한국어 Привет мир "
-    "\tTabs\tand  double  spaces\n\nfn main() { println!(\"{}\", 42); } 🚀✨"
-)
-"""Fixed text tokenized through a server's ``/tokenize`` to check its tokenizer.
+from prefixplan.render import TOKENIZER_PROBE_TEXT  # noqa: E402  (defined with the renderers)
 
-Tokenized without special tokens. The analysis stores the ids its own tokenizer gives for
-this text (``record["tokenizer"]["probe_ids"]``); a server returning other ids has another
-tokenizer. Changing this text changes every stored probe: don't.
-"""
 
 
 class EngineRequestError(EndpointError):

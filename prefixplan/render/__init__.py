@@ -27,6 +27,19 @@ from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_has
 
 DEFAULT_TOKENIZER = "mistral:nemo"
 
+TOKENIZER_PROBE_TEXT = (
+    "prefixplan tokenizer probe v1: Hello, World! 0123456789 +-*/=<> "
+    "ünïcödé naïve café — “quotes” 日本語のテキスト 中文 한국어 Привет мир "
+    "\tTabs\tand  double  spaces\n\nfn main() { println!(\"{}\", 42); } 🚀✨"
+)
+"""Fixed text tokenized through a server's ``/tokenize`` to check its tokenizer.
+
+Tokenized without special tokens. The analysis stores the ids its own tokenizer gives for
+this text (``record["tokenizer"]["probe_ids"]``); a server returning other ids has another
+tokenizer. Changing this text changes every stored probe: don't.
+"""
+
+
 
 class Renderer(Protocol):
     spec: str
