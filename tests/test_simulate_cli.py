@@ -21,10 +21,12 @@ EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
 def test_cli_two_generations_and_curve(tmp_path, capsys):
     out = tmp_path / "sim.json"
     code = main(["simulate", str(EXAMPLE), "--engine", "vllm", "--capacity", "1e4,1e5,1e6", "--json", str(out)])
-    assert code in (0, None)
+    assert code == 0
     text = capsys.readouterr().out
     assert "in-batch sharing (generation a)" in text and "radix cache, unbounded (generation b)" in text
     assert "Capacity curve" in text and "queueing is not modelled" in text
+    for cap in ("1e+04", "1e+05", "1e+06"):
+        assert f"lru {cap} tok" in text
     doc = json.loads(out.read_text())
     assert doc["granularity"].startswith("vllm: full 16-token blocks")
     rates = [p["hit_rate_tokens"] for p in doc["curves"]["lru"]]
@@ -35,6 +37,23 @@ def test_cli_two_generations_and_curve(tmp_path, capsys):
     assert gen_a["hit_tokens"] <= gen_b["hit_tokens"]
     assert len(gen_b["cached_tokens_per_request"]) == doc["requests"]
     assert rates[-1] <= gen_b["hit_rate_tokens"] + 1e-12
+
+
+@pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
+def test_cli_json_to_stdout(capsys):
+    code = main(["simulate", str(EXAMPLE), "--engine", "vllm", "--capacity", "1e4,1e5,1e6", "--json", "-"])
+    cap = capsys.readouterr()
+    assert code == 0
+    doc = json.loads(cap.out)  # stdout is the JSON document alone
+    assert "Capacity curve" in cap.err and "Capacity curve" not in cap.out  # the report moves to stderr
+    assert [p["capacity_tokens"] for p in doc["curves"]["lru"]] == [1e4, 1e5, 1e6]
+    runs = {r["label"]: r for r in doc["runs"]}
+    assert doc["headline"] == "lru 1e+04 tok"
+    for name in ("in_batch", "persistent", "headline"):
+        per = runs[doc[name]]["cached_tokens_per_request"]
+        assert len(per) == doc["requests"] and sum(per) == runs[doc[name]]["hit_tokens"]
+        assert all(c % 16 == 0 for c in per)
+    assert "cached_tokens_per_request" not in runs["lru 1e+05 tok"]  # only the named runs carry arrays
 
 
 def test_option_parsing():

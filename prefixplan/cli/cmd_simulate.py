@@ -34,7 +34,11 @@ def register(app: typer.Typer) -> None:
         model: Annotated[Optional[str], typer.Option("--model", help="Model name: KV size (built-in table), prices, Anthropic minimums.")] = None,
         model_config: Annotated[Optional[Path], typer.Option("--model-config", help="config.json giving the KV bytes per token.")] = None,
         kv_dtype_bytes: Annotated[Optional[int], typer.Option("--kv-dtype-bytes", help="KV cache bytes per element (2 bf16, 1 fp8).")] = None,
-        pinned_fraction: Annotated[float, typer.Option("--pinned-fraction", help="Share of capacity reserved for pinned prefixes (with --auto-promote).")] = 0.0,
+        pinned_fraction: Annotated[float, typer.Option("--pinned-fraction", help="Share of capacity reserved for pinned prefixes (with --pins-from or --auto-promote; default 0.2 then).")] = 0.0,
+        running_fraction: Annotated[float, typer.Option("--running-fraction", help="Share of capacity held by running requests, not cache (the '20% running' of 20/60/20).")] = 0.0,
+        pins_from: Annotated[Optional[Path], typer.Option("--pins-from", help="Analysis record (analyze --json) whose top candidates are pinned and watched for eviction.")] = None,
+        pin_top: Annotated[int, typer.Option("--pin-top", help="How many top candidates of --pins-from to pin.")] = 10,
+        prewarm_pins: Annotated[bool, typer.Option("--prewarm-pins", help="Pinned prefixes are resident from the start (warmed), not from first use.")] = False,
         auto_promote: Annotated[Optional[int], typer.Option("--auto-promote", help="Pin blocks reused >= N times in the last hour; unpin when cold.")] = None,
         tier: Annotated[Optional[list[str]], typer.Option("--tier", help="Lower tier NAME:CAPACITY[:GB/s[:ms]], e.g. cpu:200GB:25:0.5 (repeatable).")] = None,
         batch_window: Annotated[Optional[float], typer.Option("--batch-window", help="Seconds each request stays in flight for in-batch sharing (default: estimated).")] = None,
@@ -59,11 +63,12 @@ def register(app: typer.Typer) -> None:
         config = build_config(
             engine=engine, block_size=block_size, provider=provider, capacity=capacity, policy=policy,
             cache_ttl=cache_ttl, model=model, model_config=model_config, kv_dtype_bytes=kv_dtype_bytes,
-            pinned_fraction=pinned_fraction, auto_promote=auto_promote, tiers=tier or [],
+            pinned_fraction=pinned_fraction, running_fraction=running_fraction, auto_promote=auto_promote,
+            pins=pins_from is not None, prewarm_pins=prewarm_pins, tiers=tier or [],
             batch_window=batch_window, breakpoints=breakpoints, profile=profile, prices=prices,
             gpu_hour_price=gpu_hour_price,
         )
-        result, errors = simulate_logs(options, config)
+        result, errors = simulate_logs(options, config, pins_from=pins_from, pin_top=pin_top)
         doc = to_json(result)
         doc["line_errors"] = errors.count
         console = report_console(stderr=json_out == "-")
@@ -94,7 +99,8 @@ def render(doc: dict, console) -> None:
                       f"{run['prefill_tokens_computed']:,}", f"{run['hit_tokens']:,}", f"{run['evictions_blocks']:,}")
     console.print(table)
     if doc["curves"]:
-        curve = Table(title="Capacity curve (token hit rate)", title_justify="left")
+        console.print("[bold]Capacity curve[/] (token hit rate by total capacity)")
+        curve = Table()
         curve.add_column("capacity (tokens)", justify="right")
         pols = list(doc["curves"])
         for p in pols:
@@ -102,6 +108,32 @@ def render(doc: dict, console) -> None:
         for i, pt in enumerate(doc["curves"][pols[0]]):
             curve.add_row(f"{pt['capacity_tokens']:.3g}", *(_pct(doc["curves"][p][i]["hit_rate_tokens"]) for p in pols))
         console.print(curve)
+    runs = {r["label"]: r for r in doc["runs"]}
+    head = runs.get(doc["headline"], {})
+    part = head.get("partition")
+    if part:
+        pol = part["policy"]
+        text = (f"[bold]Partition[/] of {part['total_tokens']:,.0f} tokens: {part['pinned_fraction']:.0%} pinned "
+                f"({part['pinned_tokens']:,} tok, by {part['pinned_by']}; {part['pinned_used_tokens']:,} tok held"
+                f"{' at the end' if part['pinned_by'] == 'auto-promotion' else ''}) / "
+                f"{part['policy_fraction']:.0%} {pol} ({part['policy_tokens']:,} tok)")
+        if part["running_fraction"]:
+            text += f" / {part['running_fraction']:.0%} running ({part['running_tokens']:,.0f} tok, not cache)"
+        console.print(text)
+    if head.get("loaded_tokens"):
+        console.print("[bold]Tier loads[/] (" + doc["headline"] + "): " + ", ".join(
+            f"{name} {tok:,} tok" for name, tok in head["loaded_tokens"].items()) + " reused from lower tiers")
+    if doc.get("risk"):
+        models = list(doc["risk"][0]["by_model"])
+        cap = doc.get("risk_capacity_tokens")
+        risk = Table(title=f"Eviction risk of hot prefixes at {cap:,.0f} tokens: re-prefills after first use"
+                     if cap else "Eviction risk of hot prefixes", title_justify="left")
+        for col in ("prefix", "tokens", "uses", *models):
+            risk.add_column(col, justify="left" if col == "prefix" else "right")
+        for r in doc["risk"]:
+            risk.add_row(r["label"], f"{r['tokens']:,}", f"{r['uses']:,}", *(
+                f"{r['by_model'][m]['reprefills']:,} ({r['by_model'][m]['reprefill_tokens']:,} tok)" for m in models))
+        console.print(risk)
     sav = doc.get("savings")
     if sav:
         console.print(f"[bold]Savings[/] ({doc['headline']}; profile {sav['profile']}"

@@ -8,8 +8,9 @@ p50/p95, money) for the headline run and the eviction risk of hot prefixes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from prefixplan.simulate.batch import (
 )
 from prefixplan.simulate.granularity import Granularity, engine_granularity, provider_granularity
 from prefixplan.simulate.hosted import AnthropicCache
-from prefixplan.simulate.models import POLICIES, AutoPromote, CacheSpec, Tier, parse_ttl, run_model
+from prefixplan.simulate.models import POLICIES, AutoPromote, CacheSpec, Tier, capacity_blocks, parse_ttl, run_model
 from prefixplan.simulate.risk import PrefixRisk, eviction_risk
 from prefixplan.simulate.trace import BlockTrace, SimRequest, TraceBuilder
 from prefixplan.simulate.tree import build_tree
@@ -47,7 +48,11 @@ class SimConfig:
         policies: eviction policies to run at every capacity.
         capacities: GPU cache capacities in tokens (empty: unbounded only).
         ttl: cache expiry after last use (``5m``, ``1h``, ``24h``, seconds); hosted default 5m.
-        pinned_fraction, pins, auto_promote, prewarm_pins: pinned partition (see models).
+        pinned_fraction, pins, auto_promote, prewarm_pins: pinned partition (see models);
+            ``pinned_fraction`` is a share of the whole capacity.
+        running_fraction: share of every capacity held by running requests (not cache), as
+            in the partition "20% pinned / 60% LRU / 20% running"; the cache models get
+            ``capacity x (1 - running_fraction)``.
         tiers: lower tiers (LRU runs only).
         batch_window: fixed in-flight seconds for the in-batch model (else estimated).
         kv: KV shape (bytes/token) for tier loads and memory figures.
@@ -83,6 +88,13 @@ class SimConfig:
     gpu_hour_price: float | None = None
     hot_prefixes: tuple[tuple[str, str, np.ndarray], ...] = field(default=(), compare=False)
     priorities: np.ndarray | None = field(default=None, compare=False)
+    running_fraction: float = 0.0
+    notes: tuple[str, ...] = ()  # passed through to the result (e.g. skipped pins)
+
+    def partition(self, capacity_tokens: float) -> tuple[float, float]:
+        """(cache tokens, pinned share of the cache) for a total capacity."""
+        keep = 1.0 - self.running_fraction
+        return capacity_tokens * keep, (self.pinned_fraction / keep if self.pinned_fraction else 0.0)
 
     def granularity(self) -> Granularity:
         if self.provider:
@@ -111,6 +123,7 @@ class CacheRun:
     cached: np.ndarray  # per-request reused prefix tokens
     loaded: dict[str, int] = field(default_factory=dict)  # lower tier -> tokens loaded
     write_tokens: int = 0  # Anthropic cache writes
+    partition: dict[str, Any] | None = None  # tokens per share of the capacity (pinned / policy / running)
 
     @property
     def computed_tokens(self) -> int:
@@ -143,6 +156,7 @@ class SimResult:
     kv_bytes_per_token: int | None
     risk: tuple[PrefixRisk, ...]
     notes: tuple[str, ...]
+    risk_capacity_tokens: float | None = None  # total capacity of the eviction-risk runs
 
     def run(self, label: str) -> CacheRun:
         for r in self.runs:
@@ -159,6 +173,28 @@ def _run_from_blocks(trace: BlockTrace, label: str, policy: str, cap: float | No
     loaded = {k: int((v * trace.block_tokens).sum()) for k, v in (tier_blocks or {}).items()}
     return CacheRun(label, policy, cap, gran.describe(), int(trace.prompt_tokens.sum()), int(cached.sum()),
                     trace.n_requests, int((cached > 0).sum()), int(evictions), cached.astype(np.int64), loaded)
+
+
+def _partition_json(trace: BlockTrace, config: SimConfig, pol: str, cap: float, pinned_blocks: int) -> dict | None:
+    if not (config.pinned_fraction or config.running_fraction):
+        return None
+    cache_tok, frac = config.partition(cap)
+    bt = int(trace.block_tokens.max()) if trace.n_requests else config.granularity().block_size
+    blocks = capacity_blocks(trace, cache_tok)
+    pin_blocks = int(blocks * frac) if frac else 0
+    pinned = pin_blocks * bt
+    return {
+        "total_tokens": cap,
+        "pinned_fraction": config.pinned_fraction,
+        "pinned_tokens": pinned,
+        "pinned_used_tokens": int(pinned_blocks) * bt,
+        "pinned_by": "auto-promotion" if config.auto_promote else ("pins" if config.pins else "none"),
+        "policy": pol,
+        "policy_fraction": round(1.0 - config.pinned_fraction - config.running_fraction, 9),
+        "policy_tokens": int(blocks - pin_blocks) * bt,
+        "running_fraction": config.running_fraction,
+        "running_tokens": cap - cache_tok,
+    }
 
 
 def _default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | None:
@@ -187,7 +223,11 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
         if pol not in POLICIES:
             raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
     ttl = parse_ttl(config.ttl)
-    notes = [QUEUEING_NOTE]
+    if not 0 <= config.running_fraction < 1 or not 0 <= config.pinned_fraction < 1 \
+            or config.pinned_fraction + config.running_fraction >= 1:
+        raise UsageError("pinned and running fractions must be >= 0 and leave room for the eviction policy",
+                         hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to LRU)")
+    notes = [QUEUEING_NOTE, *config.notes]
     anthropic = AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0, gran.breakpoints or "request") \
         if gran.breakpoints is not None else None
     builder = TraceBuilder(gran, observer=anthropic)
@@ -224,17 +264,23 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
         runs.append(_run_from_blocks(trace, persistent, "infinite", None, out.hit_blocks, 0, gran))
         headline = persistent
         stacks: dict = {}
+        tier_hits: dict[str, dict[str, np.ndarray]] = {}
         prios = _default_priorities(trace, config) if "priority" in config.policies else None
         for pol in config.policies:
             curve = []
             for cap in config.capacities:
-                spec = CacheSpec(policy=pol, capacity_tokens=float(cap), ttl_s=ttl,
-                                 pinned_fraction=config.pinned_fraction, pins=config.pins,
+                cache_tok, frac = config.partition(float(cap))
+                spec = CacheSpec(policy=pol, capacity_tokens=cache_tok, ttl_s=ttl,
+                                 pinned_fraction=frac, pins=config.pins,
                                  auto_promote=config.auto_promote, tiers=config.tiers if pol == "lru" else (),
                                  prewarm_pins=config.prewarm_pins)
                 res = run_model(trace, spec, priorities=prios, _stack_cache=stacks)
-                run = _run_from_blocks(trace, spec.label(), pol, float(cap), res.hit_blocks, res.evictions, gran,
+                label = spec.label(float(cap), config.pinned_fraction, config.running_fraction)
+                run = _run_from_blocks(trace, label, pol, float(cap), res.hit_blocks, res.evictions, gran,
                                        res.tier_blocks)
+                run = replace(run, partition=_partition_json(trace, config, pol, float(cap), res.pinned_blocks))
+                if res.tier_blocks:
+                    tier_hits[label] = res.tier_blocks
                 runs.append(run)
                 curve.append((float(cap), run.hit_rate_tokens, run.hit_rate_requests))
                 if config.headline_capacity is not None:
@@ -245,6 +291,17 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
             if curve:
                 curves[pol] = curve
     head = next(r for r in runs if r.label == headline)
+    if config.pins and config.pinned_fraction and head.partition and config.auto_promote is None:
+        from prefixplan.simulate.models import choose_pins
+
+        bt = int(trace.block_tokens.max()) if trace.n_requests else gran.block_size
+        need = len(choose_pins(trace, config.pins, math.inf)) * bt
+        room = head.partition["pinned_tokens"]
+        if need > room:
+            notes.append(f"the pins need {need:,} tokens but the pinned partition holds {room:,} at "
+                         f"{head.capacity_tokens:,.0f} tokens: pins are admitted in rank order, the rest cut")
+        elif need == 0:
+            notes.append("no pinned prefix occurs in this log (tokenizer, namespace or block size differ?)")
     # savings
     profile = config.profile or load_profile(None)
     if profile.assumed:
@@ -255,11 +312,8 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
             notes.append("tier load time not counted: no KV size (use --model-config or --model)")
         else:
             load_s = np.zeros(trace.n_requests)
-            spec = CacheSpec(policy="lru", capacity_tokens=head.capacity_tokens, ttl_s=ttl, tiers=config.tiers,
-                             pinned_fraction=config.pinned_fraction, pins=config.pins)
-            res = run_model(trace, spec, _stack_cache={})
             for tier in config.tiers:
-                tok = res.tier_blocks[tier.name] * trace.block_tokens
+                tok = tier_hits[head.label][tier.name] * trace.block_tokens
                 if tier.bandwidth_bytes_per_s > 0:
                     load_s += tok * config.kv.bytes_per_token / tier.bandwidth_bytes_per_s
                 load_s += np.where(tok > 0, tier.latency_s, 0.0)
@@ -280,15 +334,18 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
                 notes.append(f"GPU-hour price ${price:g} from profile {profile.name!r} (assumption)")
     # eviction risk of hot prefixes: LRU vs pinned partition vs auto-promotion at the headline capacity
     risk: tuple[PrefixRisk, ...] = ()
+    risk_capacity = None
     if config.hot_prefixes and config.provider is None and config.capacities:
-        cap = float(config.capacities[0])
-        frac = config.pinned_fraction or 0.2
+        risk_capacity = float(head.capacity_tokens if head.capacity_tokens is not None else config.capacities[0])
+        share = config.pinned_fraction or 0.2
+        cap, frac = replace(config, pinned_fraction=share).partition(risk_capacity)
         pins = tuple((ns, t) for _, ns, t in config.hot_prefixes)
+        auto = config.auto_promote or AutoPromote()
         models = {
-            "lru": run_model(trace, CacheSpec("lru", cap, ttl)).hit_blocks,
-            f"pinned {frac:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, pins)).hit_blocks,
-            f"auto-promote {frac:.0%}": run_model(
-                trace, CacheSpec("lru", cap, ttl, frac, auto_promote=config.auto_promote or AutoPromote())).hit_blocks,
+            "lru": run_model(trace, CacheSpec("lru", cap, ttl), _stack_cache=stacks).hit_blocks,
+            f"pinned {share:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, pins,
+                                                                prewarm_pins=config.prewarm_pins)).hit_blocks,
+            f"auto-promote {share:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, auto_promote=auto)).hit_blocks,
         }
         risk = tuple(eviction_risk(trace, build_tree(trace), list(config.hot_prefixes), models))
     return SimResult(
@@ -306,6 +363,7 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
         kv_bytes_per_token=config.kv.bytes_per_token if config.kv else None,
         risk=risk,
         notes=tuple(notes),
+        risk_capacity_tokens=risk_capacity,
     )
 
 
@@ -337,6 +395,8 @@ def _run_json(run: CacheRun, per_request: bool) -> dict[str, Any]:
         out["loaded_tokens"] = run.loaded
     if run.write_tokens:
         out["cache_write_tokens"] = run.write_tokens
+    if run.partition:
+        out["partition"] = run.partition
     if per_request:
         out["cached_tokens_per_request"] = run.cached.tolist()
     return out
@@ -375,6 +435,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
         },
         "self_hosted_usd_saved": result.self_hosted_usd,
         "kv_bytes_per_token": result.kv_bytes_per_token,
+        "risk_capacity_tokens": result.risk_capacity_tokens,
         "risk": [{"label": r.label, "tokens": r.tokens, "uses": r.uses,
                   "by_model": {k: {"reprefills": a, "reprefill_tokens": b} for k, (a, b) in r.by_model.items()}}
                  for r in result.risk],

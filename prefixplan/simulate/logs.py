@@ -11,6 +11,7 @@ rendering).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prefixplan.simulate.trace import SimRequest
@@ -61,12 +62,40 @@ def sim_requests(prompts: Iterable["Prompt"]) -> Iterator[SimRequest]:
         )
 
 
-def simulate_logs(options: "AnalyzeOptions", config: "SimConfig") -> tuple["SimResult", "LineErrors"]:
-    """Read, render and simulate the logs named by ``options``; returns (result, line errors)."""
+def simulate_logs(
+    options: "AnalyzeOptions",
+    config: "SimConfig",
+    *,
+    pins_from: str | Path | None = None,
+    pin_top: int = 10,
+) -> tuple["SimResult", "LineErrors"]:
+    """Read, render and simulate the logs named by ``options``; returns (result, line errors).
+
+    With ``pins_from`` (an analysis record), its top ``pin_top`` candidates become the pins
+    of the pinned partition and the hot prefixes of the eviction-risk table; their tokenizer
+    fingerprint must match the renderer used here (:class:`UsageError` otherwise).
+    """
+    from dataclasses import replace
+
     from prefixplan.analyze import iter_prompts
     from prefixplan.logs import LineErrors
+    from prefixplan.render import RenderSet
     from prefixplan.simulate.api import simulate
+    from prefixplan.simulate.pins import check_fingerprints, load_pins
 
+    renderers = RenderSet(options.tokenizer, dict(options.tokenizer_map), options.chat_template,
+                          dict(options.template_kwargs))
+    if pins_from is not None:
+        selection = load_pins(pins_from, pin_top)
+        check_fingerprints(selection, renderers)
+        notes = list(selection.notes)
+        if not selection.prefixes:
+            notes.append(f"no pins: none of the top {pin_top} candidates of {pins_from} has token ids")
+        else:
+            notes.append(f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
+                         + ", ".join(p.label for p in selection.prefixes))
+        config = replace(config, pins=selection.pins(), hot_prefixes=selection.hot_prefixes(),
+                         notes=config.notes + tuple(notes))
     errors = LineErrors()
-    result = simulate(sim_requests(iter_prompts(options, errors)), config)
+    result = simulate(sim_requests(iter_prompts(options, errors, renderers)), config)
     return result, errors

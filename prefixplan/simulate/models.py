@@ -119,15 +119,27 @@ class CacheSpec:
     tiers: tuple[Tier, ...] = ()
     prewarm_pins: bool = False
 
-    def label(self) -> str:
-        """Short human label, e.g. ``lru 1e+06 tok, 20% pinned``."""
-        if self.policy == "infinite" or self.capacity_tokens is None:
+    def label(self, total_tokens: float | None = None, pinned_share: float | None = None,
+              running_share: float = 0.0) -> str:
+        """Short human label, e.g. ``lru 1e+06 tok (20% pinned / 60% lru / 20% running)``.
+
+        ``total_tokens``, ``pinned_share`` and ``running_share`` describe the whole capacity
+        when part of it is held by running requests (this spec then covers the cache part).
+        """
+        total = self.capacity_tokens if total_tokens is None else total_tokens
+        pinned = self.pinned_fraction if pinned_share is None else pinned_share
+        if self.policy == "infinite" or total is None:
             text = "infinite" if self.policy in ("infinite", "lru") else f"{self.policy} unbounded"
         else:
-            text = f"{self.policy} {self.capacity_tokens:.3g} tok"
-        if self.pinned_fraction > 0:
-            how = "auto-promoted" if self.auto_promote else "pinned"
-            text += f", {self.pinned_fraction:.0%} {how}"
+            text = f"{self.policy} {total:.3g} tok"
+        if pinned > 0 or running_share > 0:
+            parts = []
+            if pinned > 0:
+                parts.append(f"{pinned:.0%} {'auto-promoted' if self.auto_promote else 'pinned'}")
+            parts.append(f"{1 - pinned - running_share:.0%} {self.policy}")
+            if running_share > 0:
+                parts.append(f"{running_share:.0%} running")
+            text += f" ({' / '.join(parts)})"
         for tier in self.tiers:
             text += f" + {tier.name} {tier.capacity_tokens:.3g}"
         if self.ttl_s is not None:

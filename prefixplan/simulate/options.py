@@ -23,7 +23,10 @@ def build_config(
     model_config: Path | None = None,
     kv_dtype_bytes: int | None = None,
     pinned_fraction: float = 0.0,
+    running_fraction: float = 0.0,
     auto_promote: int | None = None,
+    pins: bool = False,
+    prewarm_pins: bool = False,
     tiers: list[str] | tuple[str, ...] = (),
     batch_window: float | None = None,
     breakpoints: str = "request",
@@ -31,7 +34,11 @@ def build_config(
     prices: Path | None = None,
     gpu_hour_price: float | None = None,
 ) -> SimConfig:
-    """Validate and convert options (capacities may be bytes when the KV size is known)."""
+    """Validate and convert options (capacities may be bytes when the KV size is known).
+
+    ``pins`` says that pinned prefixes will be supplied (``--pins-from``): the pinned
+    partition then defaults to 20% of the capacity, as with ``--auto-promote``.
+    """
     kv: KVShape | None = None
     if model_config is not None:
         kv = load_config(model_config, kv_dtype_bytes)
@@ -44,16 +51,26 @@ def build_config(
     policies = tuple(p.strip().lower() for p in policy.split(",") if p.strip())
     if not 0 <= pinned_fraction < 1:
         raise UsageError("--pinned-fraction must be in [0, 1)")
+    if not 0 <= running_fraction < 1 or pinned_fraction + running_fraction >= 1:
+        raise UsageError("--running-fraction must be in [0, 1) and leave room next to --pinned-fraction",
+                         hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to the eviction policy)")
     auto = None
     if auto_promote is not None:
+        if pins:
+            raise UsageError("--pins-from and --auto-promote both fill the pinned partition; choose one",
+                             hint="the eviction-risk table compares pins with auto-promotion either way")
         if auto_promote < 1:
             raise UsageError("--auto-promote needs N >= 1")
         auto = AutoPromote(min_hits=auto_promote)
         pinned_fraction = pinned_fraction or 0.2
+    elif pins:
+        pinned_fraction = pinned_fraction or 0.2
     elif pinned_fraction:
-        raise UsageError("--pinned-fraction needs --auto-promote (or pins from the Python API)")
-    if (pinned_fraction or tiers) and not caps:
-        raise UsageError("pinned partitions and tiers need --capacity")
+        raise UsageError("--pinned-fraction needs pins: --pins-from ANALYSIS.json or --auto-promote N")
+    if prewarm_pins and not pins:
+        raise UsageError("--prewarm-pins needs --pins-from")
+    if (pinned_fraction or running_fraction or tiers) and not caps:
+        raise UsageError("pinned partitions, running shares and tiers need --capacity")
     return SimConfig(
         engine=engine,
         provider=provider,
@@ -63,7 +80,9 @@ def build_config(
         capacities=caps,
         ttl=cache_ttl,
         pinned_fraction=pinned_fraction,
+        running_fraction=running_fraction,
         auto_promote=auto,
+        prewarm_pins=prewarm_pins,
         tiers=tuple(parse_tier(t, kv) for t in tiers),
         batch_window=batch_window,
         anthropic_breakpoints=breakpoints,

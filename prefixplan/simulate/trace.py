@@ -143,8 +143,9 @@ class BlockTrace:
         out.reverse()
         return out
 
-    def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int = 1) -> list[int]:
-        """Ids of the leading full blocks of ``tokens`` that occur in the trace."""
+    def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int | None = None) -> list[int]:
+        """Ids of the leading full blocks of ``tokens`` that occur in the trace (``block_scale``
+        defaults to the one the namespace's requests used: Mooncake hash ids)."""
         return self.index.resolve(tokens, namespace, block_scale)
 
 
@@ -169,6 +170,7 @@ class TraceBuilder:
         self._parent = array("q")
         self._ns_index: dict[str, int] = {}
         self._seeds: dict[tuple[str, int], np.uint64] = {}
+        self._ns_scale: dict[str, int] = {}  # block scale of each namespace's first request
         self._times = array("d")
         self._ns = array("i")
         self._prompt = array("q")
@@ -210,8 +212,10 @@ class TraceBuilder:
                 hi = mid - 1
         return lo
 
-    def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int = 1) -> list[int]:
+    def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int | None = None) -> list[int]:
         """Ids of the leading full blocks of ``tokens`` seen so far."""
+        if block_scale is None:
+            block_scale = self._ns_scale.get(namespace, 1)
         _, bkeys = self.block_keys(tokens, namespace, block_scale)
         keys = bkeys.tolist()
         known = self._known_prefix(keys)
@@ -248,6 +252,7 @@ class TraceBuilder:
         else:
             cap = nb
         ns = self._ns_index.setdefault(req.namespace, len(self._ns_index))
+        self._ns_scale.setdefault(req.namespace, scale)
         self._times.append(float(req.time))
         self._ns.append(ns)
         self._prompt.append(n_real)

@@ -1,0 +1,133 @@
+"""Pinned and hot prefixes taken from an analysis record (``prefixplan analyze --json``).
+
+``prefixplan simulate LOG --pins-from ANALYSIS.json --pin-top N`` pins the token ids of the
+top-N candidates (by ``rank``) in the pinned partition and uses them as the hot prefixes of
+the eviction-risk table. Candidates whose ``token_ids`` the privacy rule withheld
+(``null``) are skipped with a note. Token ids only mean something for the tokenizer that
+produced them, so :func:`check_fingerprints` compares the record's tokenizer fingerprint with
+the renderer the simulation uses for each pinned namespace and refuses a mismatch (pins from
+another tokenizer would silently never match).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from prefixplan.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from prefixplan.render import RenderSet
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedPrefix:
+    """One candidate to pin.
+
+    Attributes:
+        rank: the candidate's rank in the analysis (1 = most valuable).
+        label: display label, e.g. ``#1 system-tools@v1`` (key when the record has one).
+        namespace: cache namespace (model|lora|salt) the tokens belong to.
+        tokens: token ids (uint32); Mooncake analyses hold block hash ids.
+    """
+
+    rank: int
+    label: str
+    namespace: str
+    tokens: np.ndarray
+
+    @property
+    def model(self) -> str:
+        return self.namespace.split("|", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class PinSelection:
+    """Pins read from an analysis record.
+
+    Attributes:
+        source: path of the record.
+        prefixes: the pinned prefixes in rank order.
+        fingerprints: tokenizer fingerprints the record's token ids come from (empty for
+            block-level traces, whose ids are hash ids).
+        tokenizer_labels: ``spec (fingerprint)`` per record tokenizer, for messages.
+        notes: what was skipped and why.
+    """
+
+    source: str
+    prefixes: tuple[PinnedPrefix, ...]
+    fingerprints: frozenset[str]
+    tokenizer_labels: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def pins(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """``(namespace, tokens)`` pairs for :class:`~prefixplan.simulate.api.SimConfig.pins`."""
+        return tuple((p.namespace, p.tokens) for p in self.prefixes)
+
+    def hot_prefixes(self) -> tuple[tuple[str, str, np.ndarray], ...]:
+        """``(label, namespace, tokens)`` for the eviction-risk table."""
+        return tuple((p.label, p.namespace, p.tokens) for p in self.prefixes)
+
+
+def _read_record(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--pins-from {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--pins-from {path}: not a JSON analysis record ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("candidates"), list):
+        raise InputError(f"--pins-from {path}: no 'candidates' list (is this a prefixplan analyze --json record?)")
+    return doc
+
+
+def load_pins(path: str | Path, top: int) -> PinSelection:
+    """The top-``top`` candidates of the analysis record at ``path`` (withheld ones skipped)."""
+    if top < 1:
+        raise UsageError("--pin-top needs N >= 1")
+    doc = _read_record(path)
+    tokenizers = [t for t in doc.get("tokenizers") or [doc.get("tokenizer") or {}] if isinstance(t, dict)]
+    fps = frozenset(str(t["fingerprint"]) for t in tokenizers if t.get("fingerprint"))
+    labels = tuple(f"{t.get('spec')} ({t.get('fingerprint')})" for t in tokenizers if t.get("fingerprint"))
+    cands = sorted((c for c in doc["candidates"] if isinstance(c, dict)), key=lambda c: int(c.get("rank") or 1 << 30))
+    notes: list[str] = []
+    out: list[PinnedPrefix] = []
+    for c in cands[:top]:
+        rank = int(c.get("rank") or 0)
+        name = c.get("key") or c.get("name") or c.get("label") or "prefix"
+        label = f"#{rank} {name}"
+        ids = c.get("token_ids")
+        if ids is None:
+            notes.append(f"pin {label} skipped: its token ids were withheld by the privacy rule (min_tenants)")
+            continue
+        if not isinstance(ids, list) or not ids:
+            notes.append(f"pin {label} skipped: no token ids")
+            continue
+        out.append(PinnedPrefix(rank, label, str(c.get("namespace") or c.get("model") or ""),
+                                np.asarray(ids, dtype=np.uint32)))
+    if len(cands) < top:
+        notes.append(f"--pin-top {top}: the record has only {len(cands)} candidates")
+    if not fps and out:
+        notes.append("pins come from a block-level trace analysis: their ids are trace hash ids")
+    return PinSelection(str(path), tuple(out), fps, labels, tuple(notes))
+
+
+def check_fingerprints(selection: PinSelection, renderers: "RenderSet") -> None:
+    """Raise :class:`UsageError` when a pinned namespace is rendered with another tokenizer
+    than the one the record's token ids come from."""
+    if not selection.fingerprints:
+        return
+    for prefix in selection.prefixes:
+        renderer = renderers.for_model(prefix.model or None)
+        if renderer.fingerprint not in selection.fingerprints:
+            raise UsageError(
+                f"--pins-from {selection.source}: its token ids come from tokenizer "
+                f"{', '.join(selection.tokenizer_labels)}, but this simulation renders {prefix.model or 'the log'} "
+                f"with {renderer.spec} ({renderer.fingerprint}); pinned ids would never match",
+                hint="pass the same --tokenizer (and --tokenizer-map) as the analysis",
+            )
