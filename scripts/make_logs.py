@@ -33,9 +33,9 @@ SHARED = ROOT.parent / "shared" / "data"
 PRESETS = {
     # requests, systems, (min,max) system chars, tool sets, multi-turn share, rag share, user chars
     "example": dict(requests=400, systems=4, system_chars=(6000, 16000), toolsets=4, multi=0.3, rag=0.4,
-                    user_chars=(150, 1200), users=14, malformed=True, seed=20261129),
+                    user_chars=(150, 1200), users=14, malformed=True, plant_breakers=True, seed=20261129),
     "bench": dict(requests=100_000, systems=20, system_chars=(8000, 32000), toolsets=5, multi=0.3, rag=0.4,
-                  user_chars=(200, 3200), users=2000, malformed=False, seed=7),
+                  user_chars=(200, 3200), users=2000, malformed=False, plant_breakers=False, seed=7),
 }
 
 WORDS = ("account billing invoice router firmware reset password network latency cache token prompt "
@@ -175,7 +175,7 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
         else:
             si = min(int(rng.paretovariate(1.2)) - 1, len(content.systems) - 1)
             name, system = content.systems[si]
-            if name == "support-bot":  # planted cache breaker: a per-request timestamp on line 1
+            if name == "support-bot" and preset["plant_breakers"]:  # a per-request timestamp on line 1
                 stamp = __import__("time").strftime("%Y-%m-%d %H:%M:%S", __import__("time").gmtime(t))
                 system = f"Current time: {stamp} UTC\n" + system
             user = f"u{rng.randrange(preset['users']):04d}"
@@ -188,7 +188,7 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
             if rng.random() < 0.7:
                 ti = si % len(content.toolsets)
                 tools = content.toolsets[ti][1]
-                if ti == 1 and rng.random() < 0.5:  # planted: unstable JSON key order
+                if ti == 1 and preset["plant_breakers"] and rng.random() < 0.5:  # planted: unstable JSON key order
                     tools = _shuffle_keys(tools)
                 body["tools"] = tools
             if rng.random() < preset["multi"]:
