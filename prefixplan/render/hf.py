@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan.errors import TokenizerError
-from prefixplan.render.spans import assign, locate
+from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
 
 
@@ -109,6 +109,7 @@ class HFRenderer:
         self._split_re, self._added_ids, safe = self._added_token_splitter()
         self.split_pieces = split_pieces and safe
         self.fingerprint = self._fingerprint()
+        self._byte_len = self._byte_lengths()
 
     # -- identity -------------------------------------------------------------------------
     def _fingerprint(self) -> str:
@@ -119,6 +120,40 @@ class HFRenderer:
         h.update(b"\0kwargs\0")
         h.update(json.dumps(self.template_kwargs, sort_keys=True, default=str).encode())
         return "tok1:" + h.hexdigest()[:32]
+
+    def _byte_lengths(self) -> np.ndarray | None:
+        """Bytes of text per token id for byte-level BPE vocabularies (each character of a
+        byte-level token string stands for one byte; added tokens are literal text), or None.
+
+        With it, token start offsets come from a cumulative sum instead of the tokenizer's
+        per-token offset tuples, which are slow to fetch from Python."""
+        try:
+            spec = json.loads(self.backend.to_str())
+        except ValueError:
+            return None
+        decoder = spec.get("decoder") or {}
+        if decoder.get("type") != "ByteLevel":
+            return None
+        vocab = self.backend.get_vocab(with_added_tokens=False)
+        size = max(self.backend.get_vocab_size(with_added_tokens=True), max(vocab.values(), default=0) + 1)
+        lengths = np.zeros(size, dtype=np.int64)
+        for tok, tid in vocab.items():
+            lengths[tid] = len(tok)
+        for tid, added in self.backend.get_added_tokens_decoder().items():
+            if tid < size:
+                lengths[tid] = len(added.content.encode("utf-8"))
+        return lengths
+
+    def _encode_one(self, enc: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, first-char offsets) of an Encoding of ``text``."""
+        ids = as_token_ids(enc.ids)
+        if self._byte_len is not None and ids.size and int(ids.max()) < self._byte_len.size:
+            lens = self._byte_len[ids]
+            data = text.encode("utf-8", "surrogatepass")
+            ends = np.cumsum(lens)
+            if int(ends[-1]) == len(data):  # no normalisation changed the bytes
+                return ids, byte_starts_to_char_starts(data, ends - lens)
+        return ids, _starts(enc.offsets)
 
     def _added_token_splitter(self) -> tuple[re.Pattern[str] | None, dict[str, int], bool]:
         decoder = self.backend.get_added_tokens_decoder()
@@ -152,7 +187,7 @@ class HFRenderer:
         """Token ids and first-char offsets of ``text`` (exactly as the tokenizer encodes it)."""
         if add_special_tokens or not self.split_pieces or self._split_re is None:
             enc = self.backend.encode(text, add_special_tokens=add_special_tokens)
-            return as_token_ids(enc.ids), _starts(enc.offsets)
+            return self._encode_one(enc, text)
         return self._encode_pieces([text])[0]
 
     def _encode_pieces(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -179,7 +214,7 @@ class HFRenderer:
             pieces = list(missing)
             encs = self.backend.encode_batch(pieces, add_special_tokens=False)
             for piece, enc in zip(pieces, encs):
-                item = (as_token_ids(enc.ids), _starts(enc.offsets))
+                item = self._encode_one(enc, piece)
                 fresh[piece] = item
                 self.cache.put(piece, item)
         out = []
@@ -193,8 +228,7 @@ class HFRenderer:
                     continue
                 item = fresh.get(piece) or self.cache.get(piece)
                 if item is None:  # evicted between lookup and use: encode directly
-                    enc = self.backend.encode(piece, add_special_tokens=False)
-                    item = (as_token_ids(enc.ids), _starts(enc.offsets))
+                    item = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
                 id_parts.append(item[0])
                 start_parts.append(item[1] + offset)
             if id_parts:
@@ -216,7 +250,7 @@ class HFRenderer:
             encoded = {}
             for i in chat:
                 enc = self.backend.encode(texts[i], add_special_tokens=False)
-                encoded[i] = (as_token_ids(enc.ids), _starts(enc.offsets))
+                encoded[i] = (as_token_ids(enc.ids), _starts(enc.offsets))  # the reference path: tokenizer offsets
         prompts = []
         for i, req in enumerate(requests):
             if i in encoded:
