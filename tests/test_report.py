@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import gzip
 import json
 import math
@@ -44,17 +45,36 @@ def analyzed(tmp_path_factory) -> dict:
     return analyze(AnalyzeOptions(paths=(str(path),), rag_whatif=False)).record
 
 
+CAPS = [100_000, 300_000, 1_000_000, 3_000_000, 10_000_000]
+RATES = {"lru": [0.1, 0.2, 0.4, 0.5, 0.54], "lfu": [0.12, 0.25, 0.41, 0.5, 0.54]}
+
+
+def _run(label, policy, cap, rate):
+    return {"label": label, "policy": policy, "capacity_tokens": cap, "granularity": "vllm: full 16-token blocks",
+            "prompt_tokens": 8000, "hit_tokens": int(rate * 8000), "prefill_tokens_computed": 8000 - int(rate * 8000),
+            "hit_rate_tokens": rate, "hit_rate_requests": min(1.0, rate * 1.5), "requests_hit": 3, "evictions_blocks": 0}
+
+
+# shaped like prefixplan.simulate.to_json output (test_real_simulation_renders checks the real one)
 SIM = {
-    "in_batch": {"hit_rate_tokens": 0.125, "hit_tokens": 1000, "prefill_tokens": 7000},
-    "persistent": {"hit_rate_tokens": 0.5, "hit_tokens": 4000, "prefill_tokens": 4000, "capacity_tokens": 1_000_000},
-    "capacity_tokens": 1_000_000,
-    "sweep": {"capacities": [100_000, 300_000, 1_000_000, 3_000_000, 10_000_000],
-              "policies": {"lru": [0.1, 0.2, 0.4, 0.5, 0.54], "lfu": [0.12, 0.25, 0.41, 0.5, 0.54]}},
-    "savings": {"prefill_tokens_saved": 900_000, "gpu_seconds_saved": 12.5,
-                "ttft_p50_s": {"without": 0.8, "with": 0.3}, "ttft_p95_s": {"without": 2.1, "with": 1.2},
-                "money": {"amount": 3.2, "currency": "USD", "basis": "per day"},
-                "assumptions": {"profile": "H100 default (assumed)", "gpu_hour_usd": 2.5}},
+    "granularity": "vllm: full 16-token blocks only, last prompt token never reused",
+    "requests": 9, "prompt_tokens": 8000,
+    "headline": "lru 1e+06 tok", "in_batch": "in-batch sharing (generation a)",
+    "persistent": "radix cache, unbounded (generation b)",
+    "runs": [_run("in-batch sharing (generation a)", "in-batch", None, 0.125),
+             _run("radix cache, unbounded (generation b)", "infinite", None, 0.5)]
+    + [_run(f"{p} {c:.0e} tok".replace("e+0", "e+0"), p, float(c), r) for p, rs in RATES.items() for c, r in zip(CAPS, rs)],
+    "curves": {p: [{"capacity_tokens": float(c), "hit_rate_tokens": r, "hit_rate_requests": r} for c, r in zip(CAPS, rs)]
+               for p, rs in RATES.items()},
+    "savings": {"profile": "h100-8b", "profile_is_assumption": True, "gpu_seconds_without": 100.0,
+                "gpu_seconds_with": 87.5, "gpu_seconds_saved": 12.5, "ttft_p50_without_s": 0.8,
+                "ttft_p95_without_s": 2.1, "ttft_p50_with_s": 0.3, "ttft_p95_with_s": 1.2, "queueing_modelled": False},
+    "money": {"provider": "openai", "model": "gpt-4.1", "prices_as_of": "2025-06-01", "usd_without": 5.0,
+              "usd_with": 1.8, "usd_saved": 3.2, "detail": {}},
+    "self_hosted_usd_saved": 0.0087,
     "kv_bytes_per_token": 131072,
+    "risk": [],
+    "notes": ["TTFT is prefill time (+ tier loads) only: queueing is not modelled"],
 }
 
 
@@ -125,7 +145,8 @@ def test_log_text_cannot_inject_html(analyzed):
                         "token_offset": 0, "cost_tokens": 10, "example": EVIL, "preview": EVIL}]
     rec["findings"] = [{"severity": "warning", "code": EVIL, "message": EVIL, "file": EVIL, "line": 3}]
     rec["kinds"][EVIL] = {"tokens": 5, "reused": 1}
-    page = render_html({**rec, "simulation": {**SIM, "sweep": {"capacities": [1, 10], "policies": {EVIL: [0.1, 0.2]}}}})
+    page = render_html({**rec, "simulation": {**SIM, "curves": {EVIL: [{"capacity_tokens": 1, "hit_rate_tokens": 0.1}]},
+                                              "notes": [EVIL], "money": {**SIM["money"], "model": EVIL}}})
     doc = parse(page)
     tags = [t for t, _ in doc.elements]
     assert "img" not in tags and tags.count("script") == 2
@@ -169,8 +190,7 @@ def test_embedded_data_equal_the_record(analyzed):
     assert kinds == {k: (x["tokens"], x["reused"]) for k, x in analyzed["kinds"].items()}
     assert [k["kind"] for k in data["kinds"]] == [k for k in views.KIND_ORDER if k in kinds] + sorted(
         k for k in kinds if k not in views.KIND_ORDER)
-    assert data["sweep"] == {p: [[float(c), r] for c, r in zip(SIM["sweep"]["capacities"], rates)]
-                             for p, rates in SIM["sweep"]["policies"].items()}
+    assert data["sweep"] == {p: [[float(c), r] for c, r in zip(CAPS, rates)] for p, rates in RATES.items()}
     assert data["configured_capacity"] == 1_000_000
     assert data["generations"]["in_batch"]["hit_rate"] == 0.125
     assert [c["rank"] for c in data["candidates"]] == [c["rank"] for c in analyzed["candidates"]]
@@ -194,9 +214,9 @@ def test_capacity_points_map_back_to_the_record(analyzed):
     for a in pts:
         cap = 10 ** (lo + (float(a["cx"]) - left) / w * (hi - lo))
         rate = 1 - (float(a["cy"]) - top) / h
-        i = SIM["sweep"]["capacities"].index(int(float(a["data-capacity"])))
-        assert cap == pytest.approx(SIM["sweep"]["capacities"][i], rel=0.01)
-        assert rate == pytest.approx(SIM["sweep"]["policies"][a["data-policy"]][i], abs=0.005)
+        i = CAPS.index(int(float(a["data-capacity"])))
+        assert cap == pytest.approx(CAPS[i], rel=0.01)
+        assert rate == pytest.approx(RATES[a["data-policy"]][i], abs=0.005)
     (marker,) = [a for t, a in doc.elements if t == "line" and a.get("class") == "pp-cap-marker"]
     assert float(marker["data-capacity"]) == 1_000_000
     cap = 10 ** (lo + (float(marker["x1"]) - left) / w * (hi - lo))
@@ -204,25 +224,47 @@ def test_capacity_points_map_back_to_the_record(analyzed):
 
 
 def test_without_simulation_the_parts_are_left_out(analyzed):
-    page = render_html(analyzed)
+    page = render_html({k: v for k, v in analyzed.items() if k != "simulation"})
     assert 'id="pp-capacity"' not in page and "not simulated" in page
     assert "KV memory" not in page
     with_sim = render_html({**analyzed, "simulation": SIM})
-    assert "KV memory" in with_sim and "800 ms → 300 ms" in with_sim and "3.20 USD (per day)" in with_sim
-    assert "H100 default (assumed)" in with_sim
+    assert "KV memory" in with_sim and "800 ms → 300 ms" in with_sim and "$3.20 (openai gpt-4.1 prices)" in with_sim
+    assert "prefill profile h100-8b (an assumption, not measured)" in with_sim and "queueing is not modelled" in with_sim
+    assert "12.50 s (100.00 s → 87.50 s)" in with_sim and "3,200 of 8,000" in with_sim
 
 
-def test_sweep_shapes_normalise_alike():
-    rows = [{"policy": p, "capacity_tokens": c, "hit_rate_tokens": r}
-            for p, rates in SIM["sweep"]["policies"].items() for c, r in zip(SIM["sweep"]["capacities"], rates)]
-    random.Random(1).shuffle(rows)
-    assert views.sweep({"sweep": rows}) == views.sweep(SIM)
-    nested = {"sweep": {"capacities": SIM["sweep"]["capacities"],
-                        "policies": {p: [{"hit_rate_tokens": r} for r in rs] for p, rs in SIM["sweep"]["policies"].items()}}}
-    assert views.sweep(nested) == views.sweep(SIM)
-    assert list(views.sweep(SIM)) == ["lru", "lfu"]
-    assert views.sweep({"sweep": [{"policy": "lru", "capacity_tokens": float("inf"), "hit_rate_tokens": 0.5}]}) == {}
+def test_simulation_views():
+    gens = views.generations(SIM)
+    assert {k: g["hit_rate"] for k, g in gens.items()} == {"in_batch": 0.125, "persistent": 0.5, "headline": 0.4}
+    assert views.configured_capacity(SIM) == 1_000_000
+    shuffled = {**SIM, "curves": {p: list(reversed(pts)) for p, pts in reversed(list(SIM["curves"].items()))}}
+    assert views.sweep(shuffled) == views.sweep(SIM) == {p: [(float(c), r) for c, r in zip(CAPS, rs)] for p, rs in RATES.items()}
+    assert list(views.sweep(shuffled)) == ["lru", "lfu"]
+    assert views.sweep({"curves": {"lru": [{"capacity_tokens": None, "hit_rate_tokens": 0.5}]}}) == {}
     assert views.sweep(None) == {} and views.generations(None) == {} and views.savings(None) == []
+    assert views.configured_capacity({**SIM, "headline": SIM["persistent"]}) is None
+    assert "headline" not in views.generations({**SIM, "headline": SIM["persistent"]})
+
+
+def test_real_simulation_renders(analyzed):
+    """The simulate stage's own to_json output renders, and its curves are what is plotted."""
+    import numpy as np
+
+    from prefixplan.simulate import SimConfig, SimRequest, simulate, to_json
+
+    rng = np.random.default_rng(3)
+    shared = rng.integers(0, 50_000, 160, dtype=np.uint32)
+    reqs = [SimRequest(float(i), "m", np.concatenate([shared, rng.integers(0, 50_000, 40, dtype=np.uint32)]), index=i)
+            for i in range(30)]
+    sim = to_json(simulate(reqs, SimConfig(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo"))))
+    doc = parse(render_html({**analyzed, "simulation": sim}))
+    data = embedded(doc)
+    assert data["sweep"] == {p: [[pt["capacity_tokens"], pt["hit_rate_tokens"]] for pt in pts] for p, pts in sim["curves"].items()}
+    assert data["generations"]["persistent"]["hit_rate"] == next(
+        r["hit_rate_tokens"] for r in sim["runs"] if r["label"] == sim["persistent"])
+    assert len([a for t, a in doc.elements if t == "circle"]) == 6
+    md = render_markdown({**analyzed, "simulation": sim})
+    assert "hit rate, in-batch sharing only" in md and "TTFT p50" in md
 
 
 def test_icicle_children_sit_inside_their_parents():
@@ -243,7 +285,7 @@ def test_icicle_children_sit_inside_their_parents():
     assert by[2]["x1"] - by[2]["x0"] == pytest.approx(30 / 200)  # widths are shares of all requests
     # siblings never overlap
     level1 = sorted((nd for nd in nodes if nd["depth"] == 1), key=lambda nd: nd["x0"])
-    assert all(a["x1"] <= b["x0"] + 1e-12 for a, b in zip(level1, level1[1:]))
+    assert all(a["x1"] <= b["x0"] + 1e-12 for a, b in itertools.pairwise(level1))
     # children wider than the parent allows are scaled down to fit
     over = views.icicle({"summary": {"requests": 10}, "candidates": [
         {"rank": 1, "parent": None, "hits": 10}, {"rank": 2, "parent": 1, "hits": 8}, {"rank": 3, "parent": 1, "hits": 8}]})
@@ -269,7 +311,8 @@ def test_markdown_is_stable_and_ordered(analyzed):
     codes = re.findall(r"\| (PP\d+) \|", md)
     assert codes == ["PP101", "PP200", "PP201"]  # errors first, then by file and line
     assert "| hit rate, in-batch sharing only | 12.5% |" in md
-    assert "| hit rate, persistent radix cache | 50.0% |" in md
+    assert "| hit rate, persistent radix cache (unbounded) | 50.0% |" in md
+    assert "| hit rate, lru 1e+06 tok | 40.0% |" in md
 
 
 def test_markdown_cells_cannot_break_out(analyzed):

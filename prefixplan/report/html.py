@@ -231,12 +231,12 @@ def _summary(record: Mapping[str, Any], sim: Mapping[str, Any] | None) -> str:
               f"{v.pct(s.get('hit_rate_requests'))} of requests hit", s.get("hit_rate_tokens")),
     ]
     if gens:
-        ib, pe = gens.get("in_batch"), gens.get("persistent")
-        cards.append(_card("in_batch", "in-batch sharing only", v.pct(ib["hit_rate"]) if ib else "-",
-                           "requests in flight together", ib["hit_rate"] if ib else None))
-        cards.append(_card("persistent", "persistent radix cache", v.pct(pe["hit_rate"]) if pe else "-",
-                           (f"capacity {v.n(pe.get('capacity_tokens'))} tokens" if pe and pe.get("capacity_tokens")
-                            else "reuse across requests"), pe["hit_rate"] if pe else None))
+        for key, title, sub in (("in_batch", "in-batch sharing only", "generation a: requests in flight together"),
+                                ("persistent", "persistent radix cache", "generation b: unbounded, across requests"),
+                                ("headline", "at the configured capacity", "")):
+            g = gens.get(key)
+            if g:
+                cards.append(_card(key, title, v.pct(g["hit_rate"]), sub or str(g.get("label") or ""), g["hit_rate"]))
     else:
         cards.append(_card("in_batch", "in-batch vs persistent", "not simulated",
                            "run the simulation for both generations"))

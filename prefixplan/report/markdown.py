@@ -72,10 +72,10 @@ def render_markdown(record: Mapping[str, Any], *, top: int | None = 10, title: s
     if "in_batch" in gens:
         rows.append(["hit rate, in-batch sharing only", v.pct(gens["in_batch"]["hit_rate"])])
     if "persistent" in gens:
-        rows.append(["hit rate, persistent radix cache", v.pct(gens["persistent"]["hit_rate"])])
-    cap = v.configured_capacity(sim)
-    if cap is not None:
-        rows.append(["configured cache capacity", f"{v.n(cap)} tokens"])
+        rows.append(["hit rate, persistent radix cache (unbounded)", v.pct(gens["persistent"]["hit_rate"])])
+    if "headline" in gens:
+        h = gens["headline"]
+        rows.append([f"hit rate, {h['label']}", v.pct(h["hit_rate"])])
     rows += [[label, value] for label, value in v.savings(sim)]
     rows += [[what, value] for what, value in v.assumptions(record)]
     rows += [["savings model", a] for a in v.savings_assumptions(sim)]

@@ -156,155 +156,121 @@ def findings(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 # --- the simulation section -------------------------------------------------------------
+# ``record["simulation"]`` is :func:`prefixplan.simulate.to_json` output: ``runs`` (one per cache
+# model, each with ``label``, ``policy``, ``capacity_tokens``, ``hit_tokens``,
+# ``hit_rate_tokens`` ...), the labels ``in_batch`` / ``persistent`` / ``headline`` naming runs,
+# ``curves`` ``{policy: [{capacity_tokens, hit_rate_tokens, hit_rate_requests}]}``, ``savings``,
+# ``money``, ``self_hosted_usd_saved``, ``kv_bytes_per_token`` and ``notes``.
 
 
-def _first(m: Mapping[str, Any] | None, *keys: str) -> Any:
-    if not isinstance(m, Mapping):
-        return None
-    for k in keys:
-        if k in m and m[k] is not None:
-            return m[k]
-    return None
+def _runs(sim: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(r.get("label")): r for r in sim.get("runs") or [] if isinstance(r, Mapping)}
 
 
-def _rate(part: Any) -> float | None:
-    if isinstance(part, (int, float)):
-        return float(part)
-    v = _first(part, "hit_rate_tokens", "hit_rate", "token_hit_rate")
-    return float(v) if isinstance(v, (int, float)) else None
+def _num_or_none(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x)) else None
 
 
 def generations(sim: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """``{"in_batch": {...}, "persistent": {...}}`` with ``hit_rate`` (token share) and extras."""
+    """The runs the report names: ``in_batch`` (generation a), ``persistent`` (generation b,
+    unbounded) and ``headline`` (the configured cache, when it is another run).
+
+    Each: ``label``, ``hit_rate`` (share of prompt tokens), ``hit_rate_requests``,
+    ``hit_tokens``, ``capacity_tokens``, ``policy``.
+    """
     if not isinstance(sim, Mapping):
         return {}
-    src = sim.get("generations") if isinstance(sim.get("generations"), Mapping) else sim
+    runs = _runs(sim)
     out: dict[str, dict[str, Any]] = {}
-    for name, keys in (("in_batch", ("in_batch", "in-batch", "batch")), ("persistent", ("persistent", "radix"))):
-        part = _first(src, *keys)
-        rate = _rate(part)
-        if rate is None:
+    for name in ("in_batch", "persistent", "headline"):
+        run = runs.get(str(sim.get(name)))
+        if run is None or _num_or_none(run.get("hit_rate_tokens")) is None:
             continue
-        view: dict[str, Any] = {"hit_rate": rate}
-        if isinstance(part, Mapping):
-            for k in ("hit_rate_requests", "hit_tokens", "prefill_tokens", "prefill_tokens_saved", "capacity_tokens", "policy"):
-                if part.get(k) is not None:
-                    view[k] = part[k]
-        out[name] = view
+        if name == "headline" and sim.get("headline") == sim.get("persistent"):
+            continue
+        out[name] = {"label": run.get("label"), "hit_rate": float(run["hit_rate_tokens"]),
+                     "hit_rate_requests": run.get("hit_rate_requests"), "hit_tokens": run.get("hit_tokens"),
+                     "capacity_tokens": _num_or_none(run.get("capacity_tokens")), "policy": run.get("policy")}
     return out
 
 
 def sweep(sim: Mapping[str, Any] | None) -> dict[str, list[tuple[float, float]]]:
-    """Capacity sweep as ``{policy: [(capacity_tokens, hit_rate), ...]}`` sorted by capacity.
-
-    Accepts ``{"capacities": [...], "policies": {p: [rates]}}`` (or ``hit_rates``/``curves``
-    instead of ``policies``; items may be numbers or ``{"hit_rate_tokens": x}``), or a list of
-    rows ``{"policy", "capacity_tokens", "hit_rate_tokens"}``. Infinite capacities are dropped.
-    """
-    if not isinstance(sim, Mapping):
+    """The capacity curves: ``{policy: [(capacity_tokens, token hit rate), ...]}`` by capacity."""
+    curves = sim.get("curves") if isinstance(sim, Mapping) else None
+    if not isinstance(curves, Mapping):
         return {}
-    raw = _first(sim, "sweep", "capacity_sweep", "curve")
-    pts: dict[str, list[tuple[float, float]]] = {}
-
-    def add(policy: Any, cap: Any, rate: Any) -> None:
-        r = _rate(rate)
-        if not isinstance(cap, (int, float)) or r is None or not math.isfinite(float(cap)):
-            return
-        pts.setdefault(str(policy), []).append((float(cap), r))
-
-    if isinstance(raw, Mapping):
-        caps = _first(raw, "capacities", "capacity_tokens", "capacities_tokens") or []
-        curves = _first(raw, "policies", "hit_rates", "curves", "hit_rate") or {}
-        if isinstance(curves, Mapping):
-            for policy, rates in curves.items():
-                if isinstance(rates, Sequence):
-                    for cap, rate in zip(caps, rates):
-                        add(policy, cap, rate)
-        rows = _first(raw, "rows", "points")
-        if isinstance(rows, Sequence):
-            raw = rows
-    if isinstance(raw, Sequence) and not isinstance(raw, (str, bytes)):
-        for row in raw:
-            if isinstance(row, Mapping):
-                add(_first(row, "policy") or "lru", _first(row, "capacity_tokens", "capacity"), row)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for policy, pts in curves.items():
+        rows = []
+        for pt in pts or []:
+            if isinstance(pt, Mapping):
+                cap, rate = _num_or_none(pt.get("capacity_tokens")), _num_or_none(pt.get("hit_rate_tokens"))
+            elif isinstance(pt, Sequence) and len(pt) >= 2:
+                cap, rate = _num_or_none(pt[0]), _num_or_none(pt[1])
+            else:
+                continue
+            if cap is not None and rate is not None:
+                rows.append((cap, rate))
+        if rows:
+            out[str(policy)] = sorted(rows)
     order = {p: i for i, p in enumerate(POLICY_ORDER)}
-    return {p: sorted(v) for p, v in sorted(pts.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))
 
 
 def configured_capacity(sim: Mapping[str, Any] | None) -> float | None:
+    """Capacity (tokens) of the headline run: the cache the savings refer to."""
     if not isinstance(sim, Mapping):
         return None
-    v = _first(sim, "configured_capacity_tokens", "capacity_tokens", "configured_capacity")
-    if v is None:
-        v = _first(sim.get("config") or sim.get("cache") or {}, "capacity_tokens", "capacity")
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None
-
-
-_SAVING_LABELS = (
-    (("prefill_tokens_saved", "saved_prefill_tokens"), "prefill tokens saved", "tokens"),
-    (("gpu_seconds_saved", "gpu_s_saved"), "GPU-seconds saved", "seconds"),
-    (("ttft_p50_s", "ttft_p50"), "TTFT p50", "ttft"),
-    (("ttft_p95_s", "ttft_p95"), "TTFT p95", "ttft"),
-    (("money", "money_saved", "cost_saved"), "money saved", "money"),
-)
+    run = _runs(sim).get(str(sim.get("headline")))
+    return _num_or_none(run.get("capacity_tokens")) if run else None
 
 
 def _secs(x: Any) -> str:
     if not isinstance(x, (int, float)):
-        return str(x)
+        return "-"
     return f"{x * 1000:,.0f} ms" if abs(x) < 1 else f"{x:,.2f} s"
 
 
-def _money(x: Any) -> str:
-    if isinstance(x, Mapping):
-        amount = _first(x, "amount", "saved", "value", "usd")
-        cur = x.get("currency") or "USD"
-        text = f"{amount:,.2f} {cur}" if isinstance(amount, (int, float)) else str(amount)
-        basis = _first(x, "basis", "per", "period")
-        return text + (f" ({basis})" if basis else "")
-    if isinstance(x, (int, float)):
-        return f"{x:,.2f} USD"
-    return str(x)
-
-
-def _ttft(x: Any) -> str:
-    if isinstance(x, Mapping):
-        before = _first(x, "without", "cold", "no_cache", "baseline")
-        after = _first(x, "with", "warm", "cached")
-        if before is not None or after is not None:
-            return f"{_secs(before)} → {_secs(after)}"
-    return _secs(x)
-
-
 def savings(sim: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """``(label, formatted value)`` rows for the savings the simulation estimated."""
-    src = _first(sim, "savings") if isinstance(sim, Mapping) else None
-    if not isinstance(src, Mapping):
+    """``(label, formatted value)`` rows for what the simulation estimated at the headline cache."""
+    if not isinstance(sim, Mapping):
         return []
-    rows = []
-    for keys, label, kind in _SAVING_LABELS:
-        v = _first(src, *keys)
-        if v is None:
-            if kind == "ttft":
-                ttft = src.get("ttft")
-                v = _first(ttft, keys[0].split("_")[1], keys[0].replace("ttft_", "").replace("_s", ""))
-            if v is None:
-                continue
-        fmt = {"tokens": n, "seconds": _secs, "ttft": _ttft, "money": _money}[kind]
-        rows.append((label, fmt(v)))
+    rows: list[tuple[str, str]] = []
+    head = _runs(sim).get(str(sim.get("headline")))
+    if head is not None and head.get("hit_tokens") is not None:
+        rows.append(("prefill tokens saved", f"{n(head['hit_tokens'])} of {n(head.get('prompt_tokens'))}"))
+    sav = sim.get("savings")
+    if isinstance(sav, Mapping):
+        if sav.get("gpu_seconds_saved") is not None:
+            rows.append(("GPU-seconds saved", f"{_secs(sav['gpu_seconds_saved'])} "
+                                              f"({_secs(sav.get('gpu_seconds_without'))} → {_secs(sav.get('gpu_seconds_with'))})"))
+        for q in ("p50", "p95"):
+            before, after = sav.get(f"ttft_{q}_without_s"), sav.get(f"ttft_{q}_with_s")
+            if before is not None or after is not None:
+                rows.append((f"TTFT {q}", f"{_secs(before)} → {_secs(after)}"))
+    money = sim.get("money")
+    if isinstance(money, Mapping) and money.get("usd_saved") is not None:
+        who = " ".join(str(x) for x in (money.get("provider"), money.get("model")) if x)
+        rows.append(("money saved", f"${money['usd_saved']:,.2f}" + (f" ({who} prices)" if who else "")))
+    if _num_or_none(sim.get("self_hosted_usd_saved")) is not None:
+        rows.append(("GPU time saved, self-hosted", f"${sim['self_hosted_usd_saved']:,.4g}"))
     return rows
 
 
 def savings_assumptions(sim: Mapping[str, Any] | None) -> list[str]:
-    src = sim if isinstance(sim, Mapping) else {}
-    a = _first(src.get("savings") if isinstance(src.get("savings"), Mapping) else {}, "assumptions")
-    if a is None:
-        a = src.get("assumptions")
-    if isinstance(a, Mapping):
-        return [f"{k}: {v}" for k, v in a.items()]
-    if isinstance(a, Sequence) and not isinstance(a, str):
-        return [str(x) for x in a]
-    return [str(a)] if a else []
+    """What the savings assume: granularity, prefill profile, queueing, and the simulation's notes."""
+    if not isinstance(sim, Mapping):
+        return []
+    out = []
+    if sim.get("granularity"):
+        out.append(f"simulated granularity: {sim['granularity']}")
+    sav = sim.get("savings")
+    notes = [str(x) for x in sim.get("notes") or []]
+    if isinstance(sav, Mapping) and sav.get("profile") and not any(str(sav["profile"]) in x for x in notes):
+        out.append(f"prefill profile {sav['profile']}" + (" (an assumption, not measured)" if sav.get("profile_is_assumption") else ""))
+    if isinstance(sim.get("money"), Mapping) and sim["money"].get("prices_as_of"):
+        out.append(f"prices as of {sim['money']['prices_as_of']}")
+    return out + notes
 
 
 # --- the candidate nesting (icicle) -------------------------------------------------------

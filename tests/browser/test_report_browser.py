@@ -8,6 +8,7 @@ to test-artifacts/report.png.
 from __future__ import annotations
 
 import copy
+import math
 import json
 from pathlib import Path
 
@@ -19,36 +20,22 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
 
-# Shaped like the simulate stage's output; used only when the record has no simulation yet.
-SIMULATION = {
-    "in_batch": {"hit_rate_tokens": 0.081, "hit_tokens": 147_000},
-    "persistent": {"hit_rate_tokens": 0.47, "capacity_tokens": 400_000},
-    "capacity_tokens": 400_000,
-    "sweep": {"capacities": [25_000, 50_000, 100_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000],
-              "policies": {"lru": [0.05, 0.12, 0.22, 0.35, 0.47, 0.52, 0.54, 0.5419],
-                           "lfu": [0.07, 0.15, 0.26, 0.37, 0.46, 0.51, 0.53, 0.5419],
-                           "fifo": [0.04, 0.10, 0.19, 0.31, 0.44, 0.50, 0.53, 0.5419]}},
-    "savings": {"prefill_tokens_saved": 854_000, "gpu_seconds_saved": 41.5,
-                "ttft_p50_s": {"without": 0.61, "with": 0.29}, "ttft_p95_s": {"without": 1.9, "with": 1.1},
-                "money": {"amount": 0.03, "currency": "USD", "basis": "this log"},
-                "assumptions": {"profile": "h100 default coefficients (assumed)", "gpu_hour_usd": 2.5}},
-    "kv_bytes_per_token": 163_840,
-}
+CAPACITY = 100_000  # the configured capacity: the marker on the curve
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict:
-    """Analyze the bundled example once (writing its HTML), then render it with a simulation section."""
+    """Analyze the bundled example once, writing the record and the HTML report; render it again
+    with ``prefixplan report`` from the record."""
     d = tmp_path_factory.mktemp("report")
-    rec_path, plain = d / "analysis.json", d / "plain.html"
-    assert main(["analyze", str(EXAMPLE), "--no-record", "-q", "--json", str(rec_path), "--html", str(plain)]) == 0
+    rec_path, page = d / "analysis.json", d / "report.html"
+    assert main(["analyze", str(EXAMPLE), "--no-record", "-q", "--capacity", str(CAPACITY), "--json", str(rec_path),
+                 "--html", str(page)]) == 0
+    again = d / "again.html"
+    assert main(["report", str(rec_path), "--html", str(again)]) == 0
     record = json.loads(rec_path.read_text())
-    if "simulation" not in record:
-        record["simulation"] = SIMULATION
-    full_json, full = d / "full.json", d / "report.html"
-    full_json.write_text(json.dumps(record))
-    assert main(["report", str(full_json), "--html", str(full)]) == 0
-    return {"record": record, "plain": plain, "full": full}
+    assert record["simulation"]["curves"], "analyze records the simulation headline and its capacity curve"
+    return {"record": record, "from_report": again, "from_analyze": page}
 
 
 def _assert_offline_and_clean(load, page: Path) -> None:
@@ -58,7 +45,7 @@ def _assert_offline_and_clean(load, page: Path) -> None:
 
 
 def test_report_opens_offline_without_errors(reports, open_page, driver, artifacts):
-    for page in (reports["plain"], reports["full"]):
+    for page in (reports["from_report"], reports["from_analyze"]):
         load = open_page(page)
         _assert_offline_and_clean(load, page)
         assert load.load_ms < 3000, f"{page.name} took {load.load_ms:.0f} ms to load"
@@ -70,7 +57,7 @@ def test_report_opens_offline_without_errors(reports, open_page, driver, artifac
 
 def test_plotted_data_equal_the_record(reports, open_page, driver):
     record = reports["record"]
-    _assert_offline_and_clean(open_page(reports["full"]), reports["full"])
+    _assert_offline_and_clean(open_page(reports["from_analyze"]), reports["from_analyze"])
     js = driver.execute_script
     # capacity curve: points from the DOM, positions inverted through the SVG's own scale
     pts = js("""return Array.from(document.querySelectorAll('#pp-capacity circle.pp-pt')).map(c => ({
@@ -78,17 +65,18 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
         cx: +c.getAttribute('cx'), cy: +c.getAttribute('cy')}));""")
     box = js("var s = document.getElementById('pp-capacity').dataset; return {lo: +s.xMin, hi: +s.xMax, "
              "left: +s.left, top: +s.top, w: +s.width, h: +s.height, scale: s.xScale};")
-    sim = record["simulation"]["sweep"]
-    expected = {(p, float(c), r) for p, rates in sim["policies"].items() for c, r in zip(sim["capacities"], rates)}
+    curves = record["simulation"]["curves"]
+    expected = {(p, pt["capacity_tokens"], pt["hit_rate_tokens"]) for p, pts in curves.items() for pt in pts}
     assert {(p["policy"], p["capacity"], p["rate"]) for p in pts} == expected
-    import math
     for p in pts:
         u = (p["cx"] - box["left"]) / box["w"]
         cap = 10 ** (math.log10(box["lo"]) + u * (math.log10(box["hi"]) - math.log10(box["lo"])))
         assert cap == pytest.approx(p["capacity"], rel=0.01)
         assert 1 - (p["cy"] - box["top"]) / box["h"] == pytest.approx(p["rate"], abs=0.005)
     marker = js("return +document.querySelector('#pp-capacity .pp-cap-marker').dataset.capacity")
-    assert marker == record["simulation"]["capacity_tokens"]
+    assert marker == CAPACITY
+    head = next(r for r in record["simulation"]["runs"] if r["label"] == record["simulation"]["headline"])
+    assert head["capacity_tokens"] == CAPACITY
     # the stacked bar: one segment per kind, widths to scale
     segs = js("""return Array.from(document.querySelectorAll('#pp-kinds rect.pp-kind')).map(r => ({
         kind: r.dataset.kind, tokens: +r.dataset.tokens, reused: +r.dataset.reused, w: r.getBBox().width}));""")
@@ -102,7 +90,10 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
     cards = js("return Object.fromEntries(Array.from(document.querySelectorAll('.card[data-value]')).map(c => [c.dataset.metric, +c.dataset.value]))")
     assert cards["requests"] == record["summary"]["requests"]
     assert cards["prompt_tokens"] == record["summary"]["prompt_tokens"]
-    assert cards["in_batch"] == record["simulation"]["in_batch"]["hit_rate_tokens"]
+    runs = {r["label"]: r for r in record["simulation"]["runs"]}
+    assert cards["in_batch"] == runs[record["simulation"]["in_batch"]]["hit_rate_tokens"]
+    assert cards["persistent"] == runs[record["simulation"]["persistent"]]["hit_rate_tokens"]
+    assert cards["headline"] == head["hit_rate_tokens"]
     rows = js("""return Array.from(document.querySelectorAll('#prefixes tbody tr')).map(r => ({
         rank: +r.dataset.rank, length: +r.dataset.length, hits: +r.dataset.hits, withheld: r.dataset.withheld === 'true',
         cells: Array.from(r.cells).map(c => c.textContent)}));""")
@@ -122,7 +113,7 @@ def test_icicle_hover_and_zoom(reports, open_page, driver):
     from selenium.webdriver.common.by import By
 
     record = reports["record"]
-    open_page(reports["full"])
+    open_page(reports["from_analyze"])
     nodes = driver.find_elements(By.CSS_SELECTOR, "#pp-icicle g.pp-ice")
     ranks = {n.get_attribute("data-rank") for n in nodes} - {""}
     assert ranks and ranks <= {str(c["rank"]) for c in record["candidates"]}
@@ -143,7 +134,7 @@ def test_withheld_prefixes_show_no_text(reports, open_page, driver):
     record = copy.deepcopy(reports["record"])
     withheld = [c for c in record["candidates"] if c["withheld"]]
     assert withheld, "the example has single-user template prefixes"
-    open_page(reports["full"])
+    open_page(reports["from_analyze"])
     text = driver.find_element("tag name", "body").text
     assert f"min_tenants = {record['privacy']['min_tenants']}" in text
     rows = driver.execute_script("""return Array.from(document.querySelectorAll('#prefixes tbody tr[data-withheld=true]'))
