@@ -363,3 +363,14 @@ def test_analyze_writes_reports(tmp_path, capsys):
                  "--markdown", str(md_out)]) == 0
     assert embedded(parse(html_out.read_text()))["summary"]["requests"] == 4
     assert "| requests | 4 |" in md_out.read_text()
+
+
+def test_many_candidates_keep_the_page_bounded(analyzed):
+    from prefixplan.report.html import ICICLE_MAX
+
+    c = next(c for c in analyzed["candidates"] if not c["withheld"])
+    many = [{**c, "rank": i + 1, "parent": i // 2 if i else None} for i in range(2 * ICICLE_MAX)]
+    doc = parse(render_html({**analyzed, "candidates": many}))
+    drawn = [a for t, a in doc.elements if t == "g" and a.get("class") == "pp-ice"]
+    assert 1 < len(drawn) <= ICICLE_MAX + 1 and all(int(a["data-rank"] or 0) <= ICICLE_MAX for a in drawn)
+    assert len([a for t, a in doc.elements if t == "tr" and a.get("data-rank")]) == 2 * ICICLE_MAX  # the table keeps all

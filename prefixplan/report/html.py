@@ -30,6 +30,7 @@ KIND_COLORS = {
 }
 POLICY_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#ff9da7", "#9c755f")
 PLOT_W = 680
+ICICLE_MAX = 300  # candidates drawn in the nesting view (by rank); keeps the page small with --top 0
 
 
 def _e(x: Any) -> str:
@@ -349,7 +350,8 @@ def plot_data(record: Mapping[str, Any], top: int | None = None) -> dict[str, An
         "configured_capacity": v.configured_capacity(sim),
         "candidates": [{k: c.get(k) for k in ("rank", "label", "length", "hits", "tenants", "reusable_tokens",
                                              "marginal_tokens", "parent", "withheld")} for c in cands],
-        "icicle": [{k: nd[k] for k in ("rank", "depth", "x0", "x1", "hits", "tokens")} for nd in v.icicle({**record, "candidates": cands})],
+        "icicle": [{k: nd[k] for k in ("rank", "depth", "x0", "x1", "hits", "tokens")}
+                   for nd in v.icicle({**record, "candidates": cands[:ICICLE_MAX]})],
         "breakers": [{k: b.get(k) for k in ("kind", "pattern", "requests", "variants", "cost_tokens")}
                      for b in v.sorted_breakers(record.get("breakers") or [])],
         "errors": {"count": (record.get("errors") or {}).get("count", 0),
@@ -443,7 +445,7 @@ def render_html(record: Mapping[str, Any], *, top: int | None = None, title: str
         body.append('<section id="kinds"><h2>Where prompt tokens go</h2>' + kinds_bar(kinds)
                     + _table("data legend-table", ["kind", "tokens", "share", "reusable"], legend) + "</section>")
     body.append(_prefix_table(record, top))
-    nodes = v.icicle({**record, "candidates": cands})
+    nodes = v.icicle({**record, "candidates": cands[:ICICLE_MAX]})
     if len(nodes) > 1:
         body.append('<section id="nesting"><h2>Prefix nesting</h2><p class="note">Each box is a ranked prefix, nested '
                     "under the prefix it extends; width = share of requests through it. Hover for tokens and hits, click "
