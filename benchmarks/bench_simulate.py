@@ -5,11 +5,16 @@ Runs the trace build, the infinite cache, in-batch sharing (generation a) and LR
 
     python benchmarks/bench_simulate.py            # 100k synthetic requests
     python benchmarks/bench_simulate.py --n 20000  # smaller
+    # the pinned analyze benchmark log (python scripts/make_logs.py bench), read and
+    # rendered exactly as `prefixplan simulate` does
+    python benchmarks/bench_simulate.py --log benchmarks/out/bench.jsonl.gz \
+        --tokenizer hf:.cache/tokenizers/qwen3
 
 The synthetic stream has the shape of the analyze benchmark log: 20 system prompts of
 2k-8k tokens, 5 tool sets, 30% multi-turn continuations, 40% of requests with 3 RAG
-chunks, user text of 50-800 tokens. When the analyze pipeline can read a pinned log,
-pass it with --log to replay the real token ids instead.
+chunks, user text of 50-800 tokens. With --log the time spent reading and rendering the
+log is measured apart from the simulation (the trace build consumes the stream). The
+chain-compressed LFU/FIFO/priority simulator runs at one capacity (--other-capacity).
 """
 
 from __future__ import annotations
@@ -67,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--log", help="replay this log (read + rendered like prefixplan simulate) instead")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer spec for --log (default: prefixplan's)")
+    ap.add_argument("--other-capacity", type=float, default=1e7, help="capacity of the LFU/FIFO/priority runs")
+    ap.add_argument("--auto-promote", action="store_true", help="also time auto-promotion (block-level, slow)")
     args = ap.parse_args(argv)
+    if args.log:
+        return replay_log(args)
 
     from prefixplan.simulate.batch import in_batch_hits, service_times
     from prefixplan.simulate.granularity import engine_granularity
@@ -102,6 +113,84 @@ def main(argv: list[str] | None = None) -> int:
           f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
     print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates)))
     print(f"total            {t3 - t0:7.2f} s   peak RSS {peak_rss_mb():.0f} MB (generator alone: {gen_rss:.0f} MB)")
+    return 0
+
+
+class _Timed:
+    """Iterator wrapper that adds up the time spent producing items."""
+
+    def __init__(self, it) -> None:
+        self.it = iter(it)
+        self.seconds = 0.0
+        self.count = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        t = time.perf_counter()
+        try:
+            item = next(self.it)
+        finally:
+            self.seconds += time.perf_counter() - t
+        self.count += 1
+        return item
+
+
+def replay_log(args) -> int:
+    """Read + render ``args.log`` and simulate: infinite, in-batch, LRU at 8 capacities."""
+    from prefixplan.analyze import AnalyzeOptions, iter_prompts
+    from prefixplan.logs import LineErrors
+    from prefixplan.simulate.batch import in_batch_hits, service_times
+    from prefixplan.simulate.granularity import engine_granularity
+    from prefixplan.simulate.logs import sim_requests
+    from prefixplan.simulate.models import AutoPromote, CacheSpec, run_model
+    from prefixplan.simulate.trace import build_trace
+    from prefixplan.simulate.tree import build_tree
+
+    options = AnalyzeOptions(paths=(args.log,), tokenizer=args.tokenizer, engine="vllm", block_size=args.block_size)
+    errors = LineErrors()
+    t0 = time.perf_counter()
+    stream = _Timed(sim_requests(iter_prompts(options, errors)))
+    trace = build_trace(stream, engine_granularity("vllm", args.block_size))
+    t1 = time.perf_counter()
+    read_s = stream.seconds
+    prompt_tokens = int(trace.prompt_tokens.sum())
+    bt = trace.block_tokens
+    inf = run_model(trace, CacheSpec(policy="infinite"))
+    tree = build_tree(trace)
+    batch = in_batch_hits(trace, tree, service_times(trace))
+    t2 = time.perf_counter()
+    caps = [1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8]
+    stack: dict = {}
+    rates = []
+    for cap in caps:
+        out = run_model(trace, CacheSpec(policy="lru", capacity_tokens=cap), _stack_cache=stack)
+        rates.append(float((out.hit_blocks * bt).sum()) / prompt_tokens)
+    t3 = time.perf_counter()
+    others = []
+    for pol in ("lfu", "fifo", "priority"):
+        s = time.perf_counter()
+        out = run_model(trace, CacheSpec(policy=pol, capacity_tokens=args.other_capacity))
+        others.append((pol, time.perf_counter() - s, float((out.hit_blocks * bt).sum()) / prompt_tokens))
+    if args.auto_promote:
+        s = time.perf_counter()
+        out = run_model(trace, CacheSpec("lru", args.other_capacity, pinned_fraction=0.2, auto_promote=AutoPromote()))
+        others.append(("lru+auto-promote 20%", time.perf_counter() - s, float((out.hit_blocks * bt).sum()) / prompt_tokens))
+    touches = int(trace.n_blocks.sum())
+    print(f"log {args.log}  tokenizer {args.tokenizer or 'default'}  block {args.block_size}")
+    print(f"requests {trace.n_requests:,} (line errors {errors.count})  prompt tokens {prompt_tokens:,}  "
+          f"block touches {touches:,}  distinct blocks {trace.n_distinct_blocks:,}  tree nodes {tree.n_nodes:,}")
+    print(f"read + render    {read_s:7.2f} s")
+    print(f"trace build      {t1 - t0 - read_s:7.2f} s")
+    print(f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
+          f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
+    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates)))
+    print(f"simulation       {t3 - t0 - read_s:7.2f} s (trace build + infinite + in-batch + LRU x{len(caps)})")
+    for pol, secs, rate in others:
+        print(f"{pol:<16} {secs:7.2f} s   at {args.other_capacity:.0e}: {rate:.3f}")
+    print(f"total            {t3 - t0:7.2f} s (+ {sum(o[1] for o in others):.2f} s other policies)   "
+          f"peak RSS {peak_rss_mb():.0f} MB")
     return 0
 
 

@@ -316,3 +316,26 @@ def test_infinite_equals_longest_previous_prefix(reqs, block):
     assert _run(reqs, block, spec) == _brute_infinite(reqs, block)
     # an unbounded LRU stack gives the same answer
     assert _run(reqs, block, CacheSpec(policy="lru", capacity_tokens=1e12)) == _brute_infinite(reqs, block)
+
+
+@SETTINGS
+@given(traces(max_requests=20), st.integers(1, 3), st.integers(0, 12), st.sampled_from(["lru", "lfu", "fifo", "priority"]),
+       st.sampled_from([None, 0.0, 5.0, 40.0]), st.booleans(), st.data())
+def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prewarm, data):
+    """The chain-compressed simulator replays exactly what the block-level one does (pins,
+    prewarm, TTL, priorities): hits, evictions and pinned blocks."""
+    from prefixplan.simulate.models import GenericCache, NodeCache, choose_pins
+
+    trace = build_trace(reqs, engine_granularity("custom", block))
+    prios = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=len(reqs), max_size=len(reqs))))
+    pins_src = tuple(
+        (reqs[i].namespace, reqs[i].tokens[: data.draw(st.integers(0, len(reqs[i].tokens)))])
+        for i in data.draw(st.lists(st.integers(0, len(reqs) - 1), max_size=3))
+    )
+    pin_cap = data.draw(st.integers(0, 4))
+    pins = choose_pins(trace, pins_src, pin_cap)
+    kw = dict(ttl_s=ttl, pinned_blocks=pins, priorities=prios, prewarm_pins=prewarm)
+    fast = NodeCache(trace, policy, cap, **kw).run()
+    slow = GenericCache(trace, policy, cap, pinned_capacity=pin_cap, **kw).run()
+    assert fast.hit_blocks.tolist() == slow.hit_blocks.tolist()
+    assert (fast.evictions, fast.pinned_blocks) == (slow.evictions, slow.pinned_blocks)
