@@ -108,3 +108,20 @@ def test_tiers_and_bytes_capacity():
     assert head.loaded == {"cpu": 304}
     # load = 304 tokens * 131072 B / (131072*1000 B/s) + 10 ms latency
     assert res.savings.ttft_p95_with == pytest.approx(np.percentile([0, 0, 0.304 + 0.01], 95))
+
+
+def test_pins_resolve_block_level_traces_at_their_scale():
+    """Mooncake hash-id pins resolve at the trace block size the namespace's requests used."""
+    hot = np.arange(1, 9, dtype=np.uint32)  # 8 hash ids = 8 blocks of 512 tokens
+    reqs = [SimRequest(float(i), "m", np.concatenate([hot, np.asarray([100 + i], dtype=np.uint32)]),
+                       block_scale=512, index=i) for i in range(3)]
+    from prefixplan.simulate.granularity import engine_granularity
+    from prefixplan.simulate.trace import build_trace
+
+    trace = build_trace(reqs, engine_granularity("vllm", 16))
+    assert len(trace.resolve(hot, "m")) == 8
+    assert trace.resolve(hot, "m", 1) == []  # the same ids read as 1-token units are other blocks
+    res = simulate(reqs, SimConfig(capacities=(512 * 9,), pins=(("m", hot),), pinned_fraction=0.5,
+                                   hot_prefixes=(("hot", "m", hot),)))
+    (risk,) = res.risk
+    assert risk.uses == 3 and risk.tokens == 8 * 512
