@@ -33,11 +33,49 @@ def char_tokenize(text: str) -> list[int]:
     return [ord(c) % 50_000 + 10 for c in text]
 
 
+def chat_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+              add_generation_prompt: bool = True) -> str:
+    """The fake's chat template: ``<tools>..</tools>`` then ``<role>content</role>`` per message."""
+    out = []
+    if tools:
+        out.append("<tools>" + "".join(json.dumps(t, sort_keys=True) for t in tools) + "</tools>")
+    for m in messages:
+        out.append(f"<{m['role']}>{m.get('content') or ''}</{m['role']}>")
+    if add_generation_prompt:
+        out.append("<assistant>")
+    return "".join(out)
+
+
+def _byte_encoder() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the token strings of byte-level BPE)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+_BYTES = _byte_encoder()
+
+
+def token_strs(text: str) -> list[str]:
+    """Byte-level token strings of the fake's one-character tokens."""
+    return ["".join(_BYTES[b] for b in c.encode("utf-8")) for c in text]
+
+
 class FakeEngine:
     """A fake engine server on 127.0.0.1; use as a context manager (``with FakeEngine() as f``).
 
     fault: None | "http500" | "malformed" | "slow" | "ignore_max_tokens" | "echo_auth_500"
            | "flaky500" (first ``flaky`` completion calls fail with 500, then ok)
+    token_prompts: False -> ``/v1/completions`` answers HTTP 400 to a token-id prompt (text only),
+           as many generic OpenAI-compatible servers do.
+    ``/v1/chat/completions`` renders with :func:`chat_text` (not for SGLang), and ``/tokenize``
+    takes ``messages`` (+ ``tools``) like vLLM's and returns ``token_strs`` when asked.
     """
 
     def __init__(
@@ -56,6 +94,7 @@ class FakeEngine:
         api_key: str | None = None,
         flaky: int = 1,
         ttft_model: tuple[float, float, float] | None = None,
+        token_prompts: bool = True,
     ) -> None:
         self.flavor = flavor
         self.block_size = block_size
@@ -70,6 +109,7 @@ class FakeEngine:
         self.api_key = api_key
         self.flaky = flaky
         self.ttft_model = ttft_model
+        self.token_prompts = token_prompts
         self.blocks: set[int] = set()
         self.hits = 0
         self.queries = 0
@@ -202,8 +242,16 @@ class FakeEngine:
         if self.flavor == "sglang" and method == "GET" and path == "/get_model_info":
             return self._send(h, 200, {"model_path": "/models/" + self.model, "is_generation": True})
         if method == "POST" and path == "/tokenize" and self.with_tokenize:
-            ids = [i + self.tokenizer_offset for i in char_tokenize(str((body or {}).get("prompt", "")))]
-            return self._send(h, 200, {"count": len(ids), "max_model_len": 4096, "tokens": ids})
+            b = body or {}
+            if "messages" in b:
+                text = chat_text(b["messages"], b.get("tools"), bool(b.get("add_generation_prompt", True)))
+            else:
+                text = str(b.get("prompt", ""))
+            ids = [i + self.tokenizer_offset for i in char_tokenize(text)]
+            answer: dict[str, Any] = {"count": len(ids), "max_model_len": 4096, "tokens": ids}
+            if b.get("return_token_strs"):
+                answer["token_strs"] = token_strs(text)
+            return self._send(h, 200, answer)
         if method == "POST" and path == "/reset_prefix_cache" and self.flavor == "vllm":
             self.blocks.clear()
             return self._send(h, 200, "")
@@ -213,6 +261,11 @@ class FakeEngine:
         if method == "POST" and (
             (path == "/v1/completions" and self.flavor != "sglang") or (path == "/generate" and self.flavor == "sglang")
         ):
+            prompt = (body or {}).get("prompt")
+            if path == "/v1/completions" and isinstance(prompt, list) and not self.token_prompts:
+                return self._send(h, 400, {"error": {"message": "prompt must be a string", "type": "invalid_request"}})
+            return self._complete(h, path, body or {}, headers)
+        if method == "POST" and path == "/v1/chat/completions" and self.flavor != "sglang":
             return self._complete(h, path, body or {}, headers)
         return self._send(h, 404, {"detail": "Not Found"})
 
@@ -232,8 +285,12 @@ class FakeEngine:
             return self._send(h, 200, "{not json", "application/json")
         if self.fault == "slow":
             time.sleep(self.delay)
-        ids = body.get("input_ids") if self.flavor == "sglang" else body.get("prompt")
-        ids = [int(i) for i in ids or []]
+        chat = path == "/v1/chat/completions"
+        if chat:
+            ids = char_tokenize(chat_text(body.get("messages") or [], body.get("tools")))
+        else:
+            ids = body.get("input_ids") if self.flavor == "sglang" else body.get("prompt")
+            ids = char_tokenize(ids) if isinstance(ids, str) else [int(i) for i in ids or []]
         cached = self._cache(ids)
         if self.ttft_model is not None:
             a, b, c = self.ttft_model
@@ -265,14 +322,23 @@ class FakeEngine:
         if self.report_cached:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         if not stream:
-            return self._send(h, 200, {"id": "cmpl-1", "object": "text_completion", "model": self.model,
-                                       "choices": [{"index": 0, "text": "x" * produced, "finish_reason": "length"}],
-                                       "usage": usage})
+            choice: dict[str, Any] = {"index": 0, "text": "x" * produced, "finish_reason": "length"}
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": "x" * produced},
+                          "finish_reason": "length"}
+            return self._send(h, 200, {"id": "cmpl-1", "object": "chat.completion" if chat else "text_completion",
+                                       "model": self.model, "choices": [choice], "usage": usage})
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
+        if chat:  # role chunk first, as OpenAI-style chat streams do
+            ev = {"id": "chat-1", "object": "chat.completion.chunk",
+                  "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+            h.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
         for _ in range(produced):
             ev = {"id": "cmpl-1", "object": "text_completion", "choices": [{"index": 0, "text": "x"}]}
+            if chat:
+                ev = {"id": "chat-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x"}}]}
             h.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
             h.wfile.flush()
             if self.fault == "ignore_max_tokens":

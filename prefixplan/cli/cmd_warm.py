@@ -9,8 +9,28 @@ from typing import Annotated, Optional
 import typer
 
 
+DEFAULT_RECIPES = "recipes"
+
+
+def _command_class() -> type:
+    """``--recipes`` takes an optional folder: given without a value it means ``recipes``."""
+    from typer.core import TyperCommand
+
+    class WarmCommand(TyperCommand):
+        def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+            args = list(args)
+            for i, arg in enumerate(args):
+                if arg == "--":
+                    break
+                if arg == "--recipes" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                    args.insert(i + 1, DEFAULT_RECIPES)
+            return super().parse_args(ctx, args)
+
+    return WarmCommand
+
+
 def register(app: typer.Typer) -> None:
-    app.command("warm")(warm)
+    app.command("warm", cls=_command_class())(warm)
 
 
 def _write_json(target: str, data: object) -> None:
@@ -25,8 +45,12 @@ def warm(
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="Replica URL (repeatable).")] = None,
     endpoints_file: Annotated[Optional[Path], typer.Option("--endpoints", help="YAML file of replicas (url, name, headers, api_key_env, verify_tls).")] = None,
     analysis: Annotated[Optional[Path], typer.Option("--analysis", help="Analysis record (prefixplan analyze --json FILE); default: the store's latest.")] = None,
-    top: Annotated[int, typer.Option("--top", help="Warm the N best-ranked prefixes.")] = 20,
+    top: Annotated[Optional[int], typer.Option("--top", help="Warm the N best-ranked prefixes (default 20; recipes: all).")] = None,
     keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated name@vN keys instead of --top.")] = None,
+    recipes: Annotated[Optional[str], typer.Option("--recipes", help="Warm the prefixes of a recipes folder or file (default folder: recipes), rendered with the server's tokenizer.")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer rendering --recipes (hf:PATH, vllm:URL, ...); default: the recipe's, else the first endpoint's /tokenize.")] = None,
+    lock_file: Annotated[Optional[Path], typer.Option("--lock", help="Lock file to check --recipes against (default ./prefixplan.lock when present).")] = None,
+    via: Annotated[str, typer.Option("--via", help="auto, ids (exact token ids) or chat (the request, rendered by the server).")] = "auto",
     budget: Annotated[Optional[float], typer.Option("--budget", help="KV memory budget in GB: warm the set that maximises reused tokens within it.")] = None,
     kv_bytes_per_token: Annotated[Optional[float], typer.Option("--kv-bytes-per-token", help="KV bytes per token (for --budget).")] = None,
     model_config: Annotated[Optional[Path], typer.Option("--model-config", help="Model config.json to derive KV bytes per token.")] = None,
@@ -64,7 +88,8 @@ def warm(
         budget_gb=budget, kv_bytes_per_token=kv_bytes_per_token,
         model_config=str(model_config) if model_config else None, api_key_env=api_key_env,
         options=WarmOptions(engine=engine, concurrency=concurrency, timeout=timeout, retries=retries,
-                            model=model, block_size=block_size, priority=priority),
+                            model=model, block_size=block_size, priority=priority, via=via),
+        recipes=recipes, tokenizer=tokenizer, lock=str(lock_file) if lock_file else None,
         dry_run=dry_run, every_s=parse_duration(every) if every else None,
         for_s=parse_duration(for_) if for_ else None, rounds=rounds, record=record,
         db=str(db) if db else None, profile=str(profile) if profile else None,

@@ -36,12 +36,15 @@ from prefixplan.render import TOKENIZER_PROBE_TEXT  # noqa: E402  (defined with 
 class EngineRequestError(EndpointError):
     """A request to an engine failed; ``kind`` says how and ``retryable`` if trying again may help."""
 
-    def __init__(self, endpoint: str, reason: str, *, kind: str, retryable: bool = False) -> None:
+    def __init__(
+        self, endpoint: str, reason: str, *, kind: str, retryable: bool = False, status: int | None = None
+    ) -> None:
         super().__init__(f"{endpoint}: {reason}")
         self.endpoint = endpoint
         self.reason = reason
         self.kind = kind  # refused | timeout | http | malformed | protocol | unsupported
         self.retryable = retryable
+        self.status = status  # the HTTP status when kind == "http"
 
 
 def display_url(url: str) -> str:
@@ -189,8 +192,11 @@ class EngineAdapter:
             text = text.replace(self._secret, "***")
         return text
 
-    def _error(self, reason: str, *, kind: str, retryable: bool = False) -> EngineRequestError:
-        return EngineRequestError(self.endpoint.label, self.redact(reason), kind=kind, retryable=retryable)
+    def _error(
+        self, reason: str, *, kind: str, retryable: bool = False, status: int | None = None
+    ) -> EngineRequestError:
+        return EngineRequestError(self.endpoint.label, self.redact(reason), kind=kind, retryable=retryable,
+                                  status=status)
 
     def _transport_error(self, exc: Exception, path: str) -> EngineRequestError:
         import httpx
@@ -218,6 +224,7 @@ class EngineAdapter:
             f"HTTP {resp.status_code} from {path}" + (f": {body}" if body else ""),
             kind="http",
             retryable=retryable,
+            status=resp.status_code,
         )
 
     # -- requests -----------------------------------------------------------------------

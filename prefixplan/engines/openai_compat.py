@@ -84,9 +84,10 @@ class OpenAICompatAdapter(EngineAdapter):
 
         def on_event(event: dict[str, Any], state: _Stream) -> None:
             choices = event.get("choices")
-            if isinstance(choices, list) and choices:
+            if isinstance(choices, list) and any(_carries_output(c) for c in choices):
                 state.chunks += 1
-                # One chunk per generated token; a final chunk may only carry finish_reason.
+                # At most one chunk per generated token (role-only and finish_reason-only chunks
+                # of chat streams carry no output and are not counted); one chunk of slack.
                 if state.chunks > max_tokens + 1:
                     raise self._too_many_tokens(state.chunks, max_tokens, path)
             if isinstance(event.get("usage"), Mapping):
@@ -124,6 +125,11 @@ class OpenAICompatAdapter(EngineAdapter):
         body = self._completion_body([int(i) for i in ids], max_tokens, stream)
         return self._run("/v1/completions", body, max_tokens, stream)
 
+    def complete_text(self, prompt: str, *, max_tokens: int = 1, stream: bool = True) -> Completion:
+        """``/v1/completions`` with a text prompt (the server tokenizes it)."""
+        body = self._completion_body(prompt, max_tokens, stream)
+        return self._run("/v1/completions", body, max_tokens, stream)
+
     def complete_chat(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -141,8 +147,9 @@ class OpenAICompatAdapter(EngineAdapter):
             "stream": stream,
         }
         if tools:
+            # No tool_choice: real requests rarely set one, and some servers render (and so
+            # cache) a different prompt for tool_choice "none".
             body["tools"] = [dict(t) for t in tools]
-            body["tool_choice"] = "none"
         if stream:
             body["stream_options"] = {"include_usage": True}
         return self._run("/v1/chat/completions", body, max_tokens, stream)
@@ -162,6 +169,19 @@ class OpenAICompatAdapter(EngineAdapter):
 
     def cache_counters(self) -> CacheCounters | None:
         return None
+
+
+def _carries_output(choice: Any) -> bool:
+    """Whether a streamed choice carries generated output (text, content, reasoning or a tool call)."""
+    if not isinstance(choice, Mapping):
+        return False
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, Mapping):
+        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    or delta.get("tool_calls"))
+    return False
 
 
 def _tokens(data: Any) -> list[int] | None:

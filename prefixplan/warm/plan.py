@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.errors import UsageError
+from prefixplan.warm.prompts import PromptForm
 
 DEFAULT_BLOCK_SIZE = 16
 MAX_DP_UNITS = 200_000
@@ -46,6 +47,9 @@ class WarmItem:
     token_hash: str | None = None
     covers: tuple[int, ...] = ()  # ranks of selected ancestors this item caches too
     value_tokens: int = 0  # reused tokens of the chain (sum of marginals of item + covers)
+    form: PromptForm | None = field(default=None, repr=False)  # request form (recipes), for chat warming
+    example: Mapping[str, Any] | None = field(default=None, repr=False)  # {source, line} of a logged request
+    parts: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # the analysis record's parts
 
     @property
     def length(self) -> int:
@@ -69,6 +73,7 @@ class WarmItem:
             "token_hash": self.token_hash,
             "covers": list(self.covers),
             "value_tokens": self.value_tokens,
+            "form": self.form.mode if self.form else ("example" if self.example else None),
         }
 
 
@@ -120,6 +125,10 @@ class _Cand:
     label: str | None
     token_hash: str | None
     parent: int | None
+    form: PromptForm | None = None
+    example: Mapping[str, Any] | None = None
+    parts: tuple[Mapping[str, Any], ...] = ()
+    skip_reason: str | None = None
 
 
 def split_key(key: str) -> tuple[str, int | None]:
@@ -164,6 +173,10 @@ def _cands(record: Mapping[str, Any], lookup: Callable[[str], Sequence[int] | No
                 label=c.get("label"),
                 token_hash=c.get("token_hash"),
                 parent=int(c["parent"]) if c.get("parent") is not None else None,
+                form=PromptForm.from_dict(c["prompt_form"]) if isinstance(c.get("prompt_form"), Mapping) else None,
+                example=c.get("example") if isinstance(c.get("example"), Mapping) else None,
+                parts=tuple(x for x in c.get("parts") or () if isinstance(x, Mapping)),
+                skip_reason=str(c["skip_reason"]) if c.get("skip_reason") else None,
             )
         )
     return out
@@ -324,7 +337,9 @@ def plan_from_record(
     usable: list[int] = []
     for r in pool:
         c = all_cands[r]
-        if c.ids is None:
+        if c.skip_reason:
+            skipped.append((r, c.skip_reason))
+        elif c.ids is None:
             skipped.append((r, "token ids withheld (privacy) and not in the store"))
         elif c.length < block:
             skipped.append((r, f"shorter than one cache block ({c.length} < {block} tokens)"))
@@ -390,6 +405,9 @@ def plan_from_record(
                 token_hash=c.token_hash,
                 covers=covers,
                 value_tokens=sum(all_cands[x].value for x in (r, *_ancestors(r, parents)) if x in closure),
+                form=c.form,
+                example=c.example,
+                parts=c.parts,
             )
         )
     chain_nodes = set(selected) | {a for r in selected for a in _ancestors(r, parents) if a in closure}

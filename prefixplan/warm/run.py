@@ -13,6 +13,14 @@ another so TTFTs are not contended and counter deltas stay attributable):
    tokens, a matching delta of the prefix-cache counters on an otherwise idle replica verifies;
    otherwise the result is ``unverified`` (never ``ok``).
 
+How prefixes are sent (``via``): ``ids`` sends the exact token ids (vLLM ``/v1/completions``,
+SGLang ``/generate``); ``chat`` sends the request the prefix comes from (a recipe's messages and
+tools, or an analysis candidate's example request re-read from its log) with a question after it,
+rendered by the server itself, warm-up and probe asking different questions. ``auto`` (default)
+uses ids, and on a generic OpenAI-compatible server switches to chat for the rest of the run when
+the server rejects a token-id prompt (HTTP 400/404/405/415/422/501) or counts it as other than
+that many tokens.
+
 A key is ``ready`` only when every replica verified it; ``partial`` when some did; ``failed``
 otherwise. Each request is retried (bounded, exponential backoff) on refused connections,
 timeouts and HTTP 5xx/429; a replica that stops answering fails its remaining items at once.
@@ -30,6 +38,7 @@ from typing import Any
 from prefixplan.engines.base import (
     TOKENIZER_PROBE_TEXT,
     CacheCounters,
+    Completion,
     Endpoint,
     EngineAdapter,
     EngineRequestError,
@@ -37,6 +46,7 @@ from prefixplan.engines.base import (
 )
 from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
 from prefixplan.warm.plan import WarmItem, WarmPlan
+from prefixplan.warm.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
 
 STATUSES = ("verified", "unverified", "failed", "skipped")
 
@@ -55,6 +65,7 @@ class WarmOptions:
     priority: int | None = None  # SGLang --radix-eviction-policy priority
     verify: bool = True
     suffix_tokens: int = 2
+    via: str = "auto"  # auto | ids | chat: how prefixes are sent (see run_warm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +98,7 @@ class ItemResult:
     cached_at_warmup: int | None = None
     method: str | None = None  # usage | metrics
     error: str | None = None
+    via: str | None = None  # ids (exact token ids) | chat (a request the server renders)
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -187,6 +199,8 @@ class _Replica:
         self.info = ReplicaInfo(endpoint=endpoint.label)
         self.probe_ids: list[int] | None = None
         self.dead: str | None = None
+        self.via_chat = False  # learned: the server takes no token-id prompts
+        self.via_chat_reason = ""
 
 
 def aligned(n: int, block: int) -> int:
@@ -264,7 +278,39 @@ def _counters(adapter: EngineAdapter) -> CacheCounters | None:
         return None
 
 
-def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: int) -> ItemResult:
+ID_REJECT_STATUSES = (400, 404, 405, 415, 422, 501)
+VIA_CHOICES = ("auto", "ids", "chat")
+
+
+def _rejects_ids(err: EngineRequestError) -> bool:
+    """An HTTP answer meaning "this server takes no token-id prompt here"."""
+    return err.kind == "http" and err.status in ID_REJECT_STATUSES
+
+
+class FormResolver:
+    """``item -> (request form, why not)``, reading example requests from their logs once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[int, tuple[PromptForm | None, str]] = {}
+
+    def __call__(self, item: WarmItem) -> tuple[PromptForm | None, str]:
+        if item.form is not None:
+            return item.form, ""
+        with self._lock:
+            if item.rank not in self._cache:
+                if item.example is None:
+                    why = "the prefix has no request form (neither a recipe nor an example request in the analysis)"
+                    self._cache[item.rank] = (None, why)
+                else:
+                    from prefixplan.warm.prompts import form_from_example
+
+                    self._cache[item.rank] = form_from_example(item.example, item.parts)
+            return self._cache[item.rank]
+
+
+def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: int,
+              forms: FormResolver | None = None) -> ItemResult:
     block = rep.info.block_size or options.block_size or 1
     expected = aligned(item.length, block)
     base = {
@@ -278,35 +324,78 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
                           error=f"prefix shorter than one cache block ({item.length} < {block} tokens)")
     adapter = rep.adapter
     assert adapter is not None
-    ids = list(item.token_ids)
-    warm_ids = warm_prompt(ids)
-    probe_ids = probe_prompt(ids, options.suffix_tokens)
+    forms = forms or FormResolver()
 
-    def call(prompt: list[int]) -> Any:
-        return with_retries(
-            lambda: adapter.complete_ids(prompt, max_tokens=1, stream=True, priority=options.priority),
-            retries=options.retries, backoff=options.backoff,
-        )
+    def call(fn: Callable[[], Completion]) -> Completion:
+        return with_retries(fn, retries=options.retries, backoff=options.backoff)
+
+    warm: Completion | None = None
+    via = "chat" if options.via == "chat" or rep.via_chat else "ids"
+    fallback = ""
+    if via == "ids":
+        ids = list(item.token_ids)
+        warm_ids = warm_prompt(ids)
+        try:
+            warm = call(lambda: adapter.complete_ids(warm_ids, max_tokens=1, stream=True, priority=options.priority))
+        except EngineRequestError as err:
+            if not (options.via == "auto" and rep.info.engine == "openai-compatible" and _rejects_ids(err)):
+                if err.kind in ("refused", "timeout"):
+                    rep.dead = err.reason
+                return ItemResult(**base, status="failed", error=str(err))
+            fallback = f"token-id prompt rejected ({_strip(str(err), rep.endpoint.label)})"
+        else:
+            if (options.via == "auto" and rep.info.engine == "openai-compatible"
+                    and warm.prompt_tokens is not None and warm.prompt_tokens != len(warm_ids)):
+                fallback = (f"the server counted {warm.prompt_tokens} prompt tokens for a {len(warm_ids)}-id prompt "
+                            "(it does not take token ids as ids)")
+        if fallback:
+            rep.via_chat, rep.via_chat_reason = True, fallback
+            via, warm = "chat", None
+    if via == "chat":
+        form, why = forms(item)
+        if form is None:
+            reason = f"{rep.via_chat_reason}; " if rep.via_chat_reason else ""
+            return ItemResult(**base, status="failed", error=f"{rep.endpoint.label}: {reason}cannot warm through a "
+                              f"chat request: {why}")
+        if not hasattr(adapter, "complete_chat"):
+            return ItemResult(**base, status="failed", error=(
+                f"{rep.endpoint.label}: --via chat needs an OpenAI-compatible server ({adapter.engine} adapter)"))
+
+        def send(question: str) -> Completion:
+            if form.mode == "completion":
+                return call(lambda: adapter.complete_text(form.prompt(question), max_tokens=1, stream=True))  # type: ignore[attr-defined]
+            msgs, tools = form.chat(question)
+            return call(lambda: adapter.complete_chat(msgs, tools=tools, max_tokens=1, stream=True))  # type: ignore[attr-defined]
+    else:
+        probe_ids = probe_prompt(list(item.token_ids), options.suffix_tokens)
+
+        def send(question: str) -> Completion:
+            return call(lambda: adapter.complete_ids(probe_ids, max_tokens=1, stream=True, priority=options.priority))
 
     try:
-        warm = call(warm_ids)
+        if warm is None:
+            warm = send(WARM_QUESTION)
         if not options.verify:
-            return ItemResult(**base, status="unverified", cold_ttft_s=warm.ttft_s,
+            return ItemResult(**base, status="unverified", cold_ttft_s=warm.ttft_s, via=via,
                               cached_at_warmup=warm.cached_tokens, error="verification disabled (--no-verify)")
         before = _counters(adapter) if warm.cached_tokens is None else None
-        probe = call(probe_ids)
+        probe = send(PROBE_QUESTION)
     except EngineRequestError as err:
         if err.kind in ("refused", "timeout"):
             rep.dead = err.reason
-        return ItemResult(**base, status="failed", error=str(err))
-    common = {"cold_ttft_s": warm.ttft_s, "warm_ttft_s": probe.ttft_s, "cached_at_warmup": warm.cached_tokens}
+        return ItemResult(**base, status="failed", via=via, error=str(err))
+    probe_len = len(probe_ids) if via == "ids" else probe.prompt_tokens
+    common = {"cold_ttft_s": warm.ttft_s, "warm_ttft_s": probe.ttft_s, "cached_at_warmup": warm.cached_tokens,
+              "via": via}
     if probe.cached_tokens is not None:
         if probe.cached_tokens >= expected:
             return ItemResult(**base, **common, status="verified", cached_tokens=probe.cached_tokens, method="usage")
         return ItemResult(
             **base, **common, status="failed", cached_tokens=probe.cached_tokens, method="usage",
             error=(f"{rep.endpoint.label}: probe reported cached_tokens={probe.cached_tokens} < expected {expected} "
-                   f"(block size {block}): the prefix is not resident"),
+                   f"(block size {block}): the prefix is not resident"
+                   + (" (the server's rendering of the chat request may differ from the analysis tokenizer's)"
+                      if via == "chat" else "")),
         )
     after = _counters(adapter)
     if before is None or after is None:
@@ -316,7 +405,7 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
     hits = after.hits - before.hits
     queries = (after.queries - before.queries) if after.queries is not None and before.queries is not None else None
     idle = (before.running in (None, 0) and after.running in (None, 0)
-            and queries is not None and int(queries) == len(probe_ids))
+            and queries is not None and probe_len is not None and int(queries) == probe_len)
     if not idle:
         return ItemResult(**base, **common, status="unverified", error=(
             f"{rep.endpoint.label}: no per-request cached tokens and the replica is not idle "
@@ -344,6 +433,8 @@ def run_warm(
         UsageError: no endpoints or an empty plan.
     """
     options = options or WarmOptions()
+    if options.via not in VIA_CHOICES:
+        raise UsageError(f"unknown --via {options.via!r}; choose one of {', '.join(VIA_CHOICES)}")
     connector = connector or default_connector
     if not endpoints:
         raise UsageError("no endpoint given", hint="pass --endpoint URL (repeatable) or --endpoints FILE")
@@ -361,6 +452,7 @@ def run_warm(
 
     lock = threading.Lock()
     results: list[ItemResult] = []
+    forms = FormResolver()
 
     def emit(res: ItemResult) -> None:
         with lock:
@@ -380,7 +472,7 @@ def run_warm(
                     endpoint=rep.endpoint.label, rank=item.rank, key=item.record_key, version=item.version,
                     tokens=item.length, expected_cached=0, status="failed", error=rep.info.error))
                 continue
-            emit(_warm_one(rep, item, options, plan.block_size))
+            emit(_warm_one(rep, item, options, plan.block_size, forms))
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -434,7 +526,7 @@ def record_report(report: WarmReport, db: str | None = None) -> int:
                 endpoint=r.endpoint, key=r.key, version=r.version, tokens=r.tokens,
                 cold_ttft=r.cold_ttft_s, warm_ttft=r.warm_ttft_s, cached_tokens=r.cached_tokens,
                 status=r.status, error=r.error, rank=r.rank, expected_cached=r.expected_cached,
-                method=r.method, cached_at_warmup=r.cached_at_warmup, fleet_status=verdict.get(r.rank),
+                method=r.method, cached_at_warmup=r.cached_at_warmup, fleet_status=verdict.get(r.rank), via=r.via,
                 run_started=iso(report.started),
             )
             rows += 1

@@ -8,8 +8,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.errors import ExitCode, UsageError
-from prefixplan.warm.plan import WarmPlan, kv_bytes_per_token_from_config, plan_from_record
-from prefixplan.warm.run import ItemResult, WarmOptions, WarmReport, record_report, run_warm
+from prefixplan.warm.plan import (
+    WarmPlan,
+    kv_bytes_per_token_from_config,
+    plan_from_record,
+)
+from prefixplan.warm.run import (
+    ItemResult,
+    WarmOptions,
+    WarmReport,
+    record_report,
+    run_warm,
+)
+
+DEFAULT_TOP = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +31,7 @@ class WarmRequest:
     endpoints: tuple[str, ...] = ()
     endpoints_file: str | None = None
     analysis: str | None = None
-    top: int | None = 20
+    top: int | None = None  # None: 20 of an analysis, every recipe
     keys: tuple[str, ...] = ()
     budget_gb: float | None = None
     kv_bytes_per_token: float | None = None
@@ -33,6 +45,9 @@ class WarmRequest:
     record: bool = True
     db: str | None = None
     profile: str | None = None
+    recipes: str | None = None  # a recipes folder or file: warm its prefixes (rendered) instead of an analysis
+    tokenizer: str | None = None  # renders recipes (default: each recipe's, else vllm:<first endpoint>)
+    lock: str | None = None  # lock file checked against recipes (default ./prefixplan.lock when present)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +71,23 @@ class WarmOutcome:
 
 
 def build_plan(req: WarmRequest) -> WarmPlan:
-    """The plan for ``req`` (no network)."""
+    """The plan for ``req`` (no network, except rendering recipes through a server's ``/tokenize``)."""
     import json
     from pathlib import Path
 
-    from prefixplan.warm.source import latest_record, load_record, record_from_store_keys, store_token_lookup
+    from prefixplan.warm.source import (
+        latest_record,
+        load_record,
+        record_from_store_keys,
+        store_token_lookup,
+    )
 
-    if req.analysis:
+    top = req.top
+    if req.recipes:
+        if req.analysis:
+            raise UsageError("--recipes and --analysis exclude each other")
+        record = recipes_record(req)
+    elif req.analysis:
         record = load_record(req.analysis)
     elif req.keys:
         try:
@@ -82,14 +107,31 @@ def build_plan(req: WarmRequest) -> WarmPlan:
         except (OSError, json.JSONDecodeError) as err:
             raise UsageError(f"--model-config {req.model_config}: {err}") from None
         kv = kv_bytes_per_token_from_config(cfg)
+    if not req.recipes and top is None:
+        top = DEFAULT_TOP
     return plan_from_record(
         record,
-        top=None if req.keys else req.top,
+        top=None if req.keys else top,
         keys=list(req.keys) or None,
         budget_gb=req.budget_gb,
         kv_bytes_per_token=kv,
         block_size=req.options.block_size,
         token_lookup=store_token_lookup(req.db),
+    )
+
+
+def recipes_record(req: WarmRequest) -> dict[str, Any]:
+    """The rendered recipes of ``req.recipes`` as an analysis-shaped record (no warming)."""
+    from prefixplan.recipes import load_recipes
+    from prefixplan.warm.recipes import load_lock_if_present, record_from_recipes
+    from prefixplan.warm.source import endpoints_from_options
+
+    assert req.recipes is not None
+    recipes = load_recipes(req.recipes)
+    endpoints = endpoints_from_options(req.endpoints, req.endpoints_file, req.api_key_env)
+    return record_from_recipes(
+        recipes, tokenizer=req.tokenizer, endpoint=endpoints[0] if endpoints else None, model=req.options.model,
+        keys=list(req.keys) or None, lock=load_lock_if_present(req.lock),
     )
 
 
