@@ -17,7 +17,7 @@ from prefixplan.logs import LineErrors
 from prefixplan.savings.kvsize import lookup_builtin
 from prefixplan.simulate.options import build_config
 
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau"]
 
 
 def _text(n: int, seed: int) -> str:
@@ -59,7 +59,7 @@ def test_pins_from_analysis_protect_the_hot_prefix(hot_log, capsys):
     log, record = hot_log
     top = json.loads(record.read_text())["candidates"][0]
     assert top["token_ids"] is not None and top["length"] > 300
-    code, doc, err = _sim(capsys, str(log), "--pins-from", str(record), "--pin-top", "1",
+    code, doc, _ = _sim(capsys, str(log), "--pins-from", str(record), "--pin-top", "1",
                           "--pinned-fraction", "0.4", "--capacity", "1000")
     assert code == 0
     (risk,) = doc["risk"]

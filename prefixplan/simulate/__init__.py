@@ -1,6 +1,14 @@
 """Replay request streams through prefix-cache models (see docs/simulate.md)."""
 
-from prefixplan.simulate.api import CacheRun, SimConfig, SimResult, simulate, sweep, to_json, tokens_from_bytes
+from prefixplan.simulate.api import (
+    CacheRun,
+    SimConfig,
+    SimResult,
+    simulate,
+    sweep,
+    to_json,
+    tokens_from_bytes,
+)
 from prefixplan.simulate.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulate.trace import SimRequest
 

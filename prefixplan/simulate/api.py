@@ -17,8 +17,18 @@ import numpy as np
 
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape
-from prefixplan.savings.prefill import PrefillProfile, TimeSavings, load_profile, time_savings
-from prefixplan.savings.pricing import Money, hosted_cost, load_prices, self_hosted_saving
+from prefixplan.savings.prefill import (
+    PrefillProfile,
+    TimeSavings,
+    load_profile,
+    time_savings,
+)
+from prefixplan.savings.pricing import (
+    Money,
+    hosted_cost,
+    load_prices,
+    self_hosted_saving,
+)
 from prefixplan.simulate.batch import (
     DEFAULT_DECODE_TPS,
     DEFAULT_OUTPUT_TOKENS,
@@ -26,9 +36,21 @@ from prefixplan.simulate.batch import (
     in_batch_hits,
     service_times,
 )
-from prefixplan.simulate.granularity import Granularity, engine_granularity, provider_granularity
+from prefixplan.simulate.granularity import (
+    Granularity,
+    engine_granularity,
+    provider_granularity,
+)
 from prefixplan.simulate.hosted import AnthropicCache
-from prefixplan.simulate.models import POLICIES, AutoPromote, CacheSpec, Tier, capacity_blocks, parse_ttl, run_model
+from prefixplan.simulate.models import (
+    POLICIES,
+    AutoPromote,
+    CacheSpec,
+    Tier,
+    capacity_blocks,
+    parse_ttl,
+    run_model,
+)
 from prefixplan.simulate.risk import PrefixRisk, eviction_risk
 from prefixplan.simulate.trace import BlockTrace, SimRequest, TraceBuilder
 from prefixplan.simulate.tree import build_tree

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
 
 
-def breakpoint_offsets(prompt: "Prompt") -> tuple[int, ...]:
+def breakpoint_offsets(prompt: Prompt) -> tuple[int, ...]:
     """Token offsets (prefix lengths) of a request's ``cache_control`` breakpoints."""
     req = prompt.request
     if not req.breakpoints:
@@ -47,7 +47,7 @@ def breakpoint_offsets(prompt: "Prompt") -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def sim_requests(prompts: Iterable["Prompt"]) -> Iterator[SimRequest]:
+def sim_requests(prompts: Iterable[Prompt]) -> Iterator[SimRequest]:
     """Rendered prompts as simulation input, in stream order."""
     for i, prompt in enumerate(prompts):
         req = prompt.request
@@ -63,12 +63,12 @@ def sim_requests(prompts: Iterable["Prompt"]) -> Iterator[SimRequest]:
 
 
 def simulate_logs(
-    options: "AnalyzeOptions",
-    config: "SimConfig",
+    options: AnalyzeOptions,
+    config: SimConfig,
     *,
     pins_from: str | Path | None = None,
     pin_top: int = 10,
-) -> tuple["SimResult", "LineErrors"]:
+) -> tuple[SimResult, LineErrors]:
     """Read, render and simulate the logs named by ``options``; returns (result, line errors).
 
     With ``pins_from`` (an analysis record), its top ``pin_top`` candidates become the pins

@@ -525,8 +525,7 @@ class GenericCache:
                 self.last[b] = r
                 self.last_time[b] = now
                 self.count[b] += 1
-                if p_r > self.prio[b]:
-                    self.prio[b] = p_r
+                self.prio[b] = max(self.prio[b], p_r)
                 self.ver[b] += 1
             if m:
                 leaf = path[-1]
@@ -588,7 +587,7 @@ class NodeCache:
             self.pinned[v] = True
         self.prewarm = prewarm_pins
 
-    def run(self) -> CacheOutcome:  # noqa: C901 - one tight loop, kept together for speed
+    def run(self) -> CacheOutcome:
         trace, tree = self.trace, self.tree
         n = tree.n_nodes
         fb = tree.first_block.tolist()
@@ -641,7 +640,7 @@ class NodeCache:
             seg = segs[v]
             s = seg[-1]
             size = c[v] - s[0]
-            k = need if need < size else size
+            k = min(size, need)
             c[v] -= k
             reg_size -= k
             if k == size:
@@ -698,7 +697,7 @@ class NodeCache:
                             new_reg += w[v] - cv
                 elif not pinned[v]:
                     new_reg += w[v]
-            hit = present if present < caps[r] else caps[r]
+            hit = min(caps[r], present)
             hits_l[r] = hit
             over = reg_size + new_reg - cap
             if over > 0 and heap:
@@ -733,8 +732,7 @@ class NodeCache:
                 ltime[v] = now
                 for s in segs[v]:
                     s[2] += 1
-                    if p_r > s[3]:
-                        s[3] = p_r
+                    s[3] = max(s[3], p_r)
                 ver[v] += 1
                 prev = v
             if kids[end] == 0 and not pinned[end]:

@@ -117,7 +117,7 @@ def load_pins(path: str | Path, top: int) -> PinSelection:
     return PinSelection(str(path), tuple(out), fps, labels, tuple(notes))
 
 
-def check_fingerprints(selection: PinSelection, renderers: "RenderSet") -> None:
+def check_fingerprints(selection: PinSelection, renderers: RenderSet) -> None:
     """Raise :class:`UsageError` when a pinned namespace is rendered with another tokenizer
     than the one the record's token ids come from."""
     if not selection.fingerprints:

@@ -122,7 +122,7 @@ class BlockTrace:
     parent: np.ndarray
     ns: np.ndarray
     namespaces: list[str]
-    index: "TraceBuilder"
+    index: TraceBuilder
 
     @property
     def n_requests(self) -> int:
