@@ -468,6 +468,9 @@ class GenericCache:
         prios = self.priorities.tolist() if self.priorities is not None else None
         hits = np.zeros(trace.n_requests, dtype=np.int64)
         cached = self.cached
+        ins, count, prio, last, last_time, vers = self.ins, self.count, self.prio, self.last, self.last_time, self.ver
+        fixed_pin, kids = self.fixed_pin, self.kids
+        parent_l = parent.tolist()
         tree = build_tree(trace)  # paths as runs of consecutive block ids
         fb, wt, npar, req_node = (tree.first_block.tolist(), tree.weight.tolist(), tree.node_parent.tolist(),
                                   tree.req_node.tolist())
@@ -509,24 +512,26 @@ class GenericCache:
             for item in stash:
                 heapq.heappush(self.heap, item)
             p_r = prios[r] if prios is not None else 0
-            for j, b in enumerate(path):
-                if not cached[b]:
-                    cached[b] = True
-                    self.ins[b] = r
-                    self.count[b] = 0
-                    self.prio[b] = p_r
-                    if self.fixed_pin[b]:
-                        self.pinned[b] = True
-                        self.pinned_size += 1
-                    else:
-                        self.reg_size += 1
-                    if j:
-                        self.kids[path[j - 1]] += 1
-                self.last[b] = r
-                self.last_time[b] = now
-                self.count[b] += 1
-                self.prio[b] = max(self.prio[b], p_r)
-                self.ver[b] += 1
+            for b in path[present:]:  # insert the missing blocks (their parents are cached)
+                cached[b] = True
+                ins[b] = r
+                count[b] = 0
+                prio[b] = p_r
+                if fixed_pin[b]:
+                    self.pinned[b] = True
+                    self.pinned_size += 1
+                else:
+                    self.reg_size += 1
+                p = parent_l[b]
+                if p >= 0:
+                    kids[p] += 1
+            for b in path:
+                last[b] = r
+                last_time[b] = now
+                count[b] += 1
+                if p_r > prio[b]:  # noqa: PLR1730 - hot loop
+                    prio[b] = p_r
+                vers[b] += 1
             if m:
                 leaf = path[-1]
                 if self.kids[leaf] == 0 and not self.pinned[leaf]:
