@@ -236,6 +236,23 @@ def _migrations() -> Any:
             )"""
         )
 
+    @migrations(name="002_profiles")
+    def _profiles(db: Any) -> None:
+        db.execute(
+            """CREATE TABLE profiles (
+                name TEXT PRIMARY KEY,
+                created TEXT NOT NULL,
+                endpoint TEXT,
+                model TEXT,
+                a_s REAL NOT NULL,
+                b_s_per_token REAL NOT NULL,
+                c_s_per_token2 REAL NOT NULL,
+                rmse_s REAL,
+                r2 REAL,
+                samples TEXT
+            )"""
+        )
+
     return migrations
 
 
@@ -629,9 +646,63 @@ class Store:
             out.append(d)
         return out
 
+    # -- prefill profiles (calibrate) ------------------------------------------------------
+    _PROFILE_COLS = ("name", "created", "endpoint", "model", "a_s", "b_s_per_token", "c_s_per_token2", "rmse_s", "r2")
+
+    def save_profile(
+        self,
+        name: str,
+        *,
+        a_s: float,
+        b_s_per_token: float,
+        c_s_per_token2: float,
+        endpoint: str | None = None,
+        model: str | None = None,
+        rmse_s: float | None = None,
+        r2: float | None = None,
+        samples: Any = None,
+        created: str | None = None,
+    ) -> None:
+        """Store (or replace) the prefill profile ``name`` (``samples`` is stored as JSON)."""
+        if not name or not name.strip():
+            raise UsageError("a profile needs a non-empty name")
+        row = (name, created or iso(time.time()), endpoint, model, float(a_s), float(b_s_per_token),
+               float(c_s_per_token2), rmse_s, r2, json.dumps(samples) if samples is not None else None)
+        with self.write() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO profiles(name, created, endpoint, model, a_s, b_s_per_token, "
+                "c_s_per_token2, rmse_s, r2, samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+
+    def get_profile(self, name: str) -> dict[str, Any] | None:
+        """The stored profile ``name`` (``samples`` decoded), or None."""
+        cur = self.conn.execute("SELECT * FROM profiles WHERE name = ?", (name,))
+        r = cur.fetchone()
+        if r is None:
+            return None
+        d = dict(zip([x[0] for x in cur.description], r, strict=True))
+        d["samples"] = json.loads(d["samples"]) if d.get("samples") else None
+        return d
+
+    def profiles(self) -> list[dict[str, Any]]:
+        """All stored profiles by name (without samples)."""
+        cols = ", ".join(self._PROFILE_COLS)
+        cur = self.conn.execute(f"SELECT {cols} FROM profiles ORDER BY name")
+        return [dict(zip(self._PROFILE_COLS, r, strict=True)) for r in cur.fetchall()]
+
     def integrity_check(self) -> str:
         """Result of ``PRAGMA integrity_check`` (``"ok"`` when healthy)."""
         return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def find_profile(name: str, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """The stored prefill profile ``name`` from the store at ``path`` (default as :func:`open_store`),
+    or None; an absent store file is not created."""
+    if not resolve_db_path(path).is_file():
+        return None
+    with open_store(path) as store:
+        return store.get_profile(name)
 
 
 def open_store(path: str | os.PathLike[str] | None = None, *, migrate: bool = True) -> Store:

@@ -17,7 +17,13 @@ from fake_engine import FakeEngine, free_port_url
 from prefixplan.cli.app import main
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import ExitCode, InputError, UsageError
-from prefixplan.warm.calibrate import TimingSample, fit_prefill, load_profile, save_profile, calibrate_endpoint
+from prefixplan.warm.calibrate import (
+    TimingSample,
+    calibrate_endpoint,
+    fit_prefill,
+    load_profile,
+    save_profile,
+)
 from prefixplan.warm.keepalive import keepalive, parse_duration
 from prefixplan.warm.plan import prefill_seconds
 from prefixplan.warm.status import replica_status
@@ -161,8 +167,8 @@ def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.
 
 
 def test_stop_event_skips_remaining_prefixes() -> None:
-    from prefixplan.warm.run import WarmOptions, run_warm
     from prefixplan.warm.plan import plan_from_record
+    from prefixplan.warm.run import WarmOptions, run_warm
 
     rec = {"granularity": {"block_size": 16}, "candidates": [
         {"rank": r, "name": f"p{r}", "length": 32, "token_ids": list(range(r * 100, r * 100 + 32)),
@@ -179,3 +185,61 @@ def test_stop_event_skips_remaining_prefixes() -> None:
                        stop=stop)
     assert [r.status for r in rep.results] == ["verified", "skipped", "skipped"]
     assert rep.results[1].error == "stopped (SIGTERM/SIGINT)" and rep.exit_code == ExitCode.FINDINGS
+
+
+def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from prefixplan.savings.prefill import load_profile as sim_load_profile
+    from prefixplan.store import open_store, resolve_db_path
+
+    # Before any store exists an unknown name is an error and creates no store file.
+    with pytest.raises(UsageError, match="unknown prefill profile"):
+        sim_load_profile("fake-prof")
+    assert not resolve_db_path().exists()
+    with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0)) as fake:
+        code = main(["calibrate", "--endpoint", fake.url, "--lengths", "64,256,512", "--fractions", "0,0.5",
+                     "--repeats", "1", "-o", str(tmp_path / "p.yaml"), "--name", "fake-prof", "--json", "-"])
+        data = json.loads(capsys.readouterr().out)
+        url = fake.url
+    assert code == 0 and data["stored_as"] == "fake-prof"
+    with open_store() as s:
+        row = s.get_profile("fake-prof")
+        assert [p["name"] for p in s.profiles()] == ["fake-prof"]
+    assert row is not None and (row["a_s"], row["b_s_per_token"], row["c_s_per_token2"]) == (
+        data["a_s"], data["b_s_per_token"], data["c_s_per_token2"])
+    assert row["endpoint"] == url and row["model"] == "fake-model" and len(row["samples"]) == 6
+    assert row["rmse_s"] == data["fit"]["rmse_s"] and row["r2"] == data["fit"]["r2"]
+    prof = sim_load_profile("fake-prof")
+    assert (prof.a, prof.b, prof.c) == (row["a_s"], row["b_s_per_token"], row["c_s_per_token2"])
+    assert not prof.assumed and prof.name == "fake-prof"
+    assert load_profile("fake-prof")["b_s_per_token"] == row["b_s_per_token"]  # warm --profile NAME too
+    # simulate --profile NAME (the command reads the profile through savings.prefill.load_profile).
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"model": "m", "user": f"u{i % 3}", "messages": [
+        {"role": "system", "content": "You are a careful assistant. " * 20},
+        {"role": "user", "content": f"q{i}"}]}) + "\n" for i in range(6)))
+    code = main(["simulate", str(log), "--profile", "fake-prof", "--json", str(tmp_path / "sim.json")])
+    assert code == 0 and "fake-prof" in (tmp_path / "sim.json").read_text()
+    # Recalibrating under the same name replaces the stored profile.
+    with open_store() as s:
+        s.save_profile("fake-prof", a_s=1.0, b_s_per_token=2.0, c_s_per_token2=0.0)
+    assert sim_load_profile("fake-prof").a == 1.0
+
+
+def test_profiles_migration_upgrades_an_existing_store(tmp_path: Path) -> None:
+    import sqlite3
+
+    from prefixplan.store import open_store
+
+    db = tmp_path / "old.db"
+    with open_store(db) as s:
+        s.record_warm_run(endpoint="e", key="k@v1", version=1, tokens=1, status="verified")
+    conn = sqlite3.connect(db)  # make it a store written before the profiles migration
+    conn.execute("DROP TABLE profiles")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = '002_profiles'")
+    conn.commit()
+    conn.close()
+    with open_store(db) as s:
+        assert s.get_profile("x") is None and len(s.warm_runs()) == 1
+        s.save_profile("x", a_s=0.01, b_s_per_token=1e-5, c_s_per_token2=0.0, samples=[[1, 0, 0.01]])
+        assert s.get_profile("x")["samples"] == [[1, 0, 0.01]]

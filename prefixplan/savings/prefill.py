@@ -83,15 +83,22 @@ DEFAULT_PROFILE = "h100-8b"
 
 
 def load_profile(spec: str | Path | None) -> PrefillProfile:
-    """A built-in profile name, or a YAML file in the documented format."""
+    """A built-in profile name, a YAML file in the documented format, or a profile name stored by calibrate."""
     if spec is None:
         return BUILTIN_PROFILES[DEFAULT_PROFILE]
     if str(spec) in BUILTIN_PROFILES:
         return BUILTIN_PROFILES[str(spec)]
     path = Path(spec)
     if not path.is_file():
+        from prefixplan.store import find_profile  # a profile `prefixplan calibrate` stored by name
+
+        stored = find_profile(str(spec))
+        if stored is not None:
+            return PrefillProfile(name=str(spec), a=float(stored["a_s"]), b=float(stored["b_s_per_token"]),
+                                  c=float(stored["c_s_per_token2"]), model=str(stored.get("model") or ""),
+                                  source=f"measured {stored.get('created') or ''} by calibrate ({stored.get('endpoint')})")
         raise UsageError(f"unknown prefill profile {spec!r}",
-                         hint="use a YAML file or one of: " + ", ".join(sorted(BUILTIN_PROFILES)))
+                         hint="use a YAML file, a name stored by calibrate, or one of: " + ", ".join(sorted(BUILTIN_PROFILES)))
     import yaml
 
     try:

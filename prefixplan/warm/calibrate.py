@@ -209,15 +209,52 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
     return out
 
 
-def load_profile(path: str | Path) -> dict[str, Any]:
-    """Read a profile YAML; returns the mapping with float ``a_s``, ``b_s_per_token``, ``c_s_per_token2``.
+def default_profile_name(profile: Profile) -> str:
+    """``<model>@<host>-<port>`` (slugged) -- the store name when ``calibrate`` gets no ``--name``."""
+    import re
+    from urllib.parse import urlsplit
+
+    endpoint = profile.endpoint or "endpoint"
+    parts = urlsplit(endpoint) if "://" in endpoint else None
+    where = f"{parts.hostname}-{parts.port}" if parts is not None and parts.port else (
+        parts.hostname if parts is not None and parts.hostname else endpoint)
+    slug = re.sub(r"[^A-Za-z0-9_.@-]+", "-", f"{profile.model or 'model'}@{where}").strip("-")
+    return slug or "profile"
+
+
+def store_profile(profile: Profile, name: str | None = None, db: str | None = None) -> str:
+    """Save ``profile`` in the store's ``profiles`` table under ``name`` (replacing one of that
+    name); returns the name, which ``--profile NAME`` then finds."""
+    from prefixplan.store import open_store
+
+    name = name or default_profile_name(profile)
+    f = profile.fit
+    with open_store(db) as store:
+        store.save_profile(
+            name, a_s=f.a_s, b_s_per_token=f.b_s_per_token, c_s_per_token2=f.c_s_per_token2,
+            endpoint=profile.endpoint, model=profile.model, rmse_s=f.rmse_s, r2=f.r2,
+            samples=[[s.new, s.cached, round(s.ttft_s, 6)] for s in profile.samples], created=profile.created,
+        )
+    return name
+
+
+def load_profile(path: str | Path, db: str | None = None) -> dict[str, Any]:
+    """Read a profile YAML, or (when ``path`` is no file) the store's profile of that name;
+    returns the mapping with float ``a_s``, ``b_s_per_token``, ``c_s_per_token2``.
 
     Raises:
-        InputError: missing file, bad YAML, or missing coefficients.
+        InputError: missing file (and no stored profile of that name), bad YAML, or missing
+            coefficients.
     """
     import yaml
 
     p = Path(path)
+    if not p.is_file():
+        from prefixplan.store import find_profile
+
+        stored = find_profile(str(path), db)
+        if stored is not None:
+            return dict(stored, source=f"stored profile {path} (calibrate {stored.get('created') or ''})".strip())
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as err:
@@ -247,8 +284,12 @@ def calibrate_endpoint(
     timeout: float = 60.0,
     out: str | Path | None = None,
     seed: int = 0,
+    name: str | None = None,
+    store: bool = False,
+    db: str | None = None,
 ) -> tuple[Profile, Path | None]:
-    """Connect, measure, fit and (when ``out``) save the YAML profile."""
+    """Connect, measure, fit, and save the YAML profile (when ``out``) and the store's profile
+    ``name`` (when ``store``; default name :func:`default_profile_name`)."""
     from prefixplan.engines.base import Endpoint
     from prefixplan.engines.detect import connect
 
@@ -262,4 +303,6 @@ def calibrate_endpoint(
     finally:
         adapter.close()
     path = save_profile(profile, out) if out else None
+    if store:
+        store_profile(profile, name, db)
     return profile, path
