@@ -250,3 +250,106 @@ def test_calibrate_live(vllm_server, tmp_path: Path) -> None:
         "attention_measurable": f.attention_measurable, "rmse_ms": round(1000 * f.rmse_s, 3), "r2": round(f.r2, 3),
         "cold_4096_ms": round(1000 * cold, 2), "warm90_4096_ms": round(1000 * warm90, 2), "samples": f.n_samples,
     })
+
+
+def _live_recipes(root: Path) -> tuple[Path, str, list[dict], list[str]]:
+    """Two recipes: system + tools (chat), and system + documents leading the user message."""
+    from chat_cases import TOOLS
+
+    system = "You are the Acme Cloud support assistant. " + " ".join(
+        f"Rule {i}: answer precisely and cite section {i} of the handbook." for i in range(30))
+    docs = [f"## Section {i}\n\nThe quota for tier {i} is {i * 10} requests per minute.\n" for i in range(12)]
+    d = root / "recipes"
+    (d / "parts" / "tools").mkdir(parents=True)
+    (d / "parts" / "docs").mkdir(parents=True)
+    (d / "parts" / "system.md").write_text(system)
+    for i, tool in enumerate(TOOLS):
+        (d / "parts" / "tools" / f"{i:02d}.json").write_text(json.dumps(tool, indent=2))
+    for i, text in enumerate(docs):
+        (d / "parts" / "docs" / f"{i:02d}.md").write_text(text)
+    (d / "acme.yaml").write_text(
+        "prefixes:\n"
+        "  - name: acme-support\n    version: 4\n    render: chat\n    system: {file: parts/system.md}\n"
+        "    tools: [{glob_tools}]\n"
+        "  - name: acme-handbook\n    version: 1\n    render: chat\n    system: {file: parts/system.md}\n"
+        "    documents: [{glob: 'parts/docs/*.md'}]\n".replace(
+            "{glob_tools}", ", ".join(f"parts/tools/{i:02d}.json" for i in range(len(TOOLS)))))
+    return d, system, TOOLS, docs
+
+
+def test_warm_recipes_live_then_real_chat_request_hits(vllm_server, tmp_path: Path) -> None:
+    """--recipes rendered by the server's own /tokenize (default), warmed, then real chat requests
+    (system + tools + a new question; system + documents + a new question) reuse the prefix."""
+    from prefixplan.engines.base import Endpoint
+    from prefixplan.recipes import load_recipes
+    from prefixplan.warm.recipes import record_from_recipes
+
+    vllm_server.reset()
+    rdir, system, tools, docs = _live_recipes(tmp_path)
+    out = tmp_path / "warm.json"
+    code = main(["warm", "--recipes", str(rdir), "--endpoint", vllm_server.url, "--json", str(out), "--timeout", "120"])
+    warm = json.loads(out.read_text())
+    assert code == ExitCode.OK and warm["status"] == "ready", warm
+    assert warm["replicas"][0]["tokenizer_check"] == "match"
+    by_key = {r["key"]: r for r in warm["results"]}
+    assert set(by_key) == {"acme-support@v4", "acme-handbook@v1"}
+    # The local Qwen3 rendering (hf:) of the recipes equals the server's (vllm:).
+    local = record_from_recipes(load_recipes(rdir), tokenizer=f"hf:{vllm_server.model_dir}")
+    remote = record_from_recipes(load_recipes(rdir), endpoint=Endpoint(vllm_server.url))
+    assert [c["token_ids"] for c in local["candidates"]] == [c["token_ids"] for c in remote["candidates"]]
+    block = vllm_server.block_size
+    figures = {}
+    with httpx.Client(base_url=vllm_server.url, timeout=120) as c:
+        for key, body in (
+            ("acme-support@v4", {"messages": [{"role": "system", "content": system},
+                                              {"role": "user", "content": "My deployment in eu-west fails; why?"}],
+                                 "tools": tools}),
+            ("acme-handbook@v1", {"messages": [{"role": "system", "content": system},
+                                               {"role": "user", "content": "".join(docs) + "What is the tier 7 quota?"}]}),
+        ):
+            r = c.post("/v1/chat/completions", json=dict(body, model=vllm_server.served_model_name, max_tokens=1,
+                                                         temperature=0))
+            r.raise_for_status()
+            cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            tokens = by_key[key]["tokens"]
+            assert cached >= (tokens // block) * block > 0, (key, cached, tokens)
+            figures[key] = {"prefix_tokens": tokens, "real_request_cached": cached,
+                            "prompt_tokens": r.json()["usage"]["prompt_tokens"],
+                            "cold_ms": round(1000 * by_key[key]["cold_ttft_s"], 2),
+                            "probe_ms": round(1000 * by_key[key]["warm_ttft_s"], 2)}
+    _summary("recipes", figures)
+
+
+def test_warm_through_chat_requests_live(vllm_server, tmp_path: Path) -> None:
+    """The generic OpenAI-compatible path (--engine openai-compatible --via chat) on the real vLLM:
+    recipes and analysis candidates (their example requests re-read from the log) are warmed with
+    chat requests the server renders itself, verified by usage.cached_tokens."""
+    vllm_server.reset()
+    rdir, *_ = _live_recipes(tmp_path)
+    out = tmp_path / "chat.json"
+    common = ["--endpoint", vllm_server.url, "--engine", "openai-compatible", "--via", "chat",
+              "--block-size", str(vllm_server.block_size), "--timeout", "120"]
+    code = main(["warm", "--recipes", str(rdir), *common, "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == ExitCode.OK and data["status"] == "ready", data
+    assert all(r["via"] == "chat" and r["method"] == "usage" for r in data["results"])
+    assert data["replicas"][0]["engine"] == "openai-compatible"
+    log = tmp_path / "log.jsonl"
+    _chat_log(log)
+    rec = tmp_path / "rec.json"
+    assert main(["analyze", str(log), "--tokenizer", f"hf:{vllm_server.model_dir}", "--block-size",
+                 str(vllm_server.block_size), "--top", "20", "--json", str(rec), "--no-record", "-q"]) == 0
+    record = json.loads(rec.read_text())
+    keep = [c for c in record["candidates"] if c["label"] in ("system", "tools", "system+tools")]
+    assert keep
+    record["candidates"] = keep
+    rec.write_text(json.dumps(record))
+    vllm_server.reset()
+    out2 = tmp_path / "chat2.json"
+    code = main(["warm", "--analysis", str(rec), "--top", "20", *common, "--json", str(out2)])
+    data2 = json.loads(out2.read_text())
+    assert code == ExitCode.OK and data2["status"] == "ready", data2
+    _summary("via_chat", {
+        "recipes": [{"key": r["key"], "tokens": r["tokens"], "cached": r["cached_tokens"]} for r in data["results"]],
+        "analysis": [{"key": r["key"], "tokens": r["tokens"], "cached": r["cached_tokens"]} for r in data2["results"]],
+    })
