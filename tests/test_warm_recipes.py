@@ -166,7 +166,8 @@ def test_generic_server_without_token_prompts_warms_recipes_through_chat(tmp_pat
     assert rep.results[0].status == "unverified" and rep.status == "failed" and rep.exit_code == ExitCode.FINDINGS
 
 
-def test_analysis_candidate_warms_through_its_example_request(tmp_path: Path) -> None:
+def test_analysis_candidate_warms_through_its_example_request(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "log.jsonl"
     reqs = [{"model": "fake-model", "messages": [{"role": "system", "content": SYSTEM},
                                                  {"role": "user", "content": f"Question {i}?"}], "tools": [TOOL]}
@@ -191,7 +192,8 @@ def test_analysis_candidate_warms_through_its_example_request(tmp_path: Path) ->
         chats = [b for _, p, b, _ in a.requests if p == "/v1/chat/completions"]
     out = json.loads((tmp_path / "o.json").read_text())
     by = {r["rank"]: r for r in out["results"]}
-    assert code == ExitCode.FINDINGS and out["status"] == "partial"
+    table = capsys.readouterr().out
+    assert code == ExitCode.FINDINGS and out["status"] == "partial" and "via" in table and "chat" in table
     assert (by[1]["status"], by[1]["via"]) == ("verified", "chat") and by[1]["cached_tokens"] >= len(prefix) // 16 * 16
     assert by[2]["status"] == "failed" and "token-id prompt rejected" in by[2]["error"] and "user content" in by[2]["error"]
     assert chats[0]["messages"][0] == {"role": "system", "content": SYSTEM} and chats[0]["tools"] == [TOOL]

@@ -148,7 +148,9 @@ def _render(con: object, data: dict) -> None:
             line += f" [red]{escape(r['error'])}[/]"
         con.print(line)  # type: ignore[attr-defined]
     t = Table(title="warm")
-    for col in ("rank", "key", "tokens", "status", "verified", "cold TTFT ms", "probe TTFT ms", "cached"):
+    show_via = any(r.get("via") == "chat" for r in data["results"])
+    for col in ("rank", "key", "tokens", "status", "verified", "cold TTFT ms", "probe TTFT ms", "cached",
+                *(("via",) if show_via else ())):
         t.add_column(col)
     for k in data["keys"]:
         mine = [r for r in data["results"] if r["rank"] == k["rank"] and r["status"] == "verified"]
@@ -159,7 +161,9 @@ def _render(con: object, data: dict) -> None:
         t.add_row(str(k["rank"]), escape(k["key"]), str(k["tokens"]), f"[{color}]{k['status']}[/]",
                   f"{k['verified']}/{k['replicas']}",
                   f"{1000 * max(cold):.1f}" if cold else "-", f"{1000 * max(warm_):.1f}" if warm_ else "-",
-                  str(min(cached)) if cached else "-")
+                  str(min(cached)) if cached else "-",
+                  *((",".join(sorted({str(r["via"]) for r in data["results"]
+                                      if r["rank"] == k["rank"] and r.get("via")})) or "-",) if show_via else ()))
     con.print(t)  # type: ignore[attr-defined]
     for k in data["keys"]:
         for e in k["errors"]:
