@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 class _Timed:
     """Iterator wrapper that adds up the time spent producing items."""
 
-    def __init__(self, it) -> None:
+    def __init__(self, it, progress: int = 0) -> None:
         self.it = iter(it)
+        self.progress = progress
         self.seconds = 0.0
         self.count = 0
 
@@ -134,6 +135,9 @@ class _Timed:
         finally:
             self.seconds += time.perf_counter() - t
         self.count += 1
+        if self.progress and self.count % self.progress == 0:
+            print(f"  ... {self.count:,} requests, read + render {self.seconds:.1f} s, "
+                  f"peak RSS {peak_rss_mb():.0f} MB", file=sys.stderr, flush=True)
         return item
 
 
@@ -151,7 +155,7 @@ def replay_log(args) -> int:
     options = AnalyzeOptions(paths=(args.log,), tokenizer=args.tokenizer, engine="vllm", block_size=args.block_size)
     errors = LineErrors()
     t0 = time.perf_counter()
-    stream = _Timed(sim_requests(iter_prompts(options, errors)))
+    stream = _Timed(sim_requests(iter_prompts(options, errors)), progress=10_000)
     trace = build_trace(stream, engine_granularity("vllm", args.block_size))
     t1 = time.perf_counter()
     read_s = stream.seconds
