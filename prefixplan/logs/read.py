@@ -145,6 +145,13 @@ def expand_paths(specs: Sequence[str]) -> list[str]:
     return out
 
 
+try:
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency, but optional here
+    _fast_loads = None
+_NOT_PARSED = object()
+
+
 def _decode(data: bytes, ctx: LineContext, fmt: str) -> list[Request]:
     if ctx.line_no == 1 and data.startswith(_BOM):
         data = data[3:]
@@ -153,7 +160,14 @@ def _decode(data: bytes, ctx: LineContext, fmt: str) -> list[Request]:
     except UnicodeDecodeError as exc:
         raise BadLine(f"invalid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
     try:
-        obj = json.loads(text)
+        # orjson is ~2x faster on big request lines; anything it refuses (NaN, huge ints, bad
+        # JSON) goes through the standard parser, which also words the error message.
+        obj = _fast_loads(data) if _fast_loads is not None else json.loads(text)
+    except (ValueError, RecursionError):
+        obj = _NOT_PARSED
+    try:
+        if obj is _NOT_PARSED:
+            obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadLine(f"bad JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
