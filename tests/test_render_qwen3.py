@@ -67,3 +67,39 @@ def test_segments_name_their_sources(renderers):
     assert kinds == ["template", "system", "template", "user", "template"]
     text = split.tokenizer.decode(p.tokens[p.segments[1].start:p.segments[1].end].tolist())
     assert text == "You are terse."
+
+
+def test_paragraph_split_pieces_equal_whole_encoding(qwen3_path):
+    """Long pieces are split after blank lines; ids and spans must not change."""
+    paras = ["Intro paragraph with words.", "```python\nprint('x')\n```", "- bullet one\n- bullet two", "# Heading",
+             "日本語の段落です。", "'quoted start", "12345 numbers", "<tag attr='1'>", "é accented start",
+             "  indented start", "\ttab start", "e\u0301 combining start"]
+    body = "\n\n".join(p * 12 for p in paras) + "\n\n\n\ntrailing" + "\n\n"
+    split = HFRenderer(qwen3_path)
+    assert split._paragraph_split
+    whole = HFRenderer(qwen3_path, split_pieces=False)
+    for content in (body, body.replace("\n\n", "\r\n\r\n"), "x" * 2000 + "\n\n" + body):
+        case = {"messages": [{"role": "system", "content": content}, {"role": "user", "content": content + " question"}],
+                "tools": None}
+        expected = split.tokenizer.apply_chat_template(case["messages"], add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False)
+        a, b = split.render(_request(0, case)), whole.render(_request(0, case))
+        assert a.tokens.tolist() == list(expected) == b.tokens.tolist()
+        assert a.segments == b.segments and a.chunks == b.chunks
+
+
+def test_example_log_requests_equal_apply_chat_template(qwen3_path):
+    """Real content (agent prompts, MCP/BFCL tools, Rust book chunks) from the bundled log."""
+    from pathlib import Path
+
+    from prefixplan.logs import LineErrors, ReadOptions, iter_requests
+
+    log = Path(__file__).resolve().parent.parent / "examples" / "agent_log.jsonl.gz"
+    if not log.is_file():
+        pytest.skip("examples/agent_log.jsonl.gz missing")
+    renderer = HFRenderer(qwen3_path)
+    reqs = [r for _, r in zip(range(80), iter_requests([str(log)], ReadOptions(), LineErrors()))]
+    for req, prompt in zip(reqs, renderer.render_many(reqs)):
+        expected = renderer.tokenizer.apply_chat_template(list(req.messages), tools=list(req.tools) if req.tools else None,
+                                                          add_generation_prompt=True, tokenize=True, return_dict=False)
+        assert prompt.tokens.tolist() == list(expected), f"line {req.line_no}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +30,11 @@ import numpy as np
 from prefixplan.errors import TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+
+
+# Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
+PARAGRAPH_SPLIT_MIN_CHARS = 1024
+_PARAGRAPH_BOUNDARY = re.compile(r"\n\n(?=\S)")
 
 
 class PieceCache:
@@ -72,6 +78,7 @@ class HFRenderer:
         template_kwargs: dict[str, Any] | None = None,
         piece_cache_tokens: int = 8_000_000,
         split_pieces: bool = True,
+        paragraph_split: bool = True,
     ) -> None:
         path = Path(path)
         if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
@@ -110,6 +117,7 @@ class HFRenderer:
         self.split_pieces = split_pieces and safe
         self.fingerprint = self._fingerprint()
         self._byte_len = self._byte_lengths()
+        self._paragraph_split = paragraph_split and self._paragraph_boundaries_are_safe()
 
     # -- identity -------------------------------------------------------------------------
     def _fingerprint(self) -> str:
@@ -190,6 +198,42 @@ class HFRenderer:
             return self._encode_one(enc, text)
         return self._encode_pieces([text])[0]
 
+    def _split_paragraphs(self, layout: list[tuple[str, int, int | None]]) -> list[tuple[str, int, int | None]]:
+        """Split long pieces after blank lines (before a non-space, non-combining character).
+
+        Only enabled when :meth:`_paragraph_boundaries_are_safe` showed that the tokenizer's
+        pre-tokenizer always splits there, so encoding the parts equals encoding the whole;
+        a document pasted into many different questions is then tokenized once.
+        """
+        out: list[tuple[str, int, int | None]] = []
+        for piece, offset, special in layout:
+            if special is not None or len(piece) < PARAGRAPH_SPLIT_MIN_CHARS:
+                out.append((piece, offset, special))
+                continue
+            pos = 0
+            for m in _PARAGRAPH_BOUNDARY.finditer(piece):
+                end = m.end()
+                if end < len(piece) and not unicodedata.combining(piece[end]) and end > pos:
+                    out.append((piece[pos:end], offset + pos, None))
+                    pos = end
+            out.append((piece[pos:], offset + pos, None))
+        return out
+
+    def _paragraph_boundaries_are_safe(self) -> bool:
+        """Probe: encode(a + b) == encode(a) + encode(b) for paragraph ends ``a`` (ending in
+        a blank line) and starts ``b`` of many shapes. Any difference disables the split."""
+        if not self.split_pieces:
+            return False
+        ends = ["end of text.\n\n", "word\n\n", "x  \n\n", "1234\n\n", "```\n\n", "。\n\n", "a\n \n\n",
+                "tab\t\n\n", "- item\n\n", "quote'\n\n", "\n\n", "é\n\n"]
+        starts = ["Next", "next", "1. item", "- bullet", "# Heading", "`code`", "(paren", "'s quote", "日本語",
+                  "<tag>", "{\"k\": 1}", "A", "_x", "é", "!", "Ünï", "http://x.y", "42"]
+        pairs = [(a, b) for a in ends for b in starts]
+        joint = self.backend.encode_batch([a + b for a, b in pairs], add_special_tokens=False)
+        left = self.backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)
+        right = self.backend.encode_batch([b for _, b in pairs], add_special_tokens=False)
+        return all(j.ids == l.ids + r.ids for j, l, r in zip(joint, left, right))
+
     def _encode_pieces(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Encode several texts, sharing the piece cache and batching cache misses."""
         assert self._split_re is not None
@@ -205,6 +249,8 @@ class HFRenderer:
                 pos = m.end()
             if pos < len(text):
                 layout.append((text[pos:], pos, None))
+            if self._paragraph_split:
+                layout = self._split_paragraphs(layout)
             for piece, _, special in layout:
                 if special is None and piece not in missing and self.cache.get(piece) is None:
                     missing[piece] = None
