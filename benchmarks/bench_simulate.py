@@ -172,6 +172,7 @@ def replay_log(args) -> int:
         out = run_model(trace, CacheSpec(policy="lru", capacity_tokens=cap), _stack_cache=stack)
         rates.append(float((out.hit_blocks * bt).sum()) / prompt_tokens)
     t3 = time.perf_counter()
+    main_rss = peak_rss_mb()
     others = []
     for pol in ("lfu", "fifo", "priority"):
         s = time.perf_counter()
@@ -190,7 +191,8 @@ def replay_log(args) -> int:
     print(f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
           f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
     print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates)))
-    print(f"simulation       {t3 - t0 - read_s:7.2f} s (trace build + infinite + in-batch + LRU x{len(caps)})")
+    print(f"simulation       {t3 - t0 - read_s:7.2f} s (trace build + infinite + in-batch + LRU x{len(caps)})"
+          f"   peak RSS so far {main_rss:.0f} MB")
     for pol, secs, rate in others:
         print(f"{pol:<16} {secs:7.2f} s   at {args.other_capacity:.0e}: {rate:.3f}")
     print(f"total            {t3 - t0:7.2f} s (+ {sum(o[1] for o in others):.2f} s other policies)   "
