@@ -82,19 +82,23 @@ def child_batch(log: Path, n: int) -> dict:
     return {"seconds": time.perf_counter() - t0, "requests": count, "tokens": tokens}
 
 
-def child_analyze(log: Path, whatif: bool) -> dict:
+def child_analyze(log: Path, whatif: bool, record: Path | None) -> dict:
     from prefixplan.analyze import AnalyzeOptions, analyze
 
     t0 = time.perf_counter()
     result = analyze(AnalyzeOptions(paths=(str(log),), tokenizer=f"hf:{QWEN3}", engine="vllm", rag_whatif=whatif))
+    if record is not None:
+        record.write_text(json.dumps(result.record))
     s = result.record["summary"]
     return {"seconds": time.perf_counter() - t0, "requests": s["requests"], "tokens": s["prompt_tokens"],
             "hit_rate_tokens": s["hit_rate_tokens"], "candidates": s["candidates"]}
 
 
-def run_child(kind: str, log: Path, arg: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--log", str(log), "--arg", arg],
-                         capture_output=True, text=True, check=True)
+def run_child(kind: str, log: Path, arg: str, record: Path | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--log", str(log), "--arg", arg]
+    if record is not None:
+        cmd += ["--record", str(record)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -104,10 +108,11 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=2000)
     ap.add_argument("--child")
     ap.add_argument("--arg", default="")
+    ap.add_argument("--record", type=Path, help="also write the plain analysis record here (for bench_report.py)")
     args = ap.parse_args()
     if args.child:
         fn = {"naive": lambda: child_naive(args.log, int(args.arg)), "batch": lambda: child_batch(args.log, int(args.arg)),
-              "analyze": lambda: child_analyze(args.log, args.arg == "whatif")}[args.child]
+              "analyze": lambda: child_analyze(args.log, args.arg == "whatif", args.record)}[args.child]
         res = fn()
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(res))
@@ -117,7 +122,7 @@ def main() -> int:
     if not args.log.is_file():
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_logs.py"), "bench", "--out", str(args.log)], check=True)
     results = {
-        "analyze": run_child("analyze", args.log, "plain"),
+        "analyze": run_child("analyze", args.log, "plain", args.record),
         "analyze+whatif": run_child("analyze", args.log, "whatif"),
         "naive (sampled)": run_child("naive", args.log, str(args.sample)),
         "batch (sampled)": run_child("batch", args.log, str(args.sample)),
