@@ -1,4 +1,8 @@
-"""Atomic file output: write to a temp file in the same folder, fsync, rename."""
+"""Atomic file output: write to a temp file in the same folder, fsync, rename.
+
+A path that cannot be written (missing permission, a folder, a read-only file system) is a
+:class:`~prefixplan.errors.UsageError` naming the path, not a traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +13,41 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from prefixplan.errors import UsageError
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically; ``-`` writes to stdout."""
+    """Write ``text`` to ``path`` atomically; ``-`` writes to stdout.
+
+    Raises:
+        UsageError: ``path`` cannot be written (the message names it and why).
+    """
     if str(path) == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", hint="give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs follow the umask
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,18 +185,8 @@ def read_lock(path: str | os.PathLike[str]) -> Lock:
 
 def write_lock(path: str | os.PathLike[str], entries: Iterable[LockEntry]) -> str:
     """Atomically write the lock file (temp file in the same folder, fsync, rename)."""
-    p = Path(path)
+    from prefixplan.fileio import atomic_write_text
+
     text = render_lock(entries)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".prefixplan.lock.", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(Path(path), text)
     return text

@@ -43,11 +43,9 @@ def calibrate(
     stored = (name or default_profile_name(profile)) if store else None
     data = dict(profile.to_dict(), stored_as=stored)
     if json_out is not None:
-        text = json.dumps(data, indent=2) + "\n"
-        if json_out == "-":
-            typer.echo(text, nl=False)
-        else:
-            Path(json_out).write_text(text, encoding="utf-8")
+        from prefixplan.fileio import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
     if json_out != "-":
         from rich.console import Console
 

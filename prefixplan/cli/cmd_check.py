@@ -14,11 +14,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _write_json(target: str, data: object) -> None:
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    if target == "-":
-        typer.echo(text, nl=False)
-    else:
-        Path(target).write_text(text, encoding="utf-8")
+    from prefixplan.fileio import atomic_write_text
+
+    atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def check(

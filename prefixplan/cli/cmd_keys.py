@@ -25,12 +25,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _emit_json(target: str, data: object) -> None:
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    if target == "-":
-        typer.echo(text, nl=False)
-    else:
-        with open(target, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    from prefixplan.fileio import atomic_write_text
+
+    atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def _table(records: list, title: str) -> None:  # type: ignore[type-arg]

@@ -39,11 +39,11 @@ def lock(
         if store is not None:
             store.close()
     if json_out is not None:
-        text = json.dumps(result.to_dict(), indent=2) + "\n"
+        from prefixplan.fileio import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(result.to_dict(), indent=2) + "\n")
         if json_out == "-":
-            typer.echo(text, nl=False)
             return
-        Path(json_out).write_text(text, encoding="utf-8")
     from prefixplan.cli.output import report_console
 
     con = report_console()

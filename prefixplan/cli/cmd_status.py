@@ -43,11 +43,9 @@ def status(
                           timeout=timeout, db=str(db) if db else None)
     data = {"target": target, "replicas": [r.to_dict() for r in rows]}
     if json_out is not None:
-        text = json.dumps(data, indent=2) + "\n"
-        if json_out == "-":
-            typer.echo(text, nl=False)
-        else:
-            Path(json_out).write_text(text, encoding="utf-8")
+        from prefixplan.fileio import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
     if json_out != "-":
         _render(rows)
     if any(r.verdict == "unreachable" for r in rows):

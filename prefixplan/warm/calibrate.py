@@ -201,11 +201,12 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
     """Write the profile YAML (see docs/warm.md)."""
     import yaml
 
+    from prefixplan.fileio import atomic_write_text
+
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     text = "# prefixplan prefill-time profile (prefixplan calibrate)\n" + yaml.safe_dump(
         profile.to_dict(), sort_keys=False, default_flow_style=None)
-    out.write_text(text, encoding="utf-8")
+    atomic_write_text(out, text)
     return out
 
 
