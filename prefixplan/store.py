@@ -285,12 +285,19 @@ class Store:
             raise StoreError(f"{self.path}: cannot start a write: {exc}") from exc
         try:
             yield self.conn
-        except BaseException:
+        except BaseException as exc:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: write failed: {exc}") from exc
             raise
         else:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise StoreError(f"{self.path}: commit failed: {exc}") from exc
 
     def migrate(self) -> None:
         """Apply pending schema migrations (serialised across processes)."""
@@ -722,12 +729,14 @@ def open_store(path: str | os.PathLike[str] | None = None, *, migrate: bool = Tr
             raise StoreError(f"{db_path}: cannot enable WAL mode (journal_mode={mode})")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"cannot open store {db_path}: {exc}", hint="check --db / PREFIXPLAN_DB") from exc
     store = Store(db_path, conn)
     try:
         store.migrate()
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, StoreError) as exc:
         store.close()
+        if isinstance(exc, StoreError):
+            raise
         raise StoreError(f"cannot migrate store {db_path}: {exc}") from exc
     return store

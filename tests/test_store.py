@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.errors import KeyConflictError, UsageError
+from prefixplan.errors import KeyConflictError, StoreError, UsageError
 from prefixplan.keys import content_hash, token_hash
 from prefixplan.store import open_store, resolve_db_path
 
@@ -145,3 +145,21 @@ def test_readable_with_plain_sqlite3_cli(tmp_path: Path) -> None:
     if proc.returncode == 127:  # pragma: no cover
         pytest.skip("sqlite3 CLI not installed")
     assert proc.stdout.strip() == "support-bot@v1|active"
+
+
+def test_unusable_store_path_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StoreError, match="cannot open store"):
+        open_store(blocker / "sub" / "s.db")
+
+
+def test_sqlite_failure_inside_a_write_is_a_store_error_and_rolls_back(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as store:
+        with pytest.raises(StoreError, match="write failed"):
+            with store.write() as c:
+                c.execute("INSERT INTO profiles(name, created, a_s, b_s_per_token, c_s_per_token2) "
+                          "VALUES ('p', 'now', 0, 0, 0)")
+                c.execute("INSERT INTO no_such_table VALUES (1)")
+        assert not store.conn.in_transaction
+        assert store.profiles() == []
