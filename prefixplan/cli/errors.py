@@ -23,7 +23,7 @@ def report_error(err: PrefixplanError) -> int:
 
 
 def run_with_error_boundary(app: typer.Typer, argv: list[str]) -> int:
-    """Run the typer app; known errors -> message + exit code, unknown keep their traceback."""
+    """Run the typer app; known errors -> message + exit code, unknown -> traceback + exit 70."""
     try:
         # In non-standalone mode click *returns* the code of a `typer.Exit(code)`.
         rc = app(args=argv, prog_name="prefixplan", standalone_mode=False)
@@ -43,5 +43,8 @@ def run_with_error_boundary(app: typer.Typer, argv: list[str]) -> int:
         if isinstance(exc, ClickException):
             exc.show(file=sys.stderr)
             return ExitCode.USAGE
-        raise
+        # A bug: show the traceback (typer's hook when installed, locals never shown) and exit
+        # INTERNAL, so a crash is never mistaken for exit 1 (findings) by a CI gate.
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return ExitCode.INTERNAL
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else ExitCode.OK
