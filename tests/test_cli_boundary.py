@@ -38,3 +38,9 @@ def test_unwritable_json_output_is_a_usage_error(tmp_path: Path, capsys, where: 
     err = capsys.readouterr().err
     assert "error:" in err and "cannot write" in err and "Traceback" not in err
     assert blocker.read_text() == "x"
+
+
+def test_negative_top_is_refused(tmp_path: Path, capsys) -> None:
+    # a negative --top used to slice candidates[:-1], silently dropping the last one
+    assert main(["analyze", str(_log(tmp_path)), "--no-record", "-q", "--top", "-1"]) == ExitCode.USAGE
+    assert "--top" in capsys.readouterr().err

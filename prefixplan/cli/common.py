@@ -47,6 +47,8 @@ def analyze_options(
 
     if sample is not None and not 0 < sample <= 1:
         raise UsageError("--sample must be in (0, 1]")
+    if rest.get("top") is not None and rest["top"] < 0:
+        raise UsageError("--top must be >= 0 (0 keeps every candidate)")
     read = ReadOptions(
         format=format,
         since=parse_time(since) if since else None,
