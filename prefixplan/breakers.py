@@ -12,6 +12,10 @@ Cost (reported in tokens, labelled approximate): ``(variants - 1) x tail`` where
 the median number of tokens from the first dynamic position to the end of the
 system + tools region (the start of the first non-system message). That is the prefill that
 a stable prefix would have reused, under an infinite cache.
+
+Privacy: like candidates, a breaker seen from fewer than ``min_tenants`` distinct users
+(requests without a user count as distinct) shows no text: ``example`` is empty and
+``preview`` says it was withheld, because a per-user system prompt would otherwise be quoted.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class Breaker:
     cost_tokens: int
     example: str  # the dynamic text of the first variant (e.g. "2026-11-29"), or tool names
     preview: str  # masked context around the breaker
+    tenants: int = 0  # distinct users seen (at most the finder's min_tenants)
+    withheld: bool = False  # fewer than min_tenants users: example and preview hold no text
 
     def to_json(self) -> dict:
         return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
@@ -66,12 +72,15 @@ class _Group:
     token_offsets: list[int] = field(default_factory=list)
     first: tuple[str, int, int, str] | None = None  # (kind, start, end, text)
     orders: set[tuple[str, ...]] = field(default_factory=set)  # tool-name orders seen
+    tenants: set[str] = field(default_factory=set)  # distinct users, kept up to min_tenants
 
 
 class BreakerFinder:
     """Streams prompts; :meth:`results` lists breakers by cost."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_tenants: int = 2) -> None:
+        self.min_tenants = min_tenants
+        self._anon = 0
         self._scan_cache: dict[str, tuple[list[tuple[str, int, int]], str | None]] = {}
         self._system: dict[str, _Group] = defaultdict(_Group)
         self._tools: dict[frozenset[str], _Group] = defaultdict(_Group)
@@ -80,12 +89,17 @@ class BreakerFinder:
         req = prompt.request
         if not req.messages and not req.tools:
             return
+        tenant = req.tenant
+        if not tenant:
+            self._anon += 1
+            tenant = f"anon:{self._anon}"
         region_end = next((s.start for s in prompt.segments if s.kind in ("user", "assistant", "tool_result")), len(prompt))
         if req.messages and str(req.messages[0].get("role")) in ("system", "developer"):
             text = message_text(req.messages[0].get("content"))
             dyn, masked = self._scan(text)
             if dyn and masked is not None:
                 group = self._system[masked]
+                self._seen(group, tenant)
                 key = content_hash(text)
                 group.variants[key] = group.variants.get(key, 0) + 1
                 seg = next((s for s in prompt.segments if s.kind == "system" and s.index == 0), None)
@@ -101,6 +115,7 @@ class BreakerFinder:
             names = frozenset(order)
             raw = json.dumps(list(req.tools), ensure_ascii=False)
             group = self._tools[names]
+            self._seen(group, tenant)
             key = content_hash(raw)
             group.variants[key] = group.variants.get(key, 0) + 1
             group.orders.add(order)
@@ -110,6 +125,17 @@ class BreakerFinder:
                 group.token_offsets.append(first_tool)
             if group.first is None:
                 group.first = ("order", 0, 0, raw)
+
+    def _seen(self, group: _Group, tenant: str) -> None:
+        if len(group.tenants) < max(self.min_tenants, 1):
+            group.tenants.add(tenant)
+
+    def _private(self, group: _Group, example: str, preview: str) -> tuple[str, str, int, bool]:
+        """``(example, preview, tenants, withheld)`` after the min_tenants rule."""
+        n = len(group.tenants)
+        if n >= self.min_tenants:
+            return example, preview, n, False
+        return "", f"(withheld: {n} user(s) < min_tenants {self.min_tenants})", n, True
 
     def _scan(self, text: str) -> tuple[list[tuple[str, int, int]], str | None]:
         """find_dynamic + masked hash, cached per distinct system text (most repeat)."""
@@ -134,8 +160,8 @@ class BreakerFinder:
             out.append(Breaker(
                 "dynamic-system", kind, sum(group.variants.values()), len(group.variants), a, line, col,
                 int(statistics.median(group.token_offsets)) if group.token_offsets else 0,
-                tail, (len(group.variants) - 1) * tail, text[a:b],
-                mask_dynamic(text[lo : b + 40]).replace("\n", " "),
+                tail, (len(group.variants) - 1) * tail,
+                *self._private(group, text[a:b], mask_dynamic(text[lo : b + 40]).replace("\n", " ")),
             ))
         for names, group in self._tools.items():
             if len(group.variants) < 2 or group.first is None:
@@ -146,6 +172,6 @@ class BreakerFinder:
             out.append(Breaker(
                 kind, "order", sum(group.variants.values()), len(group.variants), None, None, None,
                 int(statistics.median(group.token_offsets)) if group.token_offsets else 0,
-                tail, (len(group.variants) - 1) * tail, ", ".join(sorted(names))[:200], "",
+                tail, (len(group.variants) - 1) * tail, *self._private(group, ", ".join(sorted(names))[:200], ""),
             ))
         return sorted(out, key=lambda b: -b.cost_tokens)
