@@ -138,7 +138,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
     renderers = RenderSet(options.tokenizer, dict(options.tokenizer_map), options.chat_template, dict(options.template_kwargs))
     failures: list[RenderFailure] = []
     tree = RadixTree()
-    finder = BreakerFinder()
+    finder = BreakerFinder(min_tenants=options.min_tenants)
     infos: list[_ReqInfo] = []
     previews: dict[str, tuple[str, str, int]] = {}  # content hash -> (kind, preview, chars)
     heads: dict[str, str] = {}  # system content hash -> first LINEAGE_HEAD_CHARS chars (lineage naming)

@@ -242,6 +242,8 @@ class FakeEngine:
         if self.flavor == "sglang" and method == "GET" and path == "/get_model_info":
             return self._send(h, 200, {"model_path": "/models/" + self.model, "is_generation": True})
         if method == "POST" and path == "/tokenize" and self.with_tokenize:
+            if self.fault == "echo_auth_500" and body and body.get("messages"):
+                return self._send(h, 500, {"error": "rejected credentials " + headers.get("authorization", "")})
             b = body or {}
             if "messages" in b:
                 text = chat_text(b["messages"], b.get("tools"), bool(b.get("add_generation_prompt", True)))

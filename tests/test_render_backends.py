@@ -106,3 +106,34 @@ def test_byte_level_token_strings_map_back_to_bytes():
     table = {b: ch for ch, b in __import__("prefixplan.render.vllm_remote", fromlist=["x"])._byte_decoder().items()}
     pieces = ["".join(table[b] for b in data[:3]), "".join(table[b] for b in data[3:8]), "".join(table[b] for b in data[8:])]
     assert b"".join(token_strs_to_bytes(pieces)) == data
+
+
+def test_vllm_renderer_tokenizes_through_the_server_and_hides_secrets(monkeypatch, capsys):
+    """vllm:URL renders through /tokenize (a fake server with vLLM's response shapes); the key
+    comes from the environment and neither it nor URL credentials reach specs or errors."""
+    from fake_engine import FakeEngine, chat_text, char_tokenize
+
+    from prefixplan.errors import EndpointError
+    from prefixplan.render.vllm_remote import VLLMRenderer
+
+    secret = "sk-test-not-a-real-key-123"
+    monkeypatch.setenv("MY_KEY", secret)
+    with FakeEngine("vllm") as fake:
+        renderer = VLLMRenderer(fake.url.replace("http://", "http://user:pass@"))
+        assert "pass" not in renderer.spec and "pass" not in renderer.label
+    with FakeEngine("vllm", api_key=secret) as fake:
+        renderer = VLLMRenderer(fake.url, api_key_env="MY_KEY")
+        assert secret not in renderer.label
+        req = _req(0, cases()[0])
+        prompt = renderer.render(req)
+        assert prompt.tokens.tolist() == char_tokenize(chat_text(list(req.messages), list(req.tools or []) or None))
+        assert {"system", "user"} <= {s.kind for s in prompt.segments}
+    monkeypatch.setenv("MY_KEY", "")
+    with pytest.raises(TokenizerError, match="MY_KEY"):
+        VLLMRenderer("http://127.0.0.1:9", api_key_env="MY_KEY")
+    monkeypatch.setenv("MY_KEY", secret)
+    with FakeEngine("vllm", api_key=secret, fault="echo_auth_500") as fake:
+        renderer = VLLMRenderer(fake.url, api_key_env="MY_KEY")
+        with pytest.raises((EndpointError, TokenizerError)) as info:
+            renderer.render(_req(0, cases()[0]))
+        assert secret not in str(info.value)

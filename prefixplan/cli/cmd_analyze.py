@@ -56,6 +56,10 @@ def register(app: typer.Typer) -> None:
             show_user_text=show_user_text, rag_whatif=rag_whatif, simulate=simulate,
             configured_capacity=_capacity(capacity),
         )
+        if record:  # fail on a bad --db before the analysis, not after it
+            from prefixplan.store import open_store
+
+            open_store(str(db) if db else None).close()
         to_stdout = json_out == "-"
         console = report_console(stderr=to_stdout)
         with common_progress(console, quiet or not console.is_terminal) as progress:

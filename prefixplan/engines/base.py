@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from prefixplan.errors import EndpointError, UsageError
+from prefixplan.render import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported; defined with the renderers)
+from prefixplan.urls import display_url
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -28,9 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from prefixplan.engines.metrics import Sample
 
 DEFAULT_API_KEY_ENV = "PREFIXPLAN_API_KEY"
-
-from prefixplan.render import TOKENIZER_PROBE_TEXT  # noqa: E402  (defined with the renderers)
-
 
 
 class EngineRequestError(EndpointError):
@@ -45,15 +44,6 @@ class EngineRequestError(EndpointError):
         self.kind = kind  # refused | timeout | http | malformed | protocol | unsupported
         self.retryable = retryable
         self.status = status  # the HTTP status when kind == "http"
-
-
-def display_url(url: str) -> str:
-    """``url`` without user info, query or fragment (they may carry credentials)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import numpy as np
 
 from prefixplan.errors import EndpointError, TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
+from prefixplan.urls import display_url, redact
 from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
 
 
@@ -57,14 +58,18 @@ class VLLMRenderer:
         import httpx
 
         self.url = url.rstrip("/")
+        self.shown = display_url(self.url)  # never print or record credentials in a URL
         headers = {}
-        key = os.environ.get(api_key_env or "PREFIXPLAN_API_KEY") or os.environ.get("VLLM_API_KEY")
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        env = api_key_env or "PREFIXPLAN_API_KEY"
+        self._key = os.environ.get(env) or None
+        if api_key_env and not self._key:
+            raise TokenizerError(f"--api-key-env {api_key_env}: the environment variable is not set")
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
         self.client = httpx.Client(timeout=timeout, headers=headers)
         self.model = model or self._served_model()
-        self.spec = f"vllm:{self.url}"
-        self.label = f"vllm:{self.url} ({self.model}, server /tokenize)"
+        self.spec = f"vllm:{self.shown}"
+        self.label = f"vllm:{self.shown} ({self.model}, server /tokenize)"
         probe = self._post("/tokenize", {"model": self.model, "prompt": "prefixplan fingerprint probe: héllo 世界 <|>"})
         h = hashlib.sha256(self.model.encode())
         h.update(np.asarray(probe["tokens"], dtype=np.uint32).tobytes())
@@ -76,22 +81,24 @@ class VLLMRenderer:
         try:
             resp = self.client.post(self.url + path, json=body)
         except httpx.HTTPError as exc:
-            raise EndpointError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from exc
+            raise EndpointError(f"{self.shown}{path}: {type(exc).__name__}: {redact(str(exc), self._key)}") from exc
         if resp.status_code != 200:
-            raise EndpointError(f"{self.url}{path}: HTTP {resp.status_code}: {resp.text[:300]}")
+            raise EndpointError(f"{self.shown}{path}: HTTP {resp.status_code}: {redact(resp.text[:300], self._key)}")
         try:
             return resp.json()
         except ValueError as exc:
-            raise EndpointError(f"{self.url}{path}: response is not JSON") from exc
+            raise EndpointError(f"{self.shown}{path}: response is not JSON") from exc
 
     def _served_model(self) -> str:
         import httpx
 
         try:
-            data = self.client.get(self.url + "/v1/models").json()
-            return data["data"][0]["id"]
+            resp = self.client.get(self.url + "/v1/models")
+            if resp.status_code != 200:
+                raise EndpointError(f"{self.shown}/v1/models: HTTP {resp.status_code}: {redact(resp.text[:300], self._key)}")
+            return resp.json()["data"][0]["id"]
         except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
-            raise EndpointError(f"{self.url}/v1/models: cannot read the served model: {exc}") from exc
+            raise EndpointError(f"{self.shown}/v1/models: cannot read the served model: {redact(str(exc), self._key)}") from exc
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         data = self._post(

@@ -50,18 +50,17 @@ def parse_ttl(value: str | float | None) -> float | None:
     """``5m``, ``1h``, ``24h``, ``90s`` or seconds -> seconds (None = no expiry)."""
     if value is None or value == "" or value == "none":
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    text = value.strip().lower()
+    text = str(value).strip().lower()
     if text in TTL_PRESETS:
         return TTL_PRESETS[text]
     units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
     try:
-        if text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
     except (ValueError, IndexError):
-        raise UsageError(f"bad cache TTL {value!r}", hint="use 5m, 1h, 24h or seconds") from None
+        seconds = float("nan")
+    if not seconds >= 0 or seconds == float("inf"):  # also rejects nan
+        raise UsageError(f"bad cache TTL {value!r}", hint="use 5m, 1h, 24h or seconds (>= 0)")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)
