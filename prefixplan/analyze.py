@@ -322,26 +322,24 @@ def _approx_reason(fingerprints: dict[str, dict[str, Any]], formats: Counter[str
 def _remember_previews(
     previews: dict[str, tuple[str, str, int]], heads: dict[str, str], req: Request, segments: Sequence[Segment]
 ) -> None:
-    if not req.messages and not req.tools:
-        return
-    wanted = {s.content_hash for s in segments if s.kind != "template"} - previews.keys()
-    if not wanted:
-        return
-    for msg in req.messages or ():
-        text = message_text(msg.get("content"))
-        h = content_hash(text)
-        if h in wanted:
-            previews[h] = (str(msg.get("role")), _short(text), len(text))
-            if msg.get("role") in ("system", "developer"):
-                heads[h] = text[:LINEAGE_HEAD_CHARS]
-            wanted.discard(h)
-    for s in segments:
-        if s.kind == "tool" and s.content_hash in wanted:
-            previews[s.content_hash] = ("tool", s.name or "tool", 0)
+    """Keep a short preview per distinct segment content (and the head of system texts for
+    lineage naming), keyed by the segment's content hash: no text is hashed again here."""
+    messages = req.messages or ()
+    for seg in segments:
+        if seg.kind == "template" or seg.content_hash in previews:
+            continue
+        if seg.kind == "tool":
+            previews[seg.content_hash] = ("tool", seg.name or "tool", 0)
+        elif seg.kind in ("system", "user", "assistant", "tool_result") and seg.index < len(messages):
+            msg = messages[seg.index]
+            text = message_text(msg.get("content"))
+            previews[seg.content_hash] = (str(msg.get("role")), _short(text), len(text))
+            if seg.kind == "system":
+                heads[seg.content_hash] = text[:LINEAGE_HEAD_CHARS]
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
+    text = " ".join(text[: 4 * PREVIEW_CHARS].split())
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 

@@ -113,10 +113,14 @@ class BreakerFinder:
         if req.tools:
             order = tuple(str((t.get("function") or t).get("name")) for t in req.tools)
             names = frozenset(order)
-            raw = json.dumps(list(req.tools), ensure_ascii=False)
+            # the rendered tool segments' hashes identify the serialisation the engine saw
+            tool_hashes = [s.content_hash for s in prompt.segments if s.kind == "tool"]
+            if len(tool_hashes) == len(req.tools):
+                key = content_hash("\0".join(tool_hashes))
+            else:
+                key = content_hash(json.dumps(list(req.tools), ensure_ascii=False))
             group = self._tools[names]
             self._seen(group, tenant)
-            key = content_hash(raw)
             group.variants[key] = group.variants.get(key, 0) + 1
             group.orders.add(order)
             first_tool = next((s.start for s in prompt.segments if s.kind == "tool"), None)
@@ -124,7 +128,7 @@ class BreakerFinder:
                 group.tails.append(max(region_end - first_tool, 0) * prompt.token_scale)
                 group.token_offsets.append(first_tool)
             if group.first is None:
-                group.first = ("order", 0, 0, raw)
+                group.first = ("order", 0, 0, "")
 
     def _seen(self, group: _Group, tenant: str) -> None:
         if len(group.tenants) < max(self.min_tenants, 1):

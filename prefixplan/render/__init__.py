@@ -161,49 +161,53 @@ class RenderSet:
     def loaded(self) -> list[Renderer]:
         return list(self._loaded.values())
 
+    def render_batch(self, batch: Sequence[Request]) -> list[Prompt | TokenizerError]:
+        """Render a batch (grouped by renderer); a request that fails gets its error instead."""
+        groups: dict[int, list[int]] = {}
+        renderers: dict[int, Renderer] = {}
+        out: list[Prompt | TokenizerError | None] = [None] * len(batch)
+        for i, req in enumerate(batch):
+            if req.hash_ids is not None:
+                out[i] = trace_prompt(req)
+                continue
+            r = self.for_model(req.model)
+            groups.setdefault(id(r), []).append(i)
+            renderers[id(r)] = r
+        for rid, idxs in groups.items():
+            r = renderers[rid]
+            try:
+                results: list[Prompt | TokenizerError] = list(r.render_many([batch[i] for i in idxs]))
+            except TokenizerError:
+                results = []
+                for i in idxs:
+                    try:
+                        results.append(r.render(batch[i]))
+                    except TokenizerError as exc:
+                        results.append(exc)
+            for i, p in zip(idxs, results):
+                out[i] = p
+        return out  # type: ignore[return-value]
+
     def render_stream(self, requests: Iterable[Request], *, batch: int = 256, on_error=None) -> Iterator[Prompt]:
-        """Render requests in arrival order, batching by renderer for speed.
+        """Render requests in arrival order, in batches (cache misses are encoded together).
 
         ``on_error(request, exc)`` receives requests that fail to render (counted by the
         caller); without it the error propagates.
         """
+        for req, result in self._render_serial(requests, batch):
+            if isinstance(result, TokenizerError):
+                if on_error is None:
+                    raise result
+                on_error(req, result)
+            else:
+                yield result
+
+    def _render_serial(self, requests: Iterable[Request], batch: int) -> Iterator[tuple[Request, Prompt | TokenizerError]]:
         pending: list[Request] = []
-
-        def flush() -> Iterator[Prompt]:
-            groups: dict[int, list[int]] = {}
-            renderers: dict[int, Renderer] = {}
-            out: list[Prompt | None] = [None] * len(pending)
-            for i, req in enumerate(pending):
-                if req.hash_ids is not None:
-                    out[i] = trace_prompt(req)
-                    continue
-                r = self.for_model(req.model)
-                groups.setdefault(id(r), []).append(i)
-                renderers[id(r)] = r
-            for rid, idxs in groups.items():
-                r = renderers[rid]
-                try:
-                    prompts = r.render_many([pending[i] for i in idxs])
-                except TokenizerError:
-                    prompts = []
-                    for i in idxs:
-                        try:
-                            prompts.append(r.render(pending[i]))
-                        except TokenizerError as exc:
-                            if on_error is None:
-                                raise
-                            on_error(pending[i], exc)
-                            prompts.append(None)  # type: ignore[arg-type]
-                for i, p in zip(idxs, prompts):
-                    out[i] = p
-            for p in out:
-                if p is not None:
-                    yield p
-            pending.clear()
-
         for req in requests:
             pending.append(req)
             if len(pending) >= batch:
-                yield from flush()
+                yield from zip(pending, self.render_batch(pending))
+                pending = []
         if pending:
-            yield from flush()
+            yield from zip(pending, self.render_batch(pending))
