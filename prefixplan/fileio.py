@@ -17,7 +17,7 @@ from prefixplan.errors import UsageError
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically; ``-`` writes to stdout.
+    """Write ``text`` (UTF-8) to ``path`` atomically; ``-`` writes to stdout.
 
     Raises:
         UsageError: ``path`` cannot be written (the message names it and why).
@@ -26,6 +26,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"cannot write {path}: it is a folder", hint="give a file name")
@@ -35,9 +40,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs follow the umask
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs follow the umask
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -628,6 +628,8 @@ def emit_recipe(
         raise RecipeError(f"cannot emit recipe {name}: it has no parts")
     import yaml
 
+    from prefixplan.fileio import atomic_write_bytes, atomic_write_text
+
     out = Path(out_dir)
     base = out / "parts" / name
     entry: dict[str, Any] = {"name": name, "version": int(version)}
@@ -639,9 +641,7 @@ def emit_recipe(
         entry["model"] = model
 
     def put(rel: str, data: str | bytes) -> str:
-        p = base / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+        atomic_write_bytes(base / rel, data.encode("utf-8") if isinstance(data, str) else data)
         return (Path("parts") / name / rel).as_posix()
 
     if system_text is not None:
@@ -660,7 +660,5 @@ def emit_recipe(
         entry["documents"] = doc_paths
     path = out / f"{name}.yaml"
     header = "# Emitted by prefixplan from observed traffic. Review, then run `prefixplan lock`.\n"
-    path.write_text(
-        header + yaml.safe_dump({"prefixes": [entry]}, sort_keys=False, allow_unicode=True), encoding="utf-8"
-    )
+    atomic_write_text(path, header + yaml.safe_dump({"prefixes": [entry]}, sort_keys=False, allow_unicode=True))
     return path
