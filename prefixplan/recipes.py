@@ -40,8 +40,6 @@ DEFAULT_RETAIN = 7 * 86400
 RENDER_MODES = ("chat", "completion")
 CHUNK_MODES = ("none", "blank-lines", "headings")
 PART_KINDS = ("system", "tool", "document")
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)?\s*$")
-_UNITS = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 _PREFIX_FIELDS = (
     "name",
@@ -217,17 +215,12 @@ class _Ctx:
 
 def parse_duration(value: Any) -> int:
     """Seconds from ``7d`` / ``36h`` / ``90m`` / ``3600s`` / ``2w`` / an int; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 7d, 12h, 90m or seconds")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("duration must be >= 0")
-        return value
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return int(m.group(1)) * _UNITS[m.group(2)]
-    raise ValueError(f"invalid duration {value!r}: expected e.g. 7d, 12h, 90m, 3600s or seconds")
+    from prefixplan.durations import parse_seconds
+
+    seconds = parse_seconds(value)
+    if seconds != int(seconds):
+        raise ValueError(f"invalid duration {value!r}: retention is whole seconds")
+    return int(seconds)
 
 
 def chunk_text(text: str, by: str = "none", max_chars: int | None = None) -> list[tuple[int, str]]:

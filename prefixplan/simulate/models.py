@@ -53,14 +53,12 @@ def parse_ttl(value: str | float | None) -> float | None:
     text = str(value).strip().lower()
     if text in TTL_PRESETS:
         return TTL_PRESETS[text]
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    from prefixplan.durations import parse_seconds
+
     try:
-        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
-    except (ValueError, IndexError):
-        seconds = float("nan")
-    if not seconds >= 0 or seconds == float("inf"):  # also rejects nan
-        raise UsageError(f"bad cache TTL {value!r}", hint="use 5m, 1h, 24h or seconds (>= 0)")
-    return seconds
+        return parse_seconds(text)
+    except ValueError:
+        raise UsageError(f"bad cache TTL {value!r}", hint="use 5m, 1h, 24h or seconds (>= 0)") from None
 
 
 @dataclass(frozen=True, slots=True)

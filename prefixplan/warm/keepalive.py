@@ -20,19 +20,13 @@ R = TypeVar("R")
 
 
 def parse_duration(text: str) -> float:
-    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds."""
-    t = text.strip().lower()
-    mult = 1.0
-    if t and t[-1] in "smhd":
-        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}[t[-1]]
-        t = t[:-1]
+    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds (> 0)."""
+    from prefixplan.durations import parse_seconds
+
     try:
-        value = float(t) * mult
-    except ValueError:
-        raise UsageError(f"invalid duration {text!r}: use e.g. 60s, 5m, 1h") from None
-    if value <= 0:
-        raise UsageError(f"duration must be > 0, got {text!r}")
-    return value
+        return parse_seconds(text, strict_minimum=True)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="use e.g. 60s, 5m, 1h") from None
 
 
 def keepalive(
