@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from prefixplan import __version__, keys
 from prefixplan.breakers import Breaker, BreakerFinder
 from prefixplan.candidates import Candidate, find_candidates
@@ -25,7 +23,7 @@ from prefixplan.radix import RadixTree, reusable_prefix
 from prefixplan.rag import reorder_request, request_chunk_hashes
 from prefixplan.render import TOKENIZER_PROBE_TEXT, RenderSet
 from prefixplan.render.spans import message_text
-from prefixplan.types import Chunk, Prompt, Request, Segment, content_hash
+from prefixplan.types import Chunk, Prompt, Request, Segment
 
 SCHEMA_VERSION = 1
 DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)  # tokens, for the capacity curve in analyze
@@ -151,7 +149,6 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
     exact_all = True
     total = reused_total = hit_requests = 0
     logged_cached = logged_n = 0
-    scale_seen: set[int] = set()
     times: list[float] = []
 
     def observed() -> Iterator[Prompt]:
@@ -162,13 +159,11 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
             req = prompt.request
             n = len(prompt)
             scale = prompt.token_scale
-            scale_seen.add(scale)
             tenant = req.tenant
             if tenant:
                 tenants_seen.add(tenant)
             match = tree.insert(prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time)
-            eff_block = max(1, block // scale) if scale > 1 else block
-            reused = reusable_prefix(match, n, eff_block) if n else 0
+            reused = _reusable(match, prompt, block)
             infos.append(_ReqInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
             total += n * scale
             reused_total += reused * scale
@@ -287,6 +282,13 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
         },
     }
     return Analysis(record, candidates, breakers, errors, tree, failures)
+
+
+def _reusable(match: int, prompt: Prompt, block: int) -> int:
+    """Reusable ids of ``prompt`` given its longest match: full blocks only, never the last
+    token. Trace prompts count blocks of ``token_scale`` tokens, so the block is rescaled."""
+    scale = prompt.token_scale
+    return reusable_prefix(match, len(prompt), max(1, block // scale) if scale > 1 else block) if len(prompt) else 0
 
 
 def _simulate(prompts: Iterator[Prompt], options: AnalyzeOptions, block: int) -> dict[str, Any]:
@@ -482,9 +484,7 @@ def _rag_whatif(options: AnalyzeOptions, renderers: RenderSet, counts: Counter[s
     try:
         for i, prompt in enumerate(iter_prompts(options, LineErrors(), renderers, transform=transform)):
             match = tree.insert(prompt.tokens, prompt.request.namespace, request_index=i)
-            scale = prompt.token_scale
-            eff_block = max(1, block // scale) if scale > 1 else block
-            reused += reusable_prefix(match, len(prompt), eff_block) * scale
+            reused += _reusable(match, prompt, block) * prompt.token_scale
     except TokenizerError:
         return {"whatif": None}
     return {

@@ -12,7 +12,7 @@ from chat_cases import cases
 from prefixplan.analyze import AnalyzeOptions, analyze
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.render import load_renderer, parse_template_kwargs, parse_tokenizer_map
-from prefixplan.render.vllm_remote import token_strs_to_bytes
+from prefixplan.render.vllm_remote import _byte_decoder, token_strs_to_bytes
 from prefixplan.types import Request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +103,7 @@ def test_byte_level_token_strings_map_back_to_bytes():
     # GPT-2 byte-level pieces: "Ġ" is a space, "Ċ" a newline; multi-byte chars split over pieces
     text = "héllo 世界\n"
     data = text.encode()
-    table = {b: ch for ch, b in __import__("prefixplan.render.vllm_remote", fromlist=["x"])._byte_decoder().items()}
+    table = {b: ch for ch, b in _byte_decoder().items()}
     pieces = ["".join(table[b] for b in data[:3]), "".join(table[b] for b in data[3:8]), "".join(table[b] for b in data[8:])]
     assert b"".join(token_strs_to_bytes(pieces)) == data
 
