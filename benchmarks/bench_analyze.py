@@ -83,7 +83,7 @@ def child_batch(log: Path, n: int) -> dict:
 
 
 def child_analyze(log: Path, whatif: bool, record: Path | None) -> dict:
-    from prefixplan.analyze import AnalyzeOptions, analyze
+    from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
 
     t0 = time.perf_counter()
     result = analyze(AnalyzeOptions(paths=(str(log),), tokenizer=f"hf:{QWEN3}", engine="vllm", rag_whatif=whatif))

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from prefixplan.candidates import find_candidates
-from prefixplan.radix import RadixTree
+from prefixplan.analysis.candidates import find_candidates
+from prefixplan.analysis.radix import RadixTree
 
 VOCAB = 151_000
 

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return replay_log(args)
 
     from prefixplan.simulate.batch import in_batch_hits, service_times
-    from prefixplan.simulate.granularity import engine_granularity
+    from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulate.models import CacheSpec, run_model
     from prefixplan.simulate.trace import build_trace
     from prefixplan.simulate.tree import build_tree
@@ -143,10 +143,10 @@ class _Timed:
 
 def replay_log(args) -> int:
     """Read + render ``args.log`` and simulate: infinite, in-batch, LRU at 8 capacities."""
-    from prefixplan.analyze import AnalyzeOptions, iter_prompts
+    from prefixplan.analysis.pipeline import AnalyzeOptions, iter_prompts
     from prefixplan.logs import LineErrors
     from prefixplan.simulate.batch import in_batch_hits, service_times
-    from prefixplan.simulate.granularity import engine_granularity
+    from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulate.logs import sim_requests
     from prefixplan.simulate.models import AutoPromote, CacheSpec, run_model
     from prefixplan.simulate.trace import build_trace

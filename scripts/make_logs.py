@@ -237,7 +237,7 @@ def _write_docs_first(src: Path, dst: Path) -> None:
     """Rewrite every request documents-first, with chunk counts taken from the log itself."""
     sys.path.insert(0, str(ROOT))
     from prefixplan.logs import LineErrors, ReadOptions, iter_requests
-    from prefixplan.rag import ChunkCounter, reorder_content
+    from prefixplan.analysis.rag import ChunkCounter, reorder_content
 
     counter = ChunkCounter()
     for req in iter_requests([str(src)], ReadOptions(), LineErrors()):

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prefixplan.analyze import AnalyzeOptions, analyze, iter_prompts
+from prefixplan.analysis.pipeline import AnalyzeOptions, analyze, iter_prompts
 from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors
-from prefixplan.radix import reusable_prefix
+from prefixplan.analysis.radix import reusable_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
@@ -169,8 +169,8 @@ def test_json_to_stdout_is_clean(tmp_path, capsys):
 
 
 def test_recorded_prefixes_get_lineage_keys(tmp_path):
-    from prefixplan.record import record_analysis
-    from prefixplan.store import open_store
+    from prefixplan.store.register import record_analysis
+    from prefixplan.store.db import open_store
 
     db = str(tmp_path / "pp.db")
     system_v1 = "You are the billing assistant of Acme. Explain invoices, refunds and plans precisely. " * 12

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prefixplan.analyze import AnalyzeOptions, analyze
-from prefixplan.breakers import BreakerFinder
+from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
+from prefixplan.analysis.breakers import BreakerFinder
 
 PRIVATE = "Private notes for Alice Smith, account 4242-SECRET. Now: 2026-01-0{d}T10:00:00Z. " + "Be helpful. " * 30
 
@@ -42,7 +42,7 @@ def test_shared_breaker_keeps_its_context(tmp_path: Path) -> None:
 
 
 def test_finder_threshold_is_configurable(tmp_path: Path) -> None:
-    from prefixplan.analyze import iter_prompts
+    from prefixplan.analysis.pipeline import iter_prompts
     from prefixplan.logs import LineErrors
 
     opts = AnalyzeOptions(paths=(str(_log(tmp_path, ["alice", "bob", "carol"])),))

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixplan.candidates import UNLABELLED, clip_segments, find_candidates, label_for
+from prefixplan.analysis.candidates import UNLABELLED, clip_segments, find_candidates, label_for
 from prefixplan.errors import UsageError
-from prefixplan.radix import RadixTree, aligned, reusable_prefix
-from prefixplan.types import Segment
+from prefixplan.analysis.radix import RadixTree, aligned, reusable_prefix
+from prefixplan.core.types import Segment
 
 
 def toks(start: int, n: int) -> list[int]:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.check import lock_recipes, run_check
+from prefixplan.check.gate import lock_recipes, run_check
 from prefixplan.cli.app import main
 from prefixplan.errors import ExitCode, KeyConflictError
-from prefixplan.store import open_store
+from prefixplan.store.db import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,12 +19,12 @@ def _log(tmp_path: Path) -> Path:
 
 
 def test_unexpected_exception_exits_internal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    import prefixplan.analyze
+    import prefixplan.analysis.pipeline
 
     def boom(*args, **kwargs):
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr(prefixplan.analyze, "analyze", boom)
+    monkeypatch.setattr(prefixplan.analysis.pipeline, "analyze", boom)
     assert main(["analyze", str(_log(tmp_path)), "--no-record", "-q"]) == ExitCode.INTERNAL == 70
     assert "planted bug" in capsys.readouterr().err
 

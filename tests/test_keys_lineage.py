@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from prefixplan.keys import content_hash
-from prefixplan.lineage import assign_lineage, lineage_data, normalise_text
-from prefixplan.store import LineageRow, open_store
+from prefixplan.keys.hashing import content_hash
+from prefixplan.keys.lineage import assign_lineage, lineage_data, normalise_text
+from prefixplan.store.db import LineageRow, open_store
 
 SUPPORT = (
     "You are Pia, the customer-support assistant of Fernweh Outdoor, an online shop for hiking gear.\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.lint import estimate_tokens, lint_prefix, lint_text, lint_tool_variants, lint_variants, line_col
+from prefixplan.analysis.dynamic import estimate_tokens, lint_prefix, lint_text, lint_tool_variants, lint_variants, line_col
 
 ROOT = Path(__file__).resolve().parent.parent
 

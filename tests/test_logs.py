@@ -14,7 +14,7 @@ import zstandard
 
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests, parse_time
-from prefixplan.types import Breakpoint, Request
+from prefixplan.core.types import Breakpoint, Request
 
 CHAT = {
     "model": "qwen3",

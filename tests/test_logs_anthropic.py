@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.logs.anthropic import convert
-from prefixplan.types import Breakpoint
+from prefixplan.core.types import Breakpoint
 
 USER_BLOCK = st.sampled_from(["text", "text", "tool_result", "image"])
 ASSISTANT_BLOCK = st.sampled_from(["text", "tool_use", "thinking"])

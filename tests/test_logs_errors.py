@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prefixplan.errors import ExitCode, LogLineError
 from prefixplan.logs import LineErrors, ReadOptions, iter_requests
 from prefixplan.logs.open import iter_lines
-from prefixplan.types import Request
+from prefixplan.core.types import Request
 
 GOOD = json.dumps({"model": "m", "messages": [{"role": "user", "content": "ok"}]})
 

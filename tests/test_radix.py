@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
-from prefixplan.radix import RadixTree, aligned, reusable_prefix
+from prefixplan.analysis.radix import RadixTree, aligned, reusable_prefix
 
 
 def lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import RecipeError
-from prefixplan.keys import content_hash
-from prefixplan.recipes import chunk_text, load_recipes, parse_duration
+from prefixplan.keys.hashing import content_hash
+from prefixplan.keys.recipes import chunk_text, load_recipes, parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,7 +164,7 @@ def test_chunk_modes() -> None:
 
 
 def test_emit_recipe_roundtrip(tmp_path: Path) -> None:
-    from prefixplan.recipes import emit_recipe
+    from prefixplan.keys.recipes import emit_recipe
 
     system = "You are the Acme support assistant.\r\nKeep answers short.  \n"
     tools = ['{"type": "function", "function": {"name": "lookup order"}}', b'{"name":"refund"}']

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from chat_cases import cases
-from prefixplan.analyze import AnalyzeOptions, analyze
+from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.render import load_renderer, parse_template_kwargs, parse_tokenizer_map
 from prefixplan.render.vllm_remote import _byte_decoder, token_strs_to_bytes
-from prefixplan.types import Request
+from prefixplan.core.types import Request
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ import pytest
 
 from chat_cases import cases
 from prefixplan.render.hf import HFRenderer
-from prefixplan.types import Request
+from prefixplan.core.types import Request
 
 CASES = cases()
 

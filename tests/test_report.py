@@ -32,7 +32,7 @@ def _chat(user: str, who: str, system: str = SYSTEM) -> dict:
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict:
     """A real record from the analyze pipeline on a small log with hostile text in it."""
-    from prefixplan.analyze import AnalyzeOptions, analyze
+    from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
 
     d = tmp_path_factory.mktemp("log")
     rows = [_chat(f"question {i} about invoices and refunds, please", f"u{i % 3}") for i in range(6)]

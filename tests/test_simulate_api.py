@@ -115,7 +115,7 @@ def test_pins_resolve_block_level_traces_at_their_scale():
     hot = np.arange(1, 9, dtype=np.uint32)  # 8 hash ids = 8 blocks of 512 tokens
     reqs = [SimRequest(float(i), "m", np.concatenate([hot, np.asarray([100 + i], dtype=np.uint32)]),
                        block_scale=512, index=i) for i in range(3)]
-    from prefixplan.simulate.granularity import engine_granularity
+    from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulate.trace import build_trace
 
     trace = build_trace(reqs, engine_granularity("vllm", 16))

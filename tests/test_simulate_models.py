@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixplan.simulate.granularity import engine_granularity
+from prefixplan.core.granularity import engine_granularity
 from prefixplan.simulate.models import AutoPromote, CacheSpec, Tier, run_model
 from prefixplan.simulate.trace import SimRequest, build_trace
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prefixplan.analyze import AnalyzeOptions, iter_prompts
+from prefixplan.analysis.pipeline import AnalyzeOptions, iter_prompts
 from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from prefixplan.errors import KeyConflictError
-from prefixplan.keys import content_hash, token_hash, token_ids_from_bytes
-from prefixplan.store import open_store
+from prefixplan.keys.hashing import content_hash, token_hash, token_ids_from_bytes
+from prefixplan.store.db import open_store
 
 N_PROCS = 6
 PER_PROC = 15
@@ -79,8 +79,8 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
 WRITER = r"""
 import sys
 import numpy as np
-from prefixplan.keys import content_hash, token_hash
-from prefixplan.store import open_store
+from prefixplan.keys.hashing import content_hash, token_hash
+from prefixplan.store.db import open_store
 s = open_store(sys.argv[1])
 rng = np.random.default_rng(int(sys.argv[2]))
 i = 0

@@ -44,8 +44,8 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
     ) -> None:
         """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
-        from prefixplan.analyze import analyze as run
-        from prefixplan.fileio import atomic_write_json
+        from prefixplan.analysis.pipeline import analyze as run
+        from prefixplan.core.fileio import atomic_write_json
         from prefixplan.report.console import render_analysis
 
         options = common.analyze_options(
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
             configured_capacity=_capacity(capacity),
         )
         if record:  # fail on a bad --db before the analysis, not after it
-            from prefixplan.store import open_store
+            from prefixplan.store.db import open_store
 
             open_store(str(db) if db else None).close()
         to_stdout = json_out == "-"
@@ -65,11 +65,11 @@ def register(app: typer.Typer) -> None:
         with common_progress(console, quiet or not console.is_terminal) as progress:
             result = run(options, progress=progress)
         if record:
-            from prefixplan.record import record_analysis
+            from prefixplan.store.register import record_analysis
 
             record_analysis(result, db=str(db) if db else None, record_path=json_out if json_out not in (None, "-") else None)
         if emit_recipes is not None:
-            from prefixplan.emit import emit_recipes as emit
+            from prefixplan.keys.emit import emit_recipes as emit
 
             for path in emit(result.record, options, emit_recipes, top=top):
                 console.print(f"wrote recipe {path}")

@@ -43,7 +43,7 @@ def calibrate(
     stored = (name or default_profile_name(profile)) if store else None
     data = dict(profile.to_dict(), stored_as=stored)
     if json_out is not None:
-        from prefixplan.fileio import atomic_write_text
+        from prefixplan.core.fileio import atomic_write_text
 
         atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
     if json_out != "-":

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _write_json(target: str, data: object) -> None:
-    from prefixplan.fileio import atomic_write_text
+    from prefixplan.core.fileio import atomic_write_text
 
     atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
@@ -41,7 +41,7 @@ def check(
     Exit codes: 0 clean; 1 content changed / lock hand-edited / lint at --fail-on level;
     2 malformed recipe or lock; 3 version bumped but `prefixplan lock` not run.
     """
-    from prefixplan.check import github_annotations, run_check
+    from prefixplan.check.gate import github_annotations, run_check
     from prefixplan.errors import UsageError
 
     if fmt not in ("human", "github", "json"):

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _emit_json(target: str, data: object) -> None:
-    from prefixplan.fileio import atomic_write_text
+    from prefixplan.core.fileio import atomic_write_text
 
     atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
@@ -68,7 +68,7 @@ def list_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """List all versions (optionally of one status)."""
-    from prefixplan.store import open_store
+    from prefixplan.store.db import open_store
 
     with open_store(db) as store:
         records = store.list_keys(status)
@@ -86,8 +86,8 @@ def show_cmd(
 ) -> None:
     """Show one version with all its fields."""
     from prefixplan.errors import UsageError
-    from prefixplan.keys import parse_key
-    from prefixplan.store import open_store
+    from prefixplan.keys.hashing import parse_key
+    from prefixplan.store.db import open_store
 
     name, version = (key, None) if "@" not in key else (lambda k: (k.name, k.version))(parse_key(key))
     with open_store(db) as store:
@@ -112,7 +112,7 @@ def history_cmd(
 ) -> None:
     """All versions of one name, oldest first."""
     from prefixplan.errors import UsageError
-    from prefixplan.store import open_store
+    from prefixplan.store.db import open_store
 
     with open_store(db) as store:
         records = store.versions(name.split("@")[0])
@@ -131,7 +131,7 @@ def expire_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """Mark superseded versions past their retention as expired."""
-    from prefixplan.store import open_store
+    from prefixplan.store.db import open_store
 
     with open_store(db) as store:
         records = store.expire(now if now is not None else time.time())
@@ -151,7 +151,7 @@ def gc_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """Delete expired versions (dry run unless --yes)."""
-    from prefixplan.store import open_store
+    from prefixplan.store.db import open_store
 
     with open_store(db) as store:
         records = store.gc(dry_run=not yes)

@@ -29,8 +29,8 @@ def lock(
     ] = None,
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
-    from prefixplan.check import lock_recipes
-    from prefixplan.store import open_store
+    from prefixplan.check.gate import lock_recipes
+    from prefixplan.store.db import open_store
 
     store = None if no_store else open_store(db)
     try:
@@ -39,7 +39,7 @@ def lock(
         if store is not None:
             store.close()
     if json_out is not None:
-        from prefixplan.fileio import atomic_write_text
+        from prefixplan.core.fileio import atomic_write_text
 
         atomic_write_text(json_out, json.dumps(result.to_dict(), indent=2) + "\n")
         if json_out == "-":

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
     ) -> None:
         """Replay requests through cache models: in-batch vs persistent cache, capacity curves, savings."""
-        from prefixplan.fileio import atomic_write_json
+        from prefixplan.core.fileio import atomic_write_json
         from prefixplan.simulate import to_json
         from prefixplan.simulate.logs import simulate_logs
         from prefixplan.simulate.options import build_config

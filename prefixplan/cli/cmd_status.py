@@ -43,7 +43,7 @@ def status(
                           timeout=timeout, db=str(db) if db else None)
     data = {"target": target, "replicas": [r.to_dict() for r in rows]}
     if json_out is not None:
-        from prefixplan.fileio import atomic_write_text
+        from prefixplan.core.fileio import atomic_write_text
 
         atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
     if json_out != "-":

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _write_json(target: str, data: object) -> None:
-    from prefixplan.fileio import atomic_write_text
+    from prefixplan.core.fileio import atomic_write_text
 
     atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 

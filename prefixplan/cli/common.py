@@ -40,7 +40,7 @@ def analyze_options(
     **rest,
 ):
     """Build :class:`prefixplan.analyze.AnalyzeOptions` from the shared CLI options."""
-    from prefixplan.analyze import AnalyzeOptions
+    from prefixplan.analysis.pipeline import AnalyzeOptions
     from prefixplan.errors import UsageError
     from prefixplan.logs import ReadOptions, parse_time
     from prefixplan.render import parse_template_kwargs, parse_tokenizer_map

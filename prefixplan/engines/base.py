@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from prefixplan.errors import EndpointError, UsageError
 from prefixplan.render import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported; defined with the renderers)
-from prefixplan.urls import display_url
+from prefixplan.core.urls import display_url
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx

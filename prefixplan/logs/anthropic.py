@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from prefixplan.logs.badline import BadLine, jtype
-from prefixplan.types import Breakpoint
+from prefixplan.core.types import Breakpoint
 
 ANTHROPIC_BLOCK_MARKERS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 

@@ -19,7 +19,7 @@ from prefixplan.errors import InputError, LogLineError, UsageError
 from prefixplan.logs.badline import BadLine
 from prefixplan.logs.formats import LineContext, parse_object
 from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
-from prefixplan.types import FORMATS, Request
+from prefixplan.core.types import FORMATS, Request
 
 MAX_SAMPLES = 100
 _BOM = b"\xef\xbb\xbf"

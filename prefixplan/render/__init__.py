@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from prefixplan.errors import TokenizerError, UsageError
-from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
 
 DEFAULT_TOKENIZER = "mistral:nemo"
 

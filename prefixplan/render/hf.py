@@ -29,7 +29,7 @@ import numpy as np
 
 from prefixplan.errors import TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
 
 
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).

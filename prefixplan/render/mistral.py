@@ -23,7 +23,7 @@ import numpy as np
 from prefixplan.errors import TokenizerError
 from prefixplan.render.hf import raw_ids_prompt
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
 
 # name -> (factory method name, kwargs, description)
 MODELS: dict[str, tuple[str, dict[str, Any], str]] = {

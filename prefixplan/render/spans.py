@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.types import Chunk, Segment, content_hash
+from prefixplan.core.types import Chunk, Segment, content_hash
 
 ROLE_KIND = {
     "system": "system",

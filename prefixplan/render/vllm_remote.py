@@ -20,8 +20,8 @@ import numpy as np
 
 from prefixplan.errors import EndpointError, TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.urls import display_url, redact
-from prefixplan.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.urls import display_url, redact
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
 
 
 @lru_cache(maxsize=1)

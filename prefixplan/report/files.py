@@ -66,7 +66,7 @@ def write_reports(record: Mapping[str, Any], *, html: str | Path | None = None, 
     Raises:
         UsageError: both outputs are stdout.
     """
-    from prefixplan.fileio import atomic_write_text
+    from prefixplan.core.fileio import atomic_write_text
 
     if html is not None and markdown is not None and str(html) == "-" and str(markdown) == "-":
         raise UsageError("--html - and --markdown - cannot both write to stdout")

@@ -36,7 +36,7 @@ from prefixplan.simulate.batch import (
     in_batch_hits,
     service_times,
 )
-from prefixplan.simulate.granularity import (
+from prefixplan.core.granularity import (
     Granularity,
     engine_granularity,
     provider_granularity,

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from prefixplan.simulate.trace import SimRequest
 
 if TYPE_CHECKING:
-    from prefixplan.analyze import AnalyzeOptions
+    from prefixplan.analysis.pipeline import AnalyzeOptions
     from prefixplan.logs import LineErrors
     from prefixplan.simulate.api import SimConfig, SimResult
-    from prefixplan.types import Prompt
+    from prefixplan.core.types import Prompt
 
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
 
@@ -77,7 +77,7 @@ def simulate_logs(
     """
     from dataclasses import replace
 
-    from prefixplan.analyze import iter_prompts
+    from prefixplan.analysis.pipeline import iter_prompts
     from prefixplan.logs import LineErrors
     from prefixplan.render import RenderSet
     from prefixplan.simulate.api import simulate

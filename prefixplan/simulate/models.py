@@ -53,7 +53,7 @@ def parse_ttl(value: str | float | None) -> float | None:
     text = str(value).strip().lower()
     if text in TTL_PRESETS:
         return TTL_PRESETS[text]
-    from prefixplan.durations import parse_seconds
+    from prefixplan.core.durations import parse_seconds
 
     try:
         return parse_seconds(text)

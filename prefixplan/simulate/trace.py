@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixplan.simulate.granularity import Granularity
+from prefixplan.core.granularity import Granularity
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

@@ -187,7 +187,7 @@ def calibrate(
     seed: int = 0,
 ) -> Profile:
     """Measure and fit; returns the profile (not yet saved)."""
-    from prefixplan.store import iso
+    from prefixplan.store.db import iso
 
     info = adapter.server_info()
     samples = measure(adapter, lengths=lengths, fractions=fractions, repeats=repeats, seed=seed)
@@ -201,7 +201,7 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
     """Write the profile YAML (see docs/warm.md)."""
     import yaml
 
-    from prefixplan.fileio import atomic_write_text
+    from prefixplan.core.fileio import atomic_write_text
 
     out = Path(path)
     text = "# prefixplan prefill-time profile (prefixplan calibrate)\n" + yaml.safe_dump(
@@ -226,7 +226,7 @@ def default_profile_name(profile: Profile) -> str:
 def store_profile(profile: Profile, name: str | None = None, db: str | None = None) -> str:
     """Save ``profile`` in the store's ``profiles`` table under ``name`` (replacing one of that
     name); returns the name, which ``--profile NAME`` then finds."""
-    from prefixplan.store import open_store
+    from prefixplan.store.db import open_store
 
     name = name or default_profile_name(profile)
     f = profile.fit
@@ -251,7 +251,7 @@ def load_profile(path: str | Path, db: str | None = None) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        from prefixplan.store import find_profile
+        from prefixplan.store.db import find_profile
 
         stored = find_profile(str(path), db)
         if stored is not None:

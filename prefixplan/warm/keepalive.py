@@ -21,7 +21,7 @@ R = TypeVar("R")
 
 def parse_duration(text: str) -> float:
     """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds (> 0)."""
-    from prefixplan.durations import parse_seconds
+    from prefixplan.core.durations import parse_seconds
 
     try:
         return parse_seconds(text, strict_minimum=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.errors import TokenizerError, UsageError
-from prefixplan.recipes import Recipe, display_path
+from prefixplan.keys.recipes import Recipe, display_path
 from prefixplan.warm.prompts import (
     EXTRA_QUESTIONS,
     PROBE_QUESTION,
@@ -89,7 +89,7 @@ def recipe_form(recipe: Recipe) -> PromptForm:
 
 
 def _request(recipe: Recipe, form: PromptForm, question: str) -> Any:
-    from prefixplan.types import Request
+    from prefixplan.core.types import Request
 
     src = display_path(recipe.file)
     if form.mode == "completion":
@@ -244,7 +244,7 @@ def record_from_recipes(
 
 def load_lock_if_present(path: str | Path | None) -> Any:
     """The lock file at ``path`` (default ``prefixplan.lock``) when it exists, else None."""
-    from prefixplan.lockfile import DEFAULT_LOCK, read_lock
+    from prefixplan.keys.lockfile import DEFAULT_LOCK, read_lock
 
     p = Path(path) if path else Path(DEFAULT_LOCK)
     if not p.is_file():

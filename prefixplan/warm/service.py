@@ -122,7 +122,7 @@ def build_plan(req: WarmRequest) -> WarmPlan:
 
 def recipes_record(req: WarmRequest) -> dict[str, Any]:
     """The rendered recipes of ``req.recipes`` as an analysis-shaped record (no warming)."""
-    from prefixplan.recipes import load_recipes
+    from prefixplan.keys.recipes import load_recipes
     from prefixplan.warm.recipes import load_lock_if_present, record_from_recipes
     from prefixplan.warm.source import endpoints_from_options
 

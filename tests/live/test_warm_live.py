@@ -40,7 +40,7 @@ def test_chat_cases_equal_server_tokenize(vllm_server) -> None:
     from chat_cases import cases
 
     from prefixplan.render.hf import HFRenderer
-    from prefixplan.types import Request
+    from prefixplan.core.types import Request
 
     renderer = HFRenderer(str(vllm_server.model_dir))
     all_cases = cases()
@@ -117,10 +117,10 @@ def _predict(record: dict, lines: list[dict], model_dir: Path, block: int, top: 
     import numpy as np
 
     from prefixplan.render import load_renderer
-    from prefixplan.simulate.granularity import engine_granularity
+    from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulate.models import infinite_hits
     from prefixplan.simulate.trace import SimRequest, build_trace
-    from prefixplan.types import Request
+    from prefixplan.core.types import Request
     from prefixplan.warm.plan import plan_from_record
     from prefixplan.warm.run import probe_prompt, warm_prompt
 
@@ -281,7 +281,7 @@ def test_warm_recipes_live_then_real_chat_request_hits(vllm_server, tmp_path: Pa
     """--recipes rendered by the server's own /tokenize (default), warmed, then real chat requests
     (system + tools + a new question; system + documents + a new question) reuse the prefix."""
     from prefixplan.engines.base import Endpoint
-    from prefixplan.recipes import load_recipes
+    from prefixplan.keys.recipes import load_recipes
     from prefixplan.warm.recipes import record_from_recipes
 
     vllm_server.reset()

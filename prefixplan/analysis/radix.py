@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.types import TOKEN_DTYPE, TokenIds, as_token_ids
+from prefixplan.core.types import TOKEN_DTYPE, TokenIds, as_token_ids
 
 DEFAULT_TENANT_CAP = 1024
 """Distinct tenants remembered per node; beyond it a node reports "at least" this many."""

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.errors import ExitCode, InputError, KeyConflictError, RecipeError, UsageError
-from prefixplan.lockfile import Lock, LockEntry, parse_lock_text, read_lock, render_lock, write_lock
-from prefixplan.recipes import Part, Recipe, display_path, load_recipes, parse_recipe_text
+from prefixplan.keys.lockfile import Lock, LockEntry, parse_lock_text, read_lock, render_lock, write_lock
+from prefixplan.keys.recipes import Part, Recipe, display_path, load_recipes, parse_recipe_text
 
 FAIL_LEVELS = ("error", "warning")
 MAX_DIFF_LINES = 40
@@ -298,13 +298,13 @@ def _content_findings(recipe: Recipe, entry: LockEntry, diff_ref: str | None) ->
 
 
 def _hash(data: bytes) -> str:
-    from prefixplan.keys import part_hash
+    from prefixplan.keys.hashing import part_hash
 
     return part_hash(data)
 
 
 def _lint_findings(recipes: Sequence[Recipe], counter: Any = None) -> list[Finding]:
-    from prefixplan.lint import lint_prefix, lint_tool_variants, tool_name
+    from prefixplan.analysis.dynamic import lint_prefix, lint_tool_variants, tool_name
 
     out: list[Finding] = []
     for r in recipes:

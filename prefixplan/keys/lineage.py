@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from prefixplan.store import LineageRow
+from prefixplan.store.db import LineageRow
 
 HEAD_CHARS = 160
 COMPARE_CHARS = 2000

@@ -33,7 +33,7 @@ def content_hash(text: str | bytes) -> str:
     """Short content hash used for segment and chunk identity inside one analysis.
 
     16 hex chars of sha256 over the UTF-8 bytes. This is an analysis-internal identity,
-    not the versioned key contract (see :mod:`prefixplan.keys`).
+    not the versioned key contract (see :mod:`prefixplan.keys.hashing`).
     """
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     return hashlib.sha256(data).hexdigest()[:16]

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prefixplan.lineage import assign_lineage
+from prefixplan.keys.lineage import assign_lineage
 from prefixplan.logs import LineErrors, expand_paths, iter_requests
-from prefixplan.recipes import emit_recipe
+from prefixplan.keys.recipes import emit_recipe
 from prefixplan.render.spans import message_text, tool_name
 
 EMIT_LABELS = ("system", "tools", "system+tools")

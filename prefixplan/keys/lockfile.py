@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefixplan.errors import InputError, UsageError
-from prefixplan.keys import SCHEME, CacheKey, is_content_hash, parse_key
+from prefixplan.keys.hashing import SCHEME, CacheKey, is_content_hash, parse_key
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "prefixplan.lock"
@@ -185,7 +185,7 @@ def read_lock(path: str | os.PathLike[str]) -> Lock:
 
 def write_lock(path: str | os.PathLike[str], entries: Iterable[LockEntry]) -> str:
     """Atomically write the lock file (temp file in the same folder, fsync, rename)."""
-    from prefixplan.fileio import atomic_write_text
+    from prefixplan.core.fileio import atomic_write_text
 
     text = render_lock(entries)
     atomic_write_text(Path(path), text)

@@ -25,9 +25,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from prefixplan import lint
+from prefixplan.analysis import dynamic as lint
 from prefixplan.render.spans import message_text
-from prefixplan.types import Prompt, content_hash
+from prefixplan.core.types import Prompt, content_hash
 
 def find_dynamic(text: str) -> list[tuple[str, int, int]]:
     """Dynamic spans in ``text`` as ``(code, start, end)`` (the recipe lint's patterns)."""

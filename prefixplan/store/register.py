@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefixplan import keys
-from prefixplan.lineage import assign_lineage, lineage_data
+from prefixplan.keys import hashing as keys
+from prefixplan.keys.lineage import assign_lineage, lineage_data
 
 NAMED_LABELS = ("system", "tools", "system+tools")
 
 
 def record_analysis(result: Any, *, db: str | None = None, record_path: str | None = None) -> int:
     """Store the run summary and its candidates (with lineage keys); returns the analysis id."""
-    from prefixplan.store import open_store
+    from prefixplan.store.db import open_store
 
     rec = result.record
     fingerprint = rec["tokenizer"].get("fingerprint") or ""

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from prefixplan.errors import UsageError
-from prefixplan.radix import NodeView, RadixTree, aligned
-from prefixplan.types import Segment
+from prefixplan.analysis.radix import NodeView, RadixTree, aligned
+from prefixplan.core.types import Segment
 
 UNLABELLED = "unknown"
 """Label used when :func:`find_candidates` gets no ``segments_of``."""

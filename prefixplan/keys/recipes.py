@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.errors import RecipeError
-from prefixplan.keys import NAME_RE, CacheKey, content_hash, part_hash
+from prefixplan.keys.hashing import NAME_RE, CacheKey, content_hash, part_hash
 
 DEFAULT_RETAIN = 7 * 86400
 RENDER_MODES = ("chat", "completion")
@@ -215,7 +215,7 @@ class _Ctx:
 
 def parse_duration(value: Any) -> int:
     """Seconds from ``7d`` / ``36h`` / ``90m`` / ``3600s`` / ``2w`` / an int; ValueError otherwise."""
-    from prefixplan.durations import parse_seconds
+    from prefixplan.core.durations import parse_seconds
 
     seconds = parse_seconds(value)
     if seconds != int(seconds):
@@ -621,7 +621,7 @@ def emit_recipe(
         raise RecipeError(f"cannot emit recipe {name}: it has no parts")
     import yaml
 
-    from prefixplan.fileio import atomic_write_bytes, atomic_write_text
+    from prefixplan.core.fileio import atomic_write_bytes, atomic_write_text
 
     out = Path(out_dir)
     base = out / "parts" / name
@@ -641,7 +641,7 @@ def emit_recipe(
         entry["system"] = {"file": put("system.txt", system_text)}
     tool_paths = []
     for i, t in enumerate(tools):
-        from prefixplan.lint import tool_name
+        from prefixplan.analysis.dynamic import tool_name
 
         raw = t.decode("utf-8", "replace") if isinstance(t, bytes) else t
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", tool_name(raw) or "tool")[:60]

@@ -14,16 +14,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixplan import __version__, keys
-from prefixplan.breakers import Breaker, BreakerFinder
-from prefixplan.candidates import Candidate, find_candidates
+from prefixplan import __version__
+from prefixplan.keys import hashing as keys
+from prefixplan.analysis.breakers import Breaker, BreakerFinder
+from prefixplan.analysis.candidates import Candidate, find_candidates
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests
-from prefixplan.radix import RadixTree, reusable_prefix
-from prefixplan.rag import reorder_request, request_chunk_hashes
+from prefixplan.analysis.radix import RadixTree, reusable_prefix
+from prefixplan.analysis.rag import reorder_request, request_chunk_hashes
 from prefixplan.render import TOKENIZER_PROBE_TEXT, RenderSet
 from prefixplan.render.spans import message_text
-from prefixplan.types import Chunk, Prompt, Request, Segment
+from prefixplan.core.types import Chunk, Prompt, Request, Segment
 
 SCHEMA_VERSION = 1
 DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)  # tokens, for the capacity curve in analyze

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
-from prefixplan.types import Request, content_hash
+from prefixplan.core.types import Request, content_hash
 
 
 def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:

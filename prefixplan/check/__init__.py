@@ -1,0 +1,1 @@
+"""The CI gate: ``prefixplan lock`` and ``prefixplan check``."""

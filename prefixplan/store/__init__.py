@@ -1,0 +1,1 @@
+"""The SQLite registry: versions, analyses, warm runs and prefill profiles."""
