@@ -13,7 +13,7 @@ request metadata and on stdout).
 The "example" preset plants what `prefixplan analyze` should find: a support-bot system prompt
 whose first line carries a per-request timestamp (a cache breaker), a tool set whose JSON key
 order varies, multi-turn conversations, and popular RAG chunks placed after the question. It
-also writes the documents-first rewrite of the same log (prefixplan.rag.reorder_request), so
+also writes the documents-first rewrite of the same log (prefixplan.analysis.rag.reorder_request), so
 the RAG what-if can be checked against a real analysis of the rewritten log.
 """
 

@@ -39,7 +39,7 @@ def analyze_options(
     block_size: int | None = None,
     **rest,
 ):
-    """Build :class:`prefixplan.analyze.AnalyzeOptions` from the shared CLI options."""
+    """Build :class:`prefixplan.analysis.pipeline.AnalyzeOptions` from the shared CLI options."""
     from prefixplan.analysis.pipeline import AnalyzeOptions
     from prefixplan.errors import UsageError
     from prefixplan.logs import ReadOptions, parse_time

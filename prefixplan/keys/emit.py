@@ -2,7 +2,7 @@
 
 For each ranked candidate labelled ``system``, ``tools`` or ``system+tools`` that privacy
 allows to store, the representative request is read again from the log and its system text
-and covered tool schemas are written as recipe parts (``prefixplan.recipes.emit_recipe``), so
+and covered tool schemas are written as recipe parts (``prefixplan.keys.recipes.emit_recipe``), so
 the prefix found in traffic can be locked and guarded by ``prefixplan check``. Tool files hold
 the schema as parsed from the log, serialised with its key order kept
 (``json.dumps(tool, ensure_ascii=False)``).

@@ -19,7 +19,7 @@ A recipe file holds ``prefixes:``, a list of entries::
 
 Paths are relative to the recipe file. The parts of a prefix are, in order: the system
 text, each tool, each document chunk; the key's content hash covers their exact bytes
-(:func:`prefixplan.keys.content_hash`). Every problem is reported with the file and the
+(:func:`prefixplan.keys.hashing.content_hash`). Every problem is reported with the file and the
 field path, e.g. ``recipes/agent.yaml: prefixes[0].tools[2]: file not found``.
 """
 

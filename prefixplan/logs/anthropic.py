@@ -13,7 +13,7 @@ The rule (also in docs/logs.md):
   message, in block order; text and images around them stay in user messages.
 * Tools ``{name, description, input_schema}`` become
   ``{"type": "function", "function": {name, description, parameters}}``.
-* ``cache_control`` markers become :class:`~prefixplan.types.Breakpoint` records: ``tools``
+* ``cache_control`` markers become :class:`~prefixplan.core.types.Breakpoint` records: ``tools``
   with the tool index, ``system`` with the system block index, ``message`` with the index
   of the converted message in ``Request.messages`` that holds the marked block.
 """

@@ -1,4 +1,4 @@
-"""Turn one decoded JSON log line into :class:`~prefixplan.types.Request` records.
+"""Turn one decoded JSON log line into :class:`~prefixplan.core.types.Request` records.
 
 Detection is per line (a file may mix shapes); see docs/logs.md for the rules:
 
@@ -123,7 +123,7 @@ def parse_object(obj: Any, ctx: LineContext, fmt: str = "auto") -> list[Request]
     Args:
         obj: the line's JSON value.
         ctx: source, line number and trace block size.
-        fmt: ``"auto"`` or one of :data:`prefixplan.types.FORMATS` to force a reader.
+        fmt: ``"auto"`` or one of :data:`prefixplan.core.types.FORMATS` to force a reader.
 
     Raises:
         BadLine: the line is malformed; ``reason`` says why.

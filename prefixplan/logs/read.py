@@ -1,4 +1,4 @@
-"""The public log reader: paths -> a stream of :class:`~prefixplan.types.Request`.
+"""The public log reader: paths -> a stream of :class:`~prefixplan.core.types.Request`.
 
 Requests come out in file order (files in the order given, lines in file order); nothing
 is sorted or held back, so memory does not grow with the log. Malformed lines are counted
@@ -70,7 +70,7 @@ class ReadOptions:
     """How to read logs.
 
     Attributes:
-        format: ``"auto"`` (detect per line) or one of :data:`prefixplan.types.FORMATS`.
+        format: ``"auto"`` (detect per line) or one of :data:`prefixplan.core.types.FORMATS`.
         since: keep requests with ``time >= since`` (epoch seconds); untimed ones pass.
         until: keep requests with ``time < until``; untimed ones pass.
         sample: keep this deterministic fraction of lines (hash of source and line number).
@@ -238,7 +238,7 @@ def iter_requests(paths: Sequence[str], options: ReadOptions, errors: LineErrors
         errors: receives every malformed line (source, line number, reason).
 
     Yields:
-        One :class:`~prefixplan.types.Request` per logged request (a completions line
+        One :class:`~prefixplan.core.types.Request` per logged request (a completions line
         with a list of prompts yields one per prompt).
 
     Raises:

@@ -2,7 +2,7 @@
 
 For each ranked candidate that may be stored (not withheld by the privacy rule) and whose
 label is ``system``, ``tools`` or ``system+tools``, the lineage rule
-(:func:`prefixplan.lineage.assign_lineage`, docs/keys.md) picks a stable name; the
+(:func:`prefixplan.keys.lineage.assign_lineage`, docs/keys.md) picks a stable name; the
 candidate's exact tokens are registered as a version of that name (a new version when they
 changed). The candidate's ``name`` and ``key`` (``name@vN``) are filled in the record. When
 several candidates of one analysis fall into the same lineage (e.g. a system prompt with a

@@ -162,13 +162,13 @@ def record_from_recipes(
     made of rendered recipes, for :func:`prefixplan.warm.plan.plan_from_record`.
 
     Args:
-        recipes: loaded recipes (:func:`prefixplan.recipes.load_recipes`).
+        recipes: loaded recipes (:func:`prefixplan.keys.recipes.load_recipes`).
         tokenizer: a tokenizer spec for every recipe (``hf:PATH``, ``vllm:URL``, ...).
         endpoint: the first replica (:class:`~prefixplan.engines.base.Endpoint`); its ``/tokenize``
             renders recipes that name no tokenizer when ``tokenizer`` is not given.
         model: served model name for ``vllm:`` rendering (default: the server's first).
         keys: warm only these ``name@vN`` / ``name`` recipes.
-        lock: a parsed lock file (:class:`prefixplan.lockfile.Lock`) or None.
+        lock: a parsed lock file (:class:`prefixplan.keys.lockfile.Lock`) or None.
         load: ``spec -> renderer`` (default: :func:`prefixplan.render.load_renderer`).
 
     Raises:
