@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from prefixplan.analysis import dynamic as lint
 from prefixplan.render.spans import message_text
-from prefixplan.core.types import Prompt, content_hash
+from prefixplan.core.types import Prompt
+from prefixplan.core.hashes import segment_hash
 
 def find_dynamic(text: str) -> list[tuple[str, int, int]]:
     """Dynamic spans in ``text`` as ``(code, start, end)`` (the recipe lint's patterns)."""
@@ -100,7 +101,7 @@ class BreakerFinder:
             if dyn and masked is not None:
                 group = self._system[masked]
                 self._seen(group, tenant)
-                key = content_hash(text)
+                key = segment_hash(text)
                 group.variants[key] = group.variants.get(key, 0) + 1
                 seg = next((s for s in prompt.segments if s.kind == "system" and s.index == 0), None)
                 if seg is not None and text:
@@ -114,11 +115,11 @@ class BreakerFinder:
             order = tuple(str((t.get("function") or t).get("name")) for t in req.tools)
             names = frozenset(order)
             # the rendered tool segments' hashes identify the serialisation the engine saw
-            tool_hashes = [s.content_hash for s in prompt.segments if s.kind == "tool"]
+            tool_hashes = [s.text_hash for s in prompt.segments if s.kind == "tool"]
             if len(tool_hashes) == len(req.tools):
-                key = content_hash("\0".join(tool_hashes))
+                key = segment_hash("\0".join(tool_hashes))
             else:
-                key = content_hash(json.dumps(list(req.tools), ensure_ascii=False))
+                key = segment_hash(json.dumps(list(req.tools), ensure_ascii=False))
             group = self._tools[names]
             self._seen(group, tenant)
             group.variants[key] = group.variants.get(key, 0) + 1
@@ -146,7 +147,7 @@ class BreakerFinder:
         hit = self._scan_cache.get(text)
         if hit is None:
             dyn = find_dynamic(text)
-            hit = (dyn, content_hash(mask_dynamic(text)) if dyn else None)
+            hit = (dyn, segment_hash(mask_dynamic(text)) if dyn else None)
             if len(self._scan_cache) > 4096:
                 self._scan_cache.clear()
             self._scan_cache[text] = hit

@@ -179,7 +179,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
                 logged_cached += req.logged_cached_tokens
                 logged_n += 1
             for chunk in prompt.chunks:
-                chunk_tokens.setdefault(chunk.content_hash, chunk.end - chunk.start)
+                chunk_tokens.setdefault(chunk.text_hash, chunk.end - chunk.start)
             chunk_requests.update(request_chunk_hashes(req))
             _remember_previews(previews, heads, req, prompt.segments)
             finder.add(prompt)
@@ -201,7 +201,7 @@ def analyze(options: AnalyzeOptions, progress: Callable[[int], None] | None = No
 
     def segments_of(idx: int) -> Sequence[Segment]:
         info = infos[idx]
-        docs = [Segment("doc", c.start, c.end, c.content_hash, c.message_index) for c in info.chunks if c.content_hash in recurring]
+        docs = [Segment("doc", c.start, c.end, c.text_hash, c.message_index) for c in info.chunks if c.text_hash in recurring]
         if not docs:
             return info.segments
         return tuple(sorted(info.segments + tuple(docs), key=lambda s: (s.start, s.kind != "doc")))
@@ -329,16 +329,16 @@ def _remember_previews(
     lineage naming), keyed by the segment's content hash: no text is hashed again here."""
     messages = req.messages or ()
     for seg in segments:
-        if seg.kind == "template" or seg.content_hash in previews:
+        if seg.kind == "template" or seg.text_hash in previews:
             continue
         if seg.kind == "tool":
-            previews[seg.content_hash] = ("tool", seg.name or "tool", 0)
+            previews[seg.text_hash] = ("tool", seg.name or "tool", 0)
         elif seg.kind in ("system", "user", "assistant", "tool_result") and seg.index < len(messages):
             msg = messages[seg.index]
             text = message_text(msg.get("content"))
-            previews[seg.content_hash] = (str(msg.get("role")), _short(text), len(text))
+            previews[seg.text_hash] = (str(msg.get("role")), _short(text), len(text))
             if seg.kind == "system":
-                heads[seg.content_hash] = text[:LINEAGE_HEAD_CHARS]
+                heads[seg.text_hash] = text[:LINEAGE_HEAD_CHARS]
 
 
 def _short(text: str) -> str:
@@ -365,9 +365,9 @@ def _candidate_json(
             if kind == "template":
                 continue
             seg = next((s for s in infos[c.request_index].segments if s.start == start and s.kind == kind), None)
-            prev = previews.get(seg.content_hash) if seg is not None else None
+            prev = previews.get(seg.text_hash) if seg is not None else None
             if kind == "system" and seg is not None and system_head is None:
-                system_head = heads.get(seg.content_hash)
+                system_head = heads.get(seg.text_hash)
             if kind == "tool":
                 parts.append({"kind": kind, "tokens": end - start, "text": name})
             elif kind in ("system",) or (options.show_user_text and prev):
@@ -437,7 +437,7 @@ def _kind_accounting(infos: list[_ReqInfo], recurring: set[str]) -> dict[str, di
             acc[kind][0] += n
             acc[kind][1] += r
         for c in info.chunks:
-            if c.content_hash in recurring:
+            if c.text_hash in recurring:
                 n = c.end - c.start
                 r = max(0, min(c.end, info.reused) - c.start)
                 acc["rag"][0] += n
@@ -452,9 +452,9 @@ def _rag_report(infos: list[_ReqInfo], recurring: set[str], chunk_requests: Coun
     prefilled: Counter[str] = Counter()
     for info in infos:
         for c in info.chunks:
-            if c.content_hash in recurring:
-                positions[c.content_hash].add(c.start)
-                prefilled[c.content_hash] += max(0, c.end - max(c.start, info.reused))
+            if c.text_hash in recurring:
+                positions[c.text_hash].add(c.start)
+                prefilled[c.text_hash] += max(0, c.end - max(c.start, info.reused))
     top = sorted(recurring, key=lambda h: -prefilled[h])[:20]
     return {
         "recurring_chunks": len(recurring),

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
-from prefixplan.core.types import Request, content_hash
+from prefixplan.core.types import Request
+from prefixplan.core.hashes import segment_hash
 
 
 def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:
@@ -30,7 +31,7 @@ def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> 
             continue
         content = msg.get("content")
         if isinstance(content, str) and len(content) >= min_chars:
-            out.update(content_hash(p) for _, _, p in split_paragraphs(content, min_chars))
+            out.update(segment_hash(p) for _, _, p in split_paragraphs(content, min_chars))
     return out
 
 
@@ -51,20 +52,20 @@ class ChunkCounter:
 def reorder_content(content: str, counts: Mapping[str, int], min_requests: int = 2, min_chars: int = MIN_CHUNK_CHARS) -> str | None:
     """Documents-first rewrite of one message text, or None when nothing would move."""
     paras = split_paragraphs(content, min_chars)
-    docs = [(p, counts.get(content_hash(p), 0)) for _, _, p in paras]
+    docs = [(p, counts.get(segment_hash(p), 0)) for _, _, p in paras]
     docs = [(p, n) for p, n in docs if n >= min_requests]
     if not docs:
         return None
-    doc_hashes = {content_hash(p) for p, _ in docs}
+    doc_hashes = {segment_hash(p) for p, _ in docs}
     rest: list[str] = []
     pos = 0
     for a, b, p in paras:
-        if content_hash(p) in doc_hashes:
+        if segment_hash(p) in doc_hashes:
             rest.append(content[pos:a])
             pos = b
     rest.append(content[pos:])
     remainder = "".join(rest).strip()
-    ordered = sorted({p: n for p, n in docs}.items(), key=lambda item: (-item[1], content_hash(item[0])))
+    ordered = sorted({p: n for p, n in docs}.items(), key=lambda item: (-item[1], segment_hash(item[0])))
     new = "\n\n".join(p for p, _ in ordered)
     if remainder:
         new += "\n\n" + remainder

@@ -9,11 +9,12 @@ All records are frozen, slotted dataclasses. Token ids are 1-D ``numpy.uint32`` 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
 import numpy as np
+
+from prefixplan.core.hashes import SegmentHash, segment_hash
 
 TokenIds = NewType("TokenIds", np.ndarray)
 """A 1-D ``numpy.uint32`` array of token ids."""
@@ -27,16 +28,6 @@ def as_token_ids(ids: Any) -> TokenIds:
     if arr.ndim != 1:
         arr = arr.reshape(-1)
     return TokenIds(arr)
-
-
-def content_hash(text: str | bytes) -> str:
-    """Short content hash used for segment and chunk identity inside one analysis.
-
-    16 hex chars of sha256 over the UTF-8 bytes. This is an analysis-internal identity,
-    not the versioned key contract (see :mod:`prefixplan.keys.hashing`).
-    """
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    return hashlib.sha256(data).hexdigest()[:16]
 
 
 # Log formats a reader can produce.
@@ -108,7 +99,7 @@ def namespace_key(model: str | None, lora: str | None = None, salt: str | None =
     if lora:
         parts.append(f"lora={lora}")
     if salt:
-        parts.append(f"salt={content_hash(salt)}")
+        parts.append(f"salt={segment_hash(salt)}")
     return "|".join(parts)
 
 
@@ -138,7 +129,7 @@ class Segment:
     kind: str
     start: int
     end: int
-    content_hash: str
+    text_hash: SegmentHash
     index: int = 0
     name: str | None = None  # tool name, when kind == "tool"
 
@@ -147,11 +138,11 @@ class Segment:
 class Chunk:
     """A paragraph/block inside a message: a RAG-chunk candidate.
 
-    ``content_hash`` identifies the chunk text across requests; ``[start, end)`` are token
+    ``text_hash`` identifies the chunk text across requests; ``[start, end)`` are token
     offsets in the prompt (same boundary rule as :class:`Segment`).
     """
 
-    content_hash: str
+    text_hash: SegmentHash
     start: int
     end: int
     message_index: int

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from prefixplan.errors import TokenizerError, UsageError
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.hashes import segment_hash
 
 DEFAULT_TOKENIZER = "mistral:nemo"
 
@@ -132,7 +133,7 @@ def trace_prompt(request: Request) -> Prompt:
     """A Mooncake trace request: one id per block of ``trace_block_size`` tokens."""
     assert request.hash_ids is not None
     tokens = as_token_ids(np.asarray(request.hash_ids, dtype=np.uint32))
-    seg = Segment("block", 0, len(tokens), content_hash(tokens.tobytes()))
+    seg = Segment("block", 0, len(tokens), segment_hash(tokens.tobytes()))
     return Prompt(request, tokens, (seg,), (), exact=False, token_scale=request.trace_block_size or 512)
 
 

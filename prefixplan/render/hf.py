@@ -29,7 +29,8 @@ import numpy as np
 
 from prefixplan.errors import TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.hashes import segment_hash
 
 
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
@@ -315,7 +316,7 @@ class HFRenderer:
         # (BOS for Llama/Mistral-style tokenizers, nothing for Qwen).
         assert req.prompt is not None
         tokens = as_token_ids(self.backend.encode(req.prompt, add_special_tokens=True).ids)
-        seg = Segment("raw", 0, len(tokens), content_hash(req.prompt))
+        seg = Segment("raw", 0, len(tokens), segment_hash(req.prompt))
         return Prompt(req, tokens, (seg,), (), exact=True)
 
 
@@ -324,7 +325,7 @@ def raw_ids_prompt(req: Request) -> Prompt:
     if req.prompt_ids is None:
         raise TokenizerError(f"{req.source}:{req.line_no}: request has no messages, prompt or prompt ids")
     tokens = as_token_ids(np.asarray(req.prompt_ids, dtype=np.uint32))
-    seg = Segment("raw", 0, len(tokens), content_hash(tokens.tobytes()))
+    seg = Segment("raw", 0, len(tokens), segment_hash(tokens.tobytes()))
     return Prompt(req, tokens, (seg,), (), exact=True)
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from prefixplan.errors import TokenizerError
 from prefixplan.render.hf import raw_ids_prompt
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.hashes import segment_hash
 
 # name -> (factory method name, kwargs, description)
 MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -84,7 +85,7 @@ class MistralRenderer:
         if request.messages is None:
             if request.prompt is not None:
                 tokens = as_token_ids(self._raw.encode(request.prompt, bos=True, eos=False))
-                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), content_hash(request.prompt)),))
+                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),))
             return raw_ids_prompt(request)
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.types import Chunk, Segment, content_hash
+from prefixplan.core.types import Chunk, Segment
+from prefixplan.core.hashes import SegmentHash, segment_hash
 
 ROLE_KIND = {
     "system": "system",
@@ -62,7 +63,7 @@ class CharSpan:
     kind: str
     start: int
     end: int
-    content_hash: str
+    text_hash: SegmentHash
     index: int
     name: str | None = None
 
@@ -148,7 +149,7 @@ def locate(
             if pos < 0:
                 pos = _find_free(text, variant, taken)
             if pos >= 0:
-                spans.append(CharSpan(kind, pos, pos + len(variant), content_hash(variant), i))
+                spans.append(CharSpan(kind, pos, pos + len(variant), segment_hash(variant), i))
                 taken.append((pos, pos + len(variant)))
                 if kind != "system":
                     cursor = pos + len(variant)
@@ -162,7 +163,7 @@ def locate(
             needle = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
             pos = _find_free(text, needle, taken) if needle else -1
             if pos >= 0:
-                spans.append(CharSpan(kind, pos, pos + len(needle), content_hash(needle), i))
+                spans.append(CharSpan(kind, pos, pos + len(needle), segment_hash(needle), i))
                 taken.append((pos, pos + len(needle)))
                 cursor = max(cursor, pos + len(needle))
     taken.sort()
@@ -170,7 +171,7 @@ def locate(
         for variant in _tool_variants(tool):
             pos = _find_free(text, variant, taken)
             if pos >= 0:
-                spans.append(CharSpan("tool", pos, pos + len(variant), content_hash(variant), j, tool_name(tool)))
+                spans.append(CharSpan("tool", pos, pos + len(variant), segment_hash(variant), j, tool_name(tool)))
                 taken.append((pos, pos + len(variant)))
                 taken.sort()
                 break
@@ -220,7 +221,7 @@ def assign(
         if a > pos:
             segments.append(Segment("template", pos, a, _template_hash(text, token_starts, pos, a), template_run))
             template_run += 1
-        segments.append(Segment(span.kind, a, b, span.content_hash, span.index, span.name))
+        segments.append(Segment(span.kind, a, b, span.text_hash, span.index, span.name))
         pos = b
     if pos < n:
         segments.append(Segment("template", pos, n, _template_hash(text, token_starts, pos, n), template_run))
@@ -234,14 +235,14 @@ def assign(
                 a = tok_at(span.start + a_char)
                 b = tok_at(span.start + b_char)
                 if b > a:
-                    chunks.append(Chunk(content_hash(para), a, b, span.index, len(para)))
+                    chunks.append(Chunk(segment_hash(para), a, b, span.index, len(para)))
     return tuple(segments), tuple(chunks)
 
 
 def _template_hash(text: str, token_starts: np.ndarray, a: int, b: int) -> str:
     ca = int(token_starts[a])
     cb = int(token_starts[b]) if b < token_starts.shape[0] else len(text)
-    return content_hash(text[ca:cb])
+    return segment_hash(text[ca:cb])
 
 
 def byte_starts_to_char_starts(data: bytes, byte_starts: np.ndarray) -> np.ndarray:

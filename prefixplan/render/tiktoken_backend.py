@@ -33,7 +33,8 @@ import numpy as np
 from prefixplan.errors import TokenizerError
 from prefixplan.render.hf import PieceCache, raw_ids_prompt
 from prefixplan.render.spans import ROLE_KIND, message_text, tool_name
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.hashes import segment_hash
 
 KNOWN = ("cl100k_base", "o200k_base", "p50k_base", "r50k_base")
 
@@ -112,7 +113,7 @@ class TiktokenRenderer:
         if request.messages is None:
             if request.prompt is not None:
                 tokens = self._enc(request.prompt)
-                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), content_hash(request.prompt)),), exact=False)
+                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),), exact=False)
             return raw_ids_prompt(request)
         parts: list[tuple[str, str, int, str | None]] = []  # (kind, text, index, name)
         if request.tools:
@@ -135,7 +136,7 @@ class TiktokenRenderer:
             if len(ids) == 0:
                 continue
             arrays.append(ids)
-            segments.append(Segment(kind, pos, pos + len(ids), content_hash(text), index, name))
+            segments.append(Segment(kind, pos, pos + len(ids), segment_hash(text), index, name))
             pos += len(ids)
         tokens = as_token_ids(np.concatenate(arrays)) if arrays else as_token_ids(np.zeros(0, np.uint32))
         return Prompt(request, tokens, tuple(_merge_template(segments)), (), exact=False)
@@ -149,7 +150,7 @@ def _merge_template(segments: list[Segment]) -> list[Segment]:
     for seg in segments:
         if out and seg.kind == "template" and out[-1].kind == "template":
             prev = out[-1]
-            out[-1] = Segment("template", prev.start, seg.end, content_hash(prev.content_hash + seg.content_hash), prev.index)
+            out[-1] = Segment("template", prev.start, seg.end, segment_hash(prev.text_hash + seg.text_hash), prev.index)
         else:
             out.append(seg)
     return out

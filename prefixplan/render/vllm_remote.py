@@ -21,7 +21,8 @@ import numpy as np
 from prefixplan.errors import EndpointError, TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 from prefixplan.core.urls import display_url, redact
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids, content_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.hashes import segment_hash
 
 
 @lru_cache(maxsize=1)
@@ -124,7 +125,7 @@ class VLLMRenderer:
                 return raw_ids_prompt(request)
             data = self._post("/tokenize", {"model": self.model, "prompt": request.prompt})
             tokens = as_token_ids(data["tokens"])
-            return Prompt(request, tokens, (Segment("raw", 0, len(tokens), content_hash(request.prompt)),))
+            return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),))
         body: dict[str, Any] = {
             "model": self.model,
             "messages": list(request.messages),
@@ -140,7 +141,7 @@ class VLLMRenderer:
         tokens = as_token_ids(data["tokens"])
         text, starts = self._starts(data.get("token_strs"), len(tokens))
         if text is None:
-            seg = Segment("template", 0, len(tokens), content_hash(tokens.tobytes()))
+            seg = Segment("template", 0, len(tokens), segment_hash(tokens.tobytes()))
             return Prompt(request, tokens, (seg,), (), exact=True)
         segments, chunks = assign(text, starts, locate(text, request.messages, request.tools))
         return Prompt(request, tokens, segments, chunks, exact=True)
