@@ -12,7 +12,7 @@ import pytest
 from prefixplan.analysis.pipeline import AnalyzeOptions, analyze, iter_prompts
 from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors
-from prefixplan.analysis.radix import reusable_prefix
+from prefixplan.core.granularity import reusable_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from prefixplan.analysis.candidates import UNLABELLED, clip_segments, find_candidates, label_for
 from prefixplan.errors import UsageError
-from prefixplan.analysis.radix import RadixTree, aligned, reusable_prefix
+from prefixplan.analysis.radix import RadixTree
+from prefixplan.core.granularity import aligned, reusable_prefix
 from prefixplan.core.types import Segment
 
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
-from prefixplan.analysis.radix import RadixTree, aligned, reusable_prefix
+from prefixplan.analysis.radix import RadixTree
+from prefixplan.core.granularity import aligned, reusable_prefix
 
 
 def lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:

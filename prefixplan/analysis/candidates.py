@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from prefixplan.errors import UsageError
-from prefixplan.analysis.radix import NodeView, RadixTree, aligned
+from prefixplan.analysis.radix import NodeView, RadixTree
+from prefixplan.core.granularity import aligned
 from prefixplan.core.types import Segment
 
 UNLABELLED = "unknown"

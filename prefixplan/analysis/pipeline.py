@@ -20,16 +20,16 @@ from prefixplan.analysis.breakers import Breaker, BreakerFinder
 from prefixplan.analysis.candidates import Candidate, find_candidates
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests
-from prefixplan.analysis.radix import RadixTree, reusable_prefix
+from prefixplan.analysis.radix import RadixTree
+from prefixplan.core.granularity import engine_granularity, reusable_prefix
 from prefixplan.analysis.rag import reorder_request, request_chunk_hashes
-from prefixplan.render import TOKENIZER_PROBE_TEXT, RenderSet
+from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
+from prefixplan.render import RenderSet
 from prefixplan.render.spans import message_text
 from prefixplan.core.types import Chunk, Prompt, Request, Segment
 
 SCHEMA_VERSION = 1
 DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)  # tokens, for the capacity curve in analyze
-ENGINE_BLOCK = {"vllm": 16, "sglang": 1, "lmcache": 256}
-USER_KINDS = ("user", "assistant", "tool_result")
 PREVIEW_CHARS = 80
 LINEAGE_HEAD_CHARS = 2000
 
@@ -59,13 +59,7 @@ class AnalyzeOptions:
 
     @property
     def granularity(self) -> int:
-        if self.block_size is not None:
-            if self.block_size < 1:
-                raise UsageError("--block-size must be >= 1")
-            return self.block_size
-        if self.engine not in ENGINE_BLOCK:
-            raise UsageError(f"--engine {self.engine}: choose one of {', '.join(ENGINE_BLOCK)}")
-        return ENGINE_BLOCK[self.engine]
+        return engine_granularity(self.engine, self.block_size).block_size
 
 
 @dataclass
@@ -300,7 +294,7 @@ def _simulate(prompts: Iterator[Prompt], options: AnalyzeOptions, block: int) ->
 
     capacities = tuple(sorted(set(options.capacities) | ({options.configured_capacity} if options.configured_capacity else set())))
     config = SimConfig(
-        engine=options.engine if options.engine in ENGINE_BLOCK else "vllm",
+        engine=options.engine,
         block_size=block,
         capacities=capacities,
         headline_capacity=options.configured_capacity,

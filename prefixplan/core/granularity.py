@@ -57,6 +57,33 @@ def anthropic_min_tokens(model: str | None) -> int:
     return ANTHROPIC_DEFAULT_MIN_TOKENS
 
 
+def aligned(n: int, block: int) -> int:
+    """Round ``n`` down to a multiple of ``block`` (``(n // block) * block``).
+
+    Args:
+        n: A token count (>= 0).
+        block: Engine granularity in tokens (vLLM block size, SGLang page size), >= 1.
+    """
+    if block < 1:
+        raise UsageError(f"block size must be >= 1, got {block}")
+    return (n // block) * block
+
+
+def reusable_prefix(match_len: int, prompt_len: int, block: int) -> int:
+    """Tokens an engine can take from its prefix cache for one request.
+
+    Engines never reuse the last prompt token (they must compute at least one position to
+    produce logits) and only reuse full blocks, so this is
+    ``aligned(min(match_len, prompt_len - 1), block)``; 0 for an empty prompt.
+
+    Args:
+        match_len: Longest cached prefix of the prompt (e.g. :meth:`RadixTree.insert`'s result).
+        prompt_len: Prompt length in tokens.
+        block: Cache granularity in tokens (>= 1).
+    """
+    return aligned(max(0, min(match_len, prompt_len - 1)), block)
+
+
 @dataclass(frozen=True, slots=True)
 class Granularity:
     """How prompt prefixes are reused.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from prefixplan.errors import EndpointError, UsageError
-from prefixplan.render import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported; defined with the renderers)
+from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported for adapters' callers)
 from prefixplan.core.urls import display_url
 
 if TYPE_CHECKING:  # pragma: no cover

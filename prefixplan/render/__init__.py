@@ -23,22 +23,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from prefixplan.errors import TokenizerError, UsageError
+from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported)
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.core.hashes import segment_hash
 
 DEFAULT_TOKENIZER = "mistral:nemo"
 
-TOKENIZER_PROBE_TEXT = (
-    "prefixplan tokenizer probe v1: Hello, World! 0123456789 +-*/=<> "
-    "ünïcödé naïve café — “quotes” 日本語のテキスト 中文 한국어 Привет мир "
-    "\tTabs\tand  double  spaces\n\nfn main() { println!(\"{}\", 42); } 🚀✨"
-)
-"""Fixed text tokenized through a server's ``/tokenize`` to check its tokenizer.
 
-Tokenized without special tokens. The analysis stores the ids its own tokenizer gives for
-this text (``record["tokenizer"]["probe_ids"]``); a server returning other ids has another
-tokenizer. Changing this text changes every stored probe: don't.
-"""
 
 
 

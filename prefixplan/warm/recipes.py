@@ -174,7 +174,7 @@ def record_from_recipes(
     Raises:
         UsageError: no tokenizer for a recipe, unknown keys, or recipes whose tokenizers differ.
     """
-    from prefixplan.render import TOKENIZER_PROBE_TEXT
+    from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
 
     chosen = _select(recipes, keys)
     if not chosen:

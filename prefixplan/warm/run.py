@@ -44,6 +44,7 @@ from prefixplan.engines.base import (
     EngineRequestError,
     with_retries,
 )
+from prefixplan.core.granularity import aligned
 from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
 from prefixplan.warm.plan import WarmItem, WarmPlan
 from prefixplan.warm.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
@@ -201,10 +202,6 @@ class _Replica:
         self.dead: str | None = None
         self.via_chat = False  # learned: the server takes no token-id prompts
         self.via_chat_reason = ""
-
-
-def aligned(n: int, block: int) -> int:
-    return (n // block) * block
 
 
 def warm_prompt(ids: Sequence[int]) -> list[int]:
