@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixplan.keys.hashing import content_hash
+from prefixplan.keys import content_hash
 from prefixplan.keys.lineage import assign_lineage, lineage_data, normalise_text
 from prefixplan.store.db import LineageRow, open_store
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import RecipeError
-from prefixplan.keys.hashing import content_hash
+from prefixplan.keys import content_hash
 from prefixplan.keys.recipes import chunk_text, load_recipes, parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent

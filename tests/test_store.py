@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from prefixplan.errors import KeyConflictError, StoreError, UsageError
-from prefixplan.keys.hashing import content_hash, token_hash
+from prefixplan.keys import content_hash, token_hash
 from prefixplan.store.db import open_store, resolve_db_path
 
 DAY = 86400

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from prefixplan.errors import KeyConflictError
-from prefixplan.keys.hashing import content_hash, token_hash, token_ids_from_bytes
+from prefixplan.keys import content_hash, token_hash, token_ids_from_bytes
 from prefixplan.store.db import open_store
 
 N_PROCS = 6
@@ -79,7 +79,7 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
 WRITER = r"""
 import sys
 import numpy as np
-from prefixplan.keys.hashing import content_hash, token_hash
+from prefixplan.keys import content_hash, token_hash
 from prefixplan.store.db import open_store
 s = open_store(sys.argv[1])
 rng = np.random.default_rng(int(sys.argv[2]))

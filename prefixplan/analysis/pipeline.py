@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan import __version__
-from prefixplan.keys import hashing as keys
+from prefixplan.core import hashes as keys
 from prefixplan.analysis.breakers import Breaker, BreakerFinder
 from prefixplan.analysis.candidates import Candidate, find_candidates
 from prefixplan.errors import TokenizerError, UsageError

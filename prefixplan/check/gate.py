@@ -298,7 +298,7 @@ def _content_findings(recipe: Recipe, entry: LockEntry, diff_ref: str | None) ->
 
 
 def _hash(data: bytes) -> str:
-    from prefixplan.keys.hashing import part_hash
+    from prefixplan.keys import part_hash
 
     return part_hash(data)
 

@@ -86,10 +86,10 @@ def show_cmd(
 ) -> None:
     """Show one version with all its fields."""
     from prefixplan.errors import UsageError
-    from prefixplan.keys.hashing import parse_key
+    from prefixplan.keys import parse_key_ref
     from prefixplan.store.db import open_store
 
-    name, version = (key, None) if "@" not in key else (lambda k: (k.name, k.version))(parse_key(key))
+    name, version = parse_key_ref(key)
     with open_store(db) as store:
         rec = store.get(name, version)
     if rec is None:
@@ -112,10 +112,11 @@ def history_cmd(
 ) -> None:
     """All versions of one name, oldest first."""
     from prefixplan.errors import UsageError
+    from prefixplan.keys import parse_key_ref
     from prefixplan.store.db import open_store
 
     with open_store(db) as store:
-        records = store.versions(name.split("@")[0])
+        records = store.versions(parse_key_ref(name)[0])
     if not records:
         raise UsageError(f"no versions of {name!r} in the store", hint="see `prefixplan keys list`")
     if json_out is not None:

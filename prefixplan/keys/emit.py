@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prefixplan.keys import parse_key
 from prefixplan.keys.lineage import assign_lineage
 from prefixplan.logs import LineErrors, expand_paths, iter_requests
 from prefixplan.keys.recipes import emit_recipe
@@ -50,7 +51,7 @@ def emit_recipes(record: dict[str, Any], options: Any, out_dir: str | Path, *, t
         if name in used:
             continue
         used.add(name)
-        version = int(cand["key"].rsplit("@v", 1)[1]) if cand.get("key") else 1
+        version = parse_key(cand["key"]).version if cand.get("key") else 1
         desc = f"found by prefixplan analyze: {cand['hits']} requests, {cand['length']} tokens ({cand['label']})"
         paths.append(emit_recipe(out_dir, name, version=version, system_text=system, tools=tools, model=req.model, description=desc))
     return paths

@@ -16,7 +16,7 @@ per part), so diffs are small and reviewable::
           "system parts/support/system.md": sha256:0b1c...
           "tool[0] parts/support/tools/lookup_order.json": sha256:77aa...
 
-``hash`` is the key's identity (:func:`prefixplan.keys.hashing.content_hash`); the per-part hashes
+``hash`` is the key's identity (:func:`prefixplan.keys.content_hash`); the per-part hashes
 let ``check`` say which part changed. Writes are atomic (temp file + rename).
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefixplan.errors import InputError, UsageError
-from prefixplan.keys.hashing import SCHEME, CacheKey, is_content_hash, parse_key
+from prefixplan.keys import SCHEME, CacheKey, is_content_hash, parse_key
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "prefixplan.lock"

@@ -19,7 +19,7 @@ A recipe file holds ``prefixes:``, a list of entries::
 
 Paths are relative to the recipe file. The parts of a prefix are, in order: the system
 text, each tool, each document chunk; the key's content hash covers their exact bytes
-(:func:`prefixplan.keys.hashing.content_hash`). Every problem is reported with the file and the
+(:func:`prefixplan.keys.content_hash`). Every problem is reported with the file and the
 field path, e.g. ``recipes/agent.yaml: prefixes[0].tools[2]: file not found``.
 """
 
@@ -34,12 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.errors import RecipeError
-from prefixplan.keys.hashing import NAME_RE, CacheKey, content_hash, part_hash
+from prefixplan.keys import DEFAULT_RETAIN_SECONDS, NAME_RE, CacheKey, content_hash, part_hash
 
-DEFAULT_RETAIN = 7 * 86400
 RENDER_MODES = ("chat", "completion")
 CHUNK_MODES = ("none", "blank-lines", "headings")
-PART_KINDS = ("system", "tool", "document")
 
 _PREFIX_FIELDS = (
     "name",
@@ -434,10 +432,10 @@ def _parse_prefix(ctx: _Ctx, base: Path, entry: Any, index: int) -> Recipe | Non
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         ctx.err(f"{path}.version", "required: an integer >= 1")
     try:
-        retain = parse_duration(entry.get("retain", DEFAULT_RETAIN))
+        retain = parse_duration(entry.get("retain", DEFAULT_RETAIN_SECONDS))
     except ValueError as exc:
         ctx.err(f"{path}.retain", str(exc))
-        retain = DEFAULT_RETAIN
+        retain = DEFAULT_RETAIN_SECONDS
     pin = entry.get("pin", False)
     if not isinstance(pin, bool):
         ctx.err(f"{path}.pin", "expected true or false")
@@ -602,7 +600,7 @@ def emit_recipe(
     tools: Sequence[str | bytes] = (),
     documents: Sequence[str | bytes] = (),
     model: str | None = None,
-    retain: int = DEFAULT_RETAIN,
+    retain: int = DEFAULT_RETAIN_SECONDS,
     pin: bool = False,
     description: str | None = None,
 ) -> Path:

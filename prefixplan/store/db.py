@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.errors import KeyConflictError, StoreError, UsageError
-from prefixplan.keys.hashing import NAME_RE, CacheKey, token_ids_to_bytes
+from prefixplan.keys import DEFAULT_RETAIN_SECONDS, NAME_RE, CacheKey, token_ids_to_bytes
 
 DEFAULT_DB = "prefixplan.db"
 ENV_DB = "PREFIXPLAN_DB"
-DEFAULT_RETAIN_SECONDS = 7 * 86400
 BUSY_TIMEOUT_S = 60.0
 STATUSES = ("active", "superseded", "expired")
 
@@ -464,7 +463,7 @@ class Store:
 
     def token_ids(self, name: str, version: int) -> list[int] | None:
         """Stored token ids of ``name@vN`` (None when not stored)."""
-        from prefixplan.keys.hashing import token_ids_from_bytes
+        from prefixplan.keys import token_ids_from_bytes
 
         row = self.conn.execute(
             "SELECT token_ids FROM versions WHERE name = ? AND version = ?", (name, version)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefixplan.keys import hashing as keys
+from prefixplan import keys
 from prefixplan.keys.lineage import assign_lineage, lineage_data
 
 NAMED_LABELS = ("system", "tools", "system+tools")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.errors import UsageError
+from prefixplan.keys import parse_key_ref
 from prefixplan.warm.prompts import PromptForm
 
 DEFAULT_BLOCK_SIZE = 16
@@ -131,17 +132,6 @@ class _Cand:
     skip_reason: str | None = None
 
 
-def split_key(key: str) -> tuple[str, int | None]:
-    """``"name@v3"`` -> ``("name", 3)``; ``"name"`` -> ``("name", None)``."""
-    name, sep, ver = key.partition("@")
-    if not sep:
-        return name, None
-    ver = ver[1:] if ver[:1] in ("v", "V") else ver
-    if not ver.isdigit():
-        raise UsageError(f"invalid key {key!r}: expected name@vN")
-    return name, int(ver)
-
-
 def _cands(record: Mapping[str, Any], lookup: Callable[[str], Sequence[int] | None] | None) -> list[_Cand]:
     raw = record.get("candidates")
     if not isinstance(raw, list):
@@ -163,7 +153,7 @@ def _cands(record: Mapping[str, Any], lookup: Callable[[str], Sequence[int] | No
         out.append(
             _Cand(
                 rank=rank,
-                name=str(c.get("name") or (split_key(key)[0] if key else f"prefix-{rank}")),
+                name=str(c.get("name") or (parse_key_ref(key)[0] if key else f"prefix-{rank}")),
                 key=str(key) if key else None,
                 ids=tup,
                 length=length,
@@ -321,11 +311,11 @@ def plan_from_record(
     if keys:
         pool: list[int] = []
         for k in keys:
-            name, ver = split_key(k)
+            name, ver = parse_key_ref(k)
             hits = [
                 c.rank
                 for c in all_cands.values()
-                if c.key == k or (c.key and ver is None and split_key(c.key)[0] == name) or (ver is None and c.name == name)
+                if c.key == k or (c.key and ver is None and parse_key_ref(c.key)[0] == name) or (ver is None and c.name == name)
             ]
             if not hits:
                 raise UsageError(f"key {k} is not in the analysis record", hint="see prefixplan keys list")
@@ -391,7 +381,7 @@ def plan_from_record(
         covers = tuple(sorted(a for a in _ancestors(r, parents) if a in selected))
         ids = c.ids
         assert ids is not None
-        name, ver = split_key(c.key) if c.key else (c.name, None)
+        name, ver = parse_key_ref(c.key) if c.key else (c.name, None)
         items.append(
             WarmItem(
                 rank=r,

@@ -135,11 +135,11 @@ def render_recipe(recipe: Recipe, renderer: Any) -> RenderedRecipe:
 def _select(recipes: Sequence[Recipe], keys: Sequence[str] | None) -> list[Recipe]:
     if not keys:
         return sorted(recipes, key=lambda r: (not r.pin, r.name))
-    from prefixplan.warm.plan import split_key
+    from prefixplan.keys import parse_key_ref
 
     out = []
     for k in keys:
-        name, ver = split_key(k)
+        name, ver = parse_key_ref(k)
         hit = [r for r in recipes if r.name == name and (ver is None or r.version == ver)]
         if not hit:
             have = ", ".join(str(r.key) for r in recipes) or "none"

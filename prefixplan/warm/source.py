@@ -66,12 +66,12 @@ def latest_record(db: str | None = None) -> dict[str, Any]:
 
 def store_token_lookup(db: str | None = None) -> Callable[[str], Sequence[int] | None]:
     """``key -> token ids`` from the store's versions (None when not stored)."""
-    from prefixplan.warm.plan import split_key
+    from prefixplan.keys import parse_key_ref
 
     def lookup(key: str) -> Sequence[int] | None:
         from prefixplan.store.db import open_store
 
-        name, version = split_key(key)
+        name, version = parse_key_ref(key)
         try:
             with open_store(db) as store:
                 rec = store.get(name, version)
@@ -88,13 +88,13 @@ def record_from_store_keys(keys: Sequence[str], db: str | None = None) -> dict[s
     """A minimal analysis record made of registered keys' stored token ids (for ``--keys``
     without an analysis)."""
     from prefixplan.store.db import open_store
-    from prefixplan.warm.plan import split_key
+    from prefixplan.keys import parse_key_ref
 
     cands = []
     fingerprint = None
     with open_store(db) as store:
         for rank, key in enumerate(keys, start=1):
-            name, version = split_key(key)
+            name, version = parse_key_ref(key)
             rec = store.get(name, version)
             if rec is None:
                 raise UsageError(f"key {key} is not registered", hint="see prefixplan keys list")
