@@ -170,7 +170,7 @@ def test_json_to_stdout_is_clean(tmp_path, capsys):
 
 def test_recorded_prefixes_get_lineage_keys(tmp_path):
     from prefixplan.store.register import record_analysis
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     db = str(tmp_path / "pp.db")
     system_v1 = "You are the billing assistant of Acme. Explain invoices, refunds and plans precisely. " * 12

@@ -14,7 +14,7 @@ import pytest
 from prefixplan.check.gate import lock_recipes, run_check
 from prefixplan.cli.app import main
 from prefixplan.errors import ExitCode, KeyConflictError
-from prefixplan.store.db import open_store
+from prefixplan.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prefixplan.keys import content_hash
 from prefixplan.keys.lineage import assign_lineage, lineage_data, normalise_text
-from prefixplan.store.db import LineageRow, open_store
+from prefixplan.keys.lineage import LineageRow
+from prefixplan.store import open_store
 
 SUPPORT = (
     "You are Pia, the customer-support assistant of Fernweh Outdoor, an online shop for hiking gear.\n"

@@ -10,7 +10,7 @@ import pytest
 
 from prefixplan.errors import KeyConflictError, StoreError, UsageError
 from prefixplan.keys import content_hash, token_hash
-from prefixplan.store.db import open_store, resolve_db_path
+from prefixplan.store import open_store, resolve_db_path
 
 DAY = 86400
 T0 = 1_700_000_000.0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prefixplan.errors import KeyConflictError
 from prefixplan.keys import content_hash, token_hash, token_ids_from_bytes
-from prefixplan.store.db import open_store
+from prefixplan.store import open_store
 
 N_PROCS = 6
 PER_PROC = 15
@@ -80,7 +80,7 @@ WRITER = r"""
 import sys
 import numpy as np
 from prefixplan.keys import content_hash, token_hash
-from prefixplan.store.db import open_store
+from prefixplan.store import open_store
 s = open_store(sys.argv[1])
 rng = np.random.default_rng(int(sys.argv[2]))
 i = 0

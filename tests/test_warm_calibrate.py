@@ -134,7 +134,7 @@ def test_keepalive_stops_cleanly_on_sigterm() -> None:
 
 
 def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     with FakeEngine("vllm", block_size=16) as fake, FakeEngine("sglang", block_size=1) as sg:
         ep = Endpoint(fake.url)
@@ -190,7 +190,7 @@ def test_stop_event_skips_remaining_prefixes() -> None:
 def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from prefixplan.savings.prefill import load_profile as sim_load_profile
-    from prefixplan.store.db import open_store, resolve_db_path
+    from prefixplan.store import open_store, resolve_db_path
 
     # Before any store exists an unknown name is an error and creates no store file.
     with pytest.raises(UsageError, match="unknown prefill profile"):
@@ -229,7 +229,7 @@ def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
 def test_profiles_migration_upgrades_an_existing_store(tmp_path: Path) -> None:
     import sqlite3
 
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     db = tmp_path / "old.db"
     with open_store(db) as s:

@@ -18,7 +18,7 @@ from prefixplan.cli.app import main
 from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, Endpoint
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.keys.recipes import load_recipes
-from prefixplan.store.db import open_store
+from prefixplan.store import open_store
 from prefixplan.warm.plan import plan_from_record
 from prefixplan.warm.prompts import (
     PROBE_QUESTION,

@@ -16,7 +16,7 @@ from fake_engine import FakeEngine, char_tokenize, free_port_url
 from prefixplan.cli.app import main
 from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, Endpoint
 from prefixplan.errors import ExitCode, UsageError
-from prefixplan.store.db import open_store
+from prefixplan.store import open_store
 from prefixplan.warm.plan import plan_from_record
 from prefixplan.warm.run import WarmOptions, run_warm
 

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
             configured_capacity=_capacity(capacity),
         )
         if record:  # fail on a bad --db before the analysis, not after it
-            from prefixplan.store.db import open_store
+            from prefixplan.store import open_store
 
             open_store(str(db) if db else None).close()
         to_stdout = json_out == "-"

@@ -68,7 +68,7 @@ def list_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """List all versions (optionally of one status)."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     with open_store(db) as store:
         records = store.list_keys(status)
@@ -87,7 +87,7 @@ def show_cmd(
     """Show one version with all its fields."""
     from prefixplan.errors import UsageError
     from prefixplan.keys import parse_key_ref
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     name, version = parse_key_ref(key)
     with open_store(db) as store:
@@ -113,7 +113,7 @@ def history_cmd(
     """All versions of one name, oldest first."""
     from prefixplan.errors import UsageError
     from prefixplan.keys import parse_key_ref
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     with open_store(db) as store:
         records = store.versions(parse_key_ref(name)[0])
@@ -132,7 +132,7 @@ def expire_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """Mark superseded versions past their retention as expired."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     with open_store(db) as store:
         records = store.expire(now if now is not None else time.time())
@@ -152,7 +152,7 @@ def gc_cmd(
     json_out: JsonOpt = None,
 ) -> None:
     """Delete expired versions (dry run unless --yes)."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     with open_store(db) as store:
         records = store.gc(dry_run=not yes)

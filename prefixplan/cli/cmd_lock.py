@@ -30,7 +30,7 @@ def lock(
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
     from prefixplan.check.gate import lock_recipes
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     store = None if no_store else open_store(db)
     try:

@@ -25,9 +25,9 @@ import difflib
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from prefixplan.store.db import LineageRow
 
 HEAD_CHARS = 160
 COMPARE_CHARS = 2000
@@ -40,6 +40,17 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _HEX = re.compile(r"\b[0-9a-fA-F]{12,}\b")
 _DIGITS = re.compile(r"\d+")
 _WS = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRow:
+    """What the lineage rule needs to know of an existing prefix (latest version)."""
+
+    name: str
+    kind: str
+    version: int
+    system_head: str | None = None
+    tool_names: tuple[str, ...] = ()
 
 
 def normalise_text(text: str) -> str:

@@ -90,7 +90,7 @@ def load_profile(spec: str | Path | None) -> PrefillProfile:
         return BUILTIN_PROFILES[str(spec)]
     path = Path(spec)
     if not path.is_file():
-        from prefixplan.store.db import find_profile  # a profile `prefixplan calibrate` stored by name
+        from prefixplan.store import find_profile  # a profile `prefixplan calibrate` stored by name
 
         stored = find_profile(str(spec))
         if stored is not None:

@@ -22,7 +22,7 @@ NAMED_LABELS = ("system", "tools", "system+tools")
 
 def record_analysis(result: Any, *, db: str | None = None, record_path: str | None = None) -> int:
     """Store the run summary and its candidates (with lineage keys); returns the analysis id."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     rec = result.record
     fingerprint = rec["tokenizer"].get("fingerprint") or ""

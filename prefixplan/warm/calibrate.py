@@ -187,7 +187,7 @@ def calibrate(
     seed: int = 0,
 ) -> Profile:
     """Measure and fit; returns the profile (not yet saved)."""
-    from prefixplan.store.db import iso
+    from prefixplan.store import iso
 
     info = adapter.server_info()
     samples = measure(adapter, lengths=lengths, fractions=fractions, repeats=repeats, seed=seed)
@@ -226,7 +226,7 @@ def default_profile_name(profile: Profile) -> str:
 def store_profile(profile: Profile, name: str | None = None, db: str | None = None) -> str:
     """Save ``profile`` in the store's ``profiles`` table under ``name`` (replacing one of that
     name); returns the name, which ``--profile NAME`` then finds."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     name = name or default_profile_name(profile)
     f = profile.fit
@@ -251,7 +251,7 @@ def load_profile(path: str | Path, db: str | None = None) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        from prefixplan.store.db import find_profile
+        from prefixplan.store import find_profile
 
         stored = find_profile(str(path), db)
         if stored is not None:

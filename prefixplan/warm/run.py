@@ -513,7 +513,7 @@ def record_report(report: WarmReport, db: str | None = None) -> int:
     The only place the warm code writes to the store. Rows carry the fleet verdict of the key
     in ``data``; API keys are never part of a report, so never of a row.
     """
-    from prefixplan.store.db import iso, open_store
+    from prefixplan.store import iso, open_store
 
     verdict = {v.rank: v.status for v in report.keys}
     rows = 0

@@ -45,7 +45,7 @@ def latest_record(db: str | None = None) -> dict[str, Any]:
     Raises:
         UsageError: the store holds no analysis.
     """
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     with open_store(db) as store:
         runs = store.analyses()
@@ -69,7 +69,7 @@ def store_token_lookup(db: str | None = None) -> Callable[[str], Sequence[int] |
     from prefixplan.keys import parse_key_ref
 
     def lookup(key: str) -> Sequence[int] | None:
-        from prefixplan.store.db import open_store
+        from prefixplan.store import open_store
 
         name, version = parse_key_ref(key)
         try:
@@ -87,7 +87,7 @@ def store_token_lookup(db: str | None = None) -> Callable[[str], Sequence[int] |
 def record_from_store_keys(keys: Sequence[str], db: str | None = None) -> dict[str, Any]:
     """A minimal analysis record made of registered keys' stored token ids (for ``--keys``
     without an analysis)."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
     from prefixplan.keys import parse_key_ref
 
     cands = []

@@ -58,7 +58,7 @@ def _rate(h: float | None, q: float | None) -> float | None:
 
 def keys_seen(endpoint: str, db: str | None = None) -> tuple[KeySeen, ...]:
     """Recorded keys of ``endpoint`` from the store's warm runs."""
-    from prefixplan.store.db import open_store
+    from prefixplan.store import open_store
 
     try:
         with open_store(db) as store:

@@ -1,0 +1,113 @@
+"""The store schema: ``sqlite_utils.Migrations`` set ``prefixplan``, applied in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def migrations() -> Any:
+    """The migration set (each applied once, in one transaction with its bookkeeping row)."""
+    from sqlite_utils import Migrations
+
+    migrations = Migrations("prefixplan")
+
+    @migrations(name="001_initial")
+    def _initial(db: Any) -> None:
+        db.execute(
+            """CREATE TABLE prefixes (
+                name TEXT PRIMARY KEY,
+                kind TEXT,
+                source TEXT,
+                created TEXT NOT NULL,
+                last_version INTEGER NOT NULL DEFAULT 0
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE versions (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL REFERENCES prefixes(name),
+                version INTEGER NOT NULL CHECK (version >= 1),
+                content_hash TEXT NOT NULL,
+                token_hash TEXT,
+                token_count INTEGER,
+                token_ids BLOB,
+                tokenizer_fingerprint TEXT,
+                namespace TEXT,
+                kind TEXT,
+                created TEXT NOT NULL,
+                superseded_at TEXT,
+                retain_until TEXT,
+                status TEXT NOT NULL CHECK (status IN ('active', 'superseded', 'expired')),
+                retain_seconds INTEGER NOT NULL,
+                pinned INTEGER NOT NULL DEFAULT 0,
+                source TEXT,
+                lineage TEXT,
+                UNIQUE (name, version)
+            )"""
+        )
+        db.execute("CREATE INDEX versions_status ON versions(status, retain_until)")
+        db.execute(
+            """CREATE TABLE collected (
+                name TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                content_hash TEXT NOT NULL,
+                collected TEXT NOT NULL,
+                PRIMARY KEY (name, version)
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE analyses (
+                id INTEGER PRIMARY KEY,
+                created TEXT NOT NULL,
+                log_paths TEXT NOT NULL,
+                summary TEXT NOT NULL,
+                record_path TEXT
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE analysis_candidates (
+                analysis_id INTEGER NOT NULL REFERENCES analyses(id) ON DELETE CASCADE,
+                rank INTEGER NOT NULL,
+                key TEXT,
+                kind TEXT,
+                token_count INTEGER,
+                content_hash TEXT,
+                data TEXT NOT NULL,
+                PRIMARY KEY (analysis_id, rank)
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE warm_runs (
+                id INTEGER PRIMARY KEY,
+                created TEXT NOT NULL,
+                endpoint TEXT,
+                key TEXT,
+                version INTEGER,
+                tokens INTEGER,
+                cold_ttft REAL,
+                warm_ttft REAL,
+                cached_tokens INTEGER,
+                status TEXT,
+                error TEXT,
+                data TEXT
+            )"""
+        )
+
+    @migrations(name="002_profiles")
+    def _profiles(db: Any) -> None:
+        db.execute(
+            """CREATE TABLE profiles (
+                name TEXT PRIMARY KEY,
+                created TEXT NOT NULL,
+                endpoint TEXT,
+                model TEXT,
+                a_s REAL NOT NULL,
+                b_s_per_token REAL NOT NULL,
+                c_s_per_token2 REAL NOT NULL,
+                rmse_s REAL,
+                r2 REAL,
+                samples TEXT
+            )"""
+        )
+
+    return migrations
