@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prefixplan.analysis.pipeline import AnalyzeOptions, analyze, iter_prompts
+from prefixplan.api import analyze, source_options
+from prefixplan.render.stream import iter_prompts
 from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors
 from prefixplan.core.granularity import reusable_prefix
@@ -40,7 +41,7 @@ def _chat(user: str, who: str, *, system: str = SYSTEM, tools=TOOLS, model: str 
 def example():
     if not EXAMPLE.is_file():
         pytest.skip("examples/agent_log.jsonl.gz missing")
-    return analyze(AnalyzeOptions(paths=(str(EXAMPLE),), top=50))
+    return analyze(str(EXAMPLE), top=50)
 
 
 def test_reuse_equals_bruteforce_oracle(tmp_path):
@@ -48,9 +49,8 @@ def test_reuse_equals_bruteforce_oracle(tmp_path):
     rows += [_chat("other system", "u9", system="A different assistant. " * 30, tools=None)] * 2
     log = _write(tmp_path / "log.jsonl", rows)
     for block in (1, 16, 64):
-        opts = AnalyzeOptions(paths=(str(log),), block_size=block, rag_whatif=False, capacities=(1e3,))
-        result = analyze(opts)
-        prompts = [p.tokens for p in iter_prompts(opts, LineErrors())]
+        result = analyze(str(log), block_size=block, rag_whatif=False, capacities=(1e3,))
+        prompts = [p.tokens for p in iter_prompts(source_options(str(log)), LineErrors())]
         expected = 0
         for i, toks in enumerate(prompts):
             best = 0
@@ -59,19 +59,19 @@ def test_reuse_equals_bruteforce_oracle(tmp_path):
                 neq = np.nonzero(prev[:n] != toks[:n])[0]
                 best = max(best, int(neq[0]) if neq.size else n)
             expected += reusable_prefix(best, len(toks), block)
-        assert result.record["summary"]["reusable_tokens"] == expected
+        assert result.to_json()["summary"]["reusable_tokens"] == expected
         # the simulator's unbounded persistent cache agrees with the tree
-        sim = result.record["simulation"]
+        sim = result.to_json()["simulation"]
         persistent = next(r for r in sim["runs"] if r["label"] == sim["persistent"])
         assert persistent["hit_tokens"] == expected
-        assert result.record["summary"]["prompt_tokens"] == sum(len(t) for t in prompts)
-        assert result.record["granularity"]["block_size"] == block
+        assert result.to_json()["summary"]["prompt_tokens"] == sum(len(t) for t in prompts)
+        assert result.to_json()["granularity"]["block_size"] == block
 
 
 def test_candidates_are_labelled_and_nested(tmp_path):
     rows = [_chat(f"q{i}", f"u{i}") for i in range(6)] + [_chat(f"r{i}", f"u{i}", tools=None) for i in range(4)]
     log = _write(tmp_path / "log.jsonl", rows)
-    rec = analyze(AnalyzeOptions(paths=(str(log),), rag_whatif=False)).record
+    rec = analyze(str(log), rag_whatif=False).to_json()
     labels = {c["label"] for c in rec["candidates"]}
     assert "system+tools" in labels or "tools" in labels
     for c in rec["candidates"]:
@@ -90,7 +90,7 @@ def test_privacy_withholds_single_user_prefixes(tmp_path):
         {"model": "m", "user": "alice", "messages": [{"role": "user", "content": secret + "second"}]},
     ]
     log = _write(tmp_path / "log.jsonl", rows)
-    rec = analyze(AnalyzeOptions(paths=(str(log),), min_tokens=16)).record
+    rec = analyze(str(log), min_tokens=16).to_json()
     assert rec["candidates"], "the shared user text is a candidate"
     for c in rec["candidates"]:
         assert c["tenants"] == 1 and c["withheld"]
@@ -99,24 +99,24 @@ def test_privacy_withholds_single_user_prefixes(tmp_path):
     # two distinct users: ids may be recorded, but user text is still not previewed
     rows[1]["user"] = "bob"
     _write(log, rows)
-    rec = analyze(AnalyzeOptions(paths=(str(log),), min_tokens=16)).record
+    rec = analyze(str(log), min_tokens=16).to_json()
     c = rec["candidates"][0]
     assert not c["withheld"] and c["token_ids"]
     assert "Secret Lane" not in json.dumps(rec)
-    rec = analyze(AnalyzeOptions(paths=(str(log),), min_tokens=16, show_user_text=True)).record
+    rec = analyze(str(log), min_tokens=16, show_user_text=True).to_json()
     assert "my account number" in rec["candidates"][0]["preview"]
 
 
 def test_namespaces_never_share(tmp_path):
     rows = [_chat("q1", "u1", model="a"), _chat("q2", "u2", model="b"), _chat("q3", "u3", model="a")]
     log = _write(tmp_path / "log.jsonl", rows)
-    rec = analyze(AnalyzeOptions(paths=(str(log),), rag_whatif=False)).record
+    rec = analyze(str(log), rag_whatif=False).to_json()
     assert rec["summary"]["namespaces"] == 2
     assert all(c["hits"] == 2 and c["model"] == "a" for c in rec["candidates"])
 
 
 def test_example_plants_are_found(example):
-    rec = example.record
+    rec = example.to_json()
     assert rec["summary"]["requests"] >= 300
     assert rec["errors"]["count"] == 4
     assert {e["line"] for e in rec["errors"]["samples"]} == {38, 75, 112, 149}
@@ -132,9 +132,9 @@ def test_example_plants_are_found(example):
 def test_rag_whatif_matches_reordered_log(example):
     if not DOCS_FIRST.is_file():
         pytest.skip("examples/agent_log.docs-first.jsonl.gz missing")
-    whatif = example.record["rag"]["whatif"]
+    whatif = example.to_json()["rag"]["whatif"]
     assert whatif["requests_rewritten"] > 0
-    actual = analyze(AnalyzeOptions(paths=(str(DOCS_FIRST),), rag_whatif=False)).record["summary"]
+    actual = analyze(str(DOCS_FIRST), rag_whatif=False).to_json()["summary"]
     assert actual["reusable_tokens"] == whatif["reusable_tokens"]
     assert whatif["gain_tokens"] > 0
 
@@ -169,7 +169,7 @@ def test_json_to_stdout_is_clean(tmp_path, capsys):
 
 
 def test_recorded_prefixes_get_lineage_keys(tmp_path):
-    from prefixplan.store.register import record_analysis
+    from prefixplan.store.register import register_analysis
     from prefixplan.store import open_store
 
     db = str(tmp_path / "pp.db")
@@ -179,9 +179,8 @@ def test_recorded_prefixes_get_lineage_keys(tmp_path):
 
     def run(system: str) -> dict:
         log = _write(tmp_path / "log.jsonl", [_chat(f"q{i}", f"u{i}", system=system, tools=None) for i in range(4)])
-        result = analyze(AnalyzeOptions(paths=(str(log),), rag_whatif=False))
-        record_analysis(result, db=db)
-        return next(c for c in result.record["candidates"] if c["label"] == "system")
+        record, _ = register_analysis(analyze(str(log), rag_whatif=False).record, db=db)
+        return next(c for c in record.to_json()["candidates"] if c["label"] == "system")
 
     first = run(system_v1)
     assert first["key"] == f"{first['name']}@v1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
+from prefixplan.api import analyze
 from prefixplan.analysis.breakers import BreakerFinder
 
 PRIVATE = "Private notes for Alice Smith, account 4242-SECRET. Now: 2026-01-0{d}T10:00:00Z. " + "Be helpful. " * 30
@@ -26,7 +26,7 @@ def _log(tmp_path: Path, users: list[str | None]) -> Path:
 
 
 def test_single_user_breaker_is_withheld(tmp_path: Path) -> None:
-    rec = analyze(AnalyzeOptions(paths=(str(_log(tmp_path, ["alice"] * 3)),), rag_whatif=False, simulate=False)).record
+    rec = analyze(str(_log(tmp_path, ["alice"] * 3)), rag_whatif=False, simulate=False).to_json()
     (b,) = [b for b in rec["breakers"] if b["kind"] == "dynamic-system"]
     assert b["variants"] == 3 and b["withheld"] and b["tenants"] == 1
     assert b["example"] == "" and "withheld" in b["preview"]
@@ -34,18 +34,18 @@ def test_single_user_breaker_is_withheld(tmp_path: Path) -> None:
 
 
 def test_shared_breaker_keeps_its_context(tmp_path: Path) -> None:
-    rec = analyze(AnalyzeOptions(paths=(str(_log(tmp_path, ["alice", "bob", None])),), rag_whatif=False,
-                                 simulate=False)).record
+    rec = analyze(str(_log(tmp_path, ["alice", "bob", None])), rag_whatif=False, simulate=False).to_json()
     (b,) = [b for b in rec["breakers"] if b["kind"] == "dynamic-system"]
     assert not b["withheld"] and b["tenants"] == 2  # kept up to min_tenants
     assert b["example"] == "2026-01-01T10:00:00Z" and "<date-time>" in b["preview"]
 
 
 def test_finder_threshold_is_configurable(tmp_path: Path) -> None:
-    from prefixplan.analysis.pipeline import iter_prompts
+    from prefixplan.api import source_options
+    from prefixplan.render.stream import iter_prompts
     from prefixplan.logs import LineErrors
 
-    opts = AnalyzeOptions(paths=(str(_log(tmp_path, ["alice", "bob", "carol"])),))
+    opts = source_options(str(_log(tmp_path, ["alice", "bob", "carol"])))
     finders = {m: BreakerFinder(min_tenants=m) for m in (3, 4)}
     for prompt in iter_prompts(opts, LineErrors()):
         for f in finders.values():

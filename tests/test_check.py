@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.check.gate import lock_recipes, run_check
+from prefixplan.check.gate import run_check
+from prefixplan.check.lock import lock_recipes
 from prefixplan.cli.app import main
 from prefixplan.errors import ExitCode, KeyConflictError
 from prefixplan.store import open_store

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chat_cases import cases
-from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
+from prefixplan.api import analyze
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.render import load_renderer, parse_template_kwargs, parse_tokenizer_map
 from prefixplan.render.vllm_remote import _byte_decoder, token_strs_to_bytes
@@ -81,7 +81,7 @@ def test_tokenizer_map_routes_models(tmp_path, qwen3_path):
             for i, m in enumerate(["a", "b", "a", "b"])]
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    rec = analyze(AnalyzeOptions(paths=(str(log),), tokenizer_map={"b": f"hf:{qwen3_path}"}, rag_whatif=False)).record
+    rec = analyze(str(log), tokenizer_map={"b": f"hf:{qwen3_path}"}, rag_whatif=False).to_json()
     specs = {t["spec"] for t in rec["tokenizers"]}
     assert specs == {"mistral:nemo", f"hf:{qwen3_path}"}
     assert rec["summary"]["namespaces"] == 2

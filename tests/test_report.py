@@ -32,7 +32,7 @@ def _chat(user: str, who: str, system: str = SYSTEM) -> dict:
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory) -> dict:
     """A real record from the analyze pipeline on a small log with hostile text in it."""
-    from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
+    from prefixplan.api import analyze
 
     d = tmp_path_factory.mktemp("log")
     rows = [_chat(f"question {i} about invoices and refunds, please", f"u{i % 3}") for i in range(6)]
@@ -42,7 +42,7 @@ def analyzed(tmp_path_factory) -> dict:
     path = d / "log.jsonl.gz"
     with gzip.open(path, "wt") as fh:
         fh.write("\n".join(json.dumps(r) for r in rows) + "\n{bad json " + EVIL + "\n")
-    return analyze(AnalyzeOptions(paths=(str(path),), rag_whatif=False)).record
+    return analyze(str(path), rag_whatif=False).to_json()
 
 
 CAPS = [100_000, 300_000, 1_000_000, 3_000_000, 10_000_000]

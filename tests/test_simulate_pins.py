@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prefixplan.analysis.pipeline import AnalyzeOptions, iter_prompts
+from prefixplan.api import source_options
+from prefixplan.render.stream import iter_prompts
 from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
@@ -160,7 +161,7 @@ def test_tiers_and_byte_capacities_from_the_cli(tmp_path, capsys):
     rows = [{"model": "m", "messages": [{"role": "user", "content": f"Prompt {k}. " + _text(250, 300 + ord(k))}]}
             for k in "ABCA"]
     log = _write(tmp_path / "tiers.jsonl", rows)
-    lengths = [len(p.tokens) for p in iter_prompts(AnalyzeOptions(paths=(str(log),)), LineErrors())]
+    lengths = [len(p.tokens) for p in iter_prompts(source_options(str(log)), LineErrors())]
     kv = lookup_builtin("Qwen3-32B").bytes_per_token
     assert kv == 262_144
     g = int(100e6 / kv) // 16  # blocks per 100 MB

@@ -21,11 +21,11 @@ from prefixplan.warm.calibrate import (
     TimingSample,
     calibrate_endpoint,
     fit_prefill,
-    load_profile,
     save_profile,
 )
 from prefixplan.warm.keepalive import keepalive, parse_duration
-from prefixplan.warm.plan import prefill_seconds
+from prefixplan.savings.prefill import load_profile
+from prefixplan.store import resolve_profile
 from prefixplan.warm.status import replica_status
 
 
@@ -66,9 +66,13 @@ def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
     fit = fit_prefill(synthetic(0.01, 5e-5, 2e-9))
     path = save_profile(Profile(fit=fit, endpoint="http://h:1", engine="vllm", model="m", block_size=16,
                                 samples=tuple(synthetic(0.01, 5e-5, 2e-9)[:3])), tmp_path / "p.yaml")
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    assert raw["kind"] == "prefixplan/prefill-profile" and raw["model"] == "m" and len(raw["samples"]) == 3
     prof = load_profile(path)
-    assert prof["kind"] == "prefixplan/prefill-profile" and prof["model"] == "m" and len(prof["samples"]) == 3
-    assert prefill_seconds(1000, 500, prof) == pytest.approx(0.01 + 5e-5 * 1000 + 2e-9 * 1000 * 1000, rel=1e-6)
+    assert prof.model == "m" and not prof.assumed
+    assert prof.seconds(1000, 500) == pytest.approx(0.01 + 5e-5 * 1000 + 2e-9 * 1000 * 1000, rel=1e-6)
     (tmp_path / "bad.yaml").write_text("a_s: 1\n")
     with pytest.raises(InputError, match="b_s_per_token"):
         load_profile(tmp_path / "bad.yaml")
@@ -85,10 +89,10 @@ def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
     cached = [s.cached for s in profile.samples]
     assert cached == [0, 32, 0, 128, 0, 256] * 2  # reported by the server, block-aligned
     # b and c are correlated over this short range; the fitted model must predict the timings.
-    prof = profile.to_dict()
+    prof = profile.prefill_profile()
     for new, cached in ((512, 0), (256, 256), (64, 0)):
         true = 0.002 + 1.0e-4 * new
-        assert prefill_seconds(new, cached, prof) == pytest.approx(true, abs=0.3 * true + 0.004)
+        assert prof.seconds(new, cached) == pytest.approx(true, abs=0.3 * true + 0.004)
 
 
 def test_cli_calibrate_unreachable_exit_4(tmp_path: Path) -> None:
@@ -167,7 +171,7 @@ def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.
 
 
 def test_stop_event_skips_remaining_prefixes() -> None:
-    from prefixplan.warm.plan import plan_from_record
+    from records import plan_from_record
     from prefixplan.warm.run import WarmOptions, run_warm
 
     rec = {"granularity": {"block_size": 16}, "candidates": [
@@ -189,12 +193,11 @@ def test_stop_event_skips_remaining_prefixes() -> None:
 
 def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from prefixplan.savings.prefill import load_profile as sim_load_profile
     from prefixplan.store import open_store, resolve_db_path
 
     # Before any store exists an unknown name is an error and creates no store file.
     with pytest.raises(UsageError, match="unknown prefill profile"):
-        sim_load_profile("fake-prof")
+        resolve_profile("fake-prof")
     assert not resolve_db_path().exists()
     with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0)) as fake:
         code = main(["calibrate", "--endpoint", fake.url, "--lengths", "64,256,512", "--fractions", "0,0.5",
@@ -209,11 +212,11 @@ def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
         data["a_s"], data["b_s_per_token"], data["c_s_per_token2"])
     assert row["endpoint"] == url and row["model"] == "fake-model" and len(row["samples"]) == 6
     assert row["rmse_s"] == data["fit"]["rmse_s"] and row["r2"] == data["fit"]["r2"]
-    prof = sim_load_profile("fake-prof")
+    prof = resolve_profile("fake-prof")  # simulate, warm and calibrate resolve --profile NAME this one way
     assert (prof.a, prof.b, prof.c) == (row["a_s"], row["b_s_per_token"], row["c_s_per_token2"])
     assert not prof.assumed and prof.name == "fake-prof"
-    assert load_profile("fake-prof")["b_s_per_token"] == row["b_s_per_token"]  # warm --profile NAME too
-    # simulate --profile NAME (the command reads the profile through savings.prefill.load_profile).
+    with pytest.raises(UsageError, match="unknown prefill profile"):
+        load_profile("fake-prof")  # without the store lookup a name is only a built-in
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps({"model": "m", "user": f"u{i % 3}", "messages": [
         {"role": "system", "content": "You are a careful assistant. " * 20},
@@ -223,7 +226,7 @@ def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
     # Recalibrating under the same name replaces the stored profile.
     with open_store() as s:
         s.save_profile("fake-prof", a_s=1.0, b_s_per_token=2.0, c_s_per_token2=0.0)
-    assert sim_load_profile("fake-prof").a == 1.0
+    assert resolve_profile("fake-prof").a == 1.0
 
 
 def test_profiles_migration_upgrades_an_existing_store(tmp_path: Path) -> None:

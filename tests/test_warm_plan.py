@@ -10,13 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
-from prefixplan.warm.plan import (
-    estimate_prefill,
-    kv_bytes_per_token_from_config,
-    plan_from_record,
-    prefill_seconds,
-    select_within_budget,
-)
+from prefixplan.savings.prefill import PrefillProfile
+from prefixplan.warm.plan import estimate_prefill, select_within_budget
+from records import plan_from_record
 
 
 def cand(rank: int, ids: list[int] | None, value: int, parent: int | None = None, key: str | None = None) -> dict:
@@ -117,9 +113,9 @@ def test_budget_selection_matches_brute_force(case: tuple) -> None:
 
 def test_estimates_reuse_shared_prefix_and_profile_formula() -> None:
     plan = plan_from_record(RECORD, top=5)
-    est = estimate_prefill(plan)
-    p = {"a_s": 0.01, "b_s_per_token": 1e-4, "c_s_per_token2": 0.0}
-    assert prefill_seconds(100, 0, p) == pytest.approx(0.02)
+    assert len(estimate_prefill(plan)) == len(plan.items)  # the default (assumed) profile
+    p = PrefillProfile("t", a=0.01, b=1e-4, c=0.0)
+    assert p.seconds(100, 0) == pytest.approx(0.02)
     est = estimate_prefill(plan, p)
     # item 1 (OTHER, 48 tokens + 1) cold; item 2 (RAG, 128 + 1) shares nothing with OTHER.
     assert est == [pytest.approx(0.01 + 49e-4), pytest.approx(0.01 + 129e-4)]
@@ -128,7 +124,9 @@ def test_estimates_reuse_shared_prefix_and_profile_formula() -> None:
 
 
 def test_kv_bytes_from_config() -> None:
+    from prefixplan.savings.kvsize import from_config
+
     cfg = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
            "hidden_size": 64, "torch_dtype": "float32"}
-    assert kv_bytes_per_token_from_config(cfg) == 512.0  # vLLM reported 512 for the tiny model
-    assert kv_bytes_per_token_from_config({**cfg, "torch_dtype": "bfloat16"}) == 256.0
+    assert from_config(cfg).bytes_per_token == 512  # vLLM reported 512 for the tiny model
+    assert from_config({**cfg, "torch_dtype": "bfloat16"}).bytes_per_token == 256

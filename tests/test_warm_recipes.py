@@ -19,14 +19,14 @@ from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, Endpoint
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.keys.recipes import load_recipes
 from prefixplan.store import open_store
-from prefixplan.warm.plan import plan_from_record
+from records import plan_from_record
 from prefixplan.warm.prompts import (
     PROBE_QUESTION,
     WARM_QUESTION,
     PromptForm,
     form_from_request,
 )
-from prefixplan.warm.recipes import recipe_form, record_from_recipes
+from prefixplan.warm.recipes import recipe_form, render_recipe, source_from_recipes
 from prefixplan.warm.run import WarmOptions, run_warm
 
 SYSTEM = "You are the Acme assistant. " + "Answer briefly and cite the policy section. " * 4
@@ -112,15 +112,19 @@ def test_warm_recipes_on_fake_renders_with_server_tokenizer_and_verifies(
 def test_recipe_documents_and_completion_mode_cut_before_the_question(tmp_path: Path) -> None:
     with FakeEngine("vllm", block_size=8) as a:
         ep = Endpoint(a.url)
-        rec = record_from_recipes(load_recipes(write_recipes(tmp_path, docs=True)), endpoint=ep)
-        (cand,) = rec["candidates"]
-        assert cand["token_ids"] == expected_prefix("".join(DOCS)) and cand["cut"] == "common prefix"
-        rec2 = record_from_recipes(load_recipes(write_recipes(tmp_path / "c", render="completion", docs=True)),
+        rec = source_from_recipes(load_recipes(write_recipes(tmp_path, docs=True)), endpoint=ep)
+        (cand,) = rec.candidates
+        assert list(cand.token_ids) == expected_prefix("".join(DOCS))
+        from prefixplan.render.vllm_remote import VLLMRenderer
+
+        recipe = load_recipes(tmp_path / "recipes")[0]
+        assert render_recipe(recipe, VLLMRenderer(a.url)).cut == "common prefix"
+        rec2 = source_from_recipes(load_recipes(write_recipes(tmp_path / "c", render="completion", docs=True)),
                                    endpoint=ep)
-        assert rec2["candidates"][0]["token_ids"] == char_tokenize(SYSTEM + json.dumps(TOOL, indent=2) + "".join(DOCS))
-        assert rec["tokenizer"]["probe_ids"] == char_tokenize(TOKENIZER_PROBE_TEXT)
+        assert list(rec2.candidates[0].token_ids) == char_tokenize(SYSTEM + json.dumps(TOOL, indent=2) + "".join(DOCS))
+        assert rec.tokenizer is not None and list(rec.tokenizer.probe_ids or ()) == char_tokenize(TOKENIZER_PROBE_TEXT)
         rep = run_warm(plan_from_record(rec), [ep], FAST)
-        assert rep.status == "ready" and rep.results[0].cached_tokens >= len(cand["token_ids"]) // 8 * 8
+        assert rep.status == "ready" and rep.results[0].cached_tokens >= len(cand.token_ids) // 8 * 8
 
 
 def test_recipes_lock_mismatch_is_skipped_and_keys_filter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -145,13 +149,13 @@ def test_recipes_need_a_tokenizer_or_an_endpoint(tmp_path: Path) -> None:
     rdir = write_recipes(tmp_path)
     assert main(["warm", "--recipes", str(rdir), "--dry-run"]) == ExitCode.USAGE
     with pytest.raises(UsageError, match="no tokenizer"):
-        record_from_recipes(load_recipes(rdir))
+        source_from_recipes(load_recipes(rdir))
 
 
 def test_generic_server_without_token_prompts_warms_recipes_through_chat(tmp_path: Path) -> None:
     rdir = write_recipes(tmp_path)
     with FakeEngine("openai", block_size=16, token_prompts=False) as a:
-        rec = record_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
+        rec = source_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
         rep = run_warm(plan_from_record(rec), [Endpoint(a.url)], WarmOptions(timeout=2.0, retries=0, block_size=16))
         chats = [b for _, p, b, _ in a.requests if p == "/v1/chat/completions"]
     r = rep.results[0]
@@ -161,7 +165,7 @@ def test_generic_server_without_token_prompts_warms_recipes_through_chat(tmp_pat
     assert all(c["tools"] == [TOOL] and c["max_tokens"] == 1 and "tool_choice" not in c for c in chats)
     # A server that reports no cached tokens (and has no counters): unverified, never ready.
     with FakeEngine("openai", token_prompts=False, report_cached=False) as a:
-        rec = record_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
+        rec = source_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
         rep = run_warm(plan_from_record(rec), [Endpoint(a.url)], FAST)
     assert rep.results[0].status == "unverified" and rep.status == "failed" and rep.exit_code == ExitCode.FINDINGS
 
@@ -202,21 +206,23 @@ def test_analysis_candidate_warms_through_its_example_request(tmp_path: Path,
 
 def test_form_from_request_rules() -> None:
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
-    form, why = form_from_request(msgs, [TOOL], [{"kind": "template"}, {"kind": "system"}, {"kind": "tool", "text": "lookup_order"}])
+    from prefixplan.analysis.record import CandidatePart as P
+
+    form, why = form_from_request(msgs, [TOOL], [P("template", 1), P("system", 1), P("tool", 1, "lookup_order")])
     assert form == PromptForm(mode="chat", messages=({"role": "system", "content": "S"},), tools=(TOOL,)) and not why
-    assert form_from_request(msgs, [TOOL], [{"kind": "tool", "text": "other"}])[0] is None
-    assert "user" in form_from_request(msgs, None, [{"kind": "system"}, {"kind": "user"}])[1]
+    assert form_from_request(msgs, [TOOL], [P("tool", 1, "other")])[0] is None
+    assert "user" in form_from_request(msgs, None, [P("system", 1), P("user", 1)])[1]
     assert PromptForm.from_dict(form.to_dict()) == form
 
 
 def test_via_ids_never_falls_back_and_via_chat_forces_chat(tmp_path: Path) -> None:
     rdir = write_recipes(tmp_path)
     with FakeEngine("openai", token_prompts=False) as a:
-        rec = record_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
+        rec = source_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
         rep = run_warm(plan_from_record(rec), [Endpoint(a.url)], WarmOptions(timeout=2.0, retries=0, via="ids"))
         assert rep.results[0].status == "failed" and "HTTP 400" in (rep.results[0].error or "")
     with FakeEngine("vllm") as a:  # even a vLLM can be warmed through chat on request
-        rec = record_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
+        rec = source_from_recipes(load_recipes(rdir), endpoint=Endpoint(a.url))
         rep = run_warm(plan_from_record(rec), [Endpoint(a.url)], WarmOptions(timeout=2.0, retries=0, via="chat"))
         assert rep.status == "ready" and rep.results[0].via == "chat"
         assert not [p for _, p, _, _ in a.requests if p == "/v1/completions"]

@@ -17,7 +17,7 @@ from prefixplan.cli.app import main
 from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, Endpoint
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.store import open_store
-from prefixplan.warm.plan import plan_from_record
+from records import plan_from_record
 from prefixplan.warm.run import WarmOptions, run_warm
 
 SYS = list(range(100, 164))  # 64 tokens

@@ -1,4 +1,4 @@
-"""Cache-breaker lint: dynamic content inside a prefix that defeats prefix caching.
+"""Dynamic content (dates, ids, numbers) that defeats prefix caching: the patterns and their spans.
 
 An engine reuses KV only up to the first token that differs, so a date, a request id or a
 random number inside a prefix makes everything *after* it recomputed on every request.
@@ -6,29 +6,21 @@ Each finding therefore carries its position (part, line, column, character offse
 the part and into the whole prefix) and its cost: the tokens of the prefix after the
 breaker. Without a tokenizer the cost is ``ceil(chars / 4)`` and marked approximate.
 
-Checks over one text (:func:`lint_text`, :func:`lint_prefix`):
+Codes found in one text (:func:`find_dynamic`; recipe lint in :mod:`prefixplan.check.lint`
+and the log breaker report in :mod:`prefixplan.analysis.breakers` both use them):
 
 ``date-time``     ISO dates/timestamps, ``March 3, 2025``, ``3 Mar 2025``, ``03/07/2025``,
                   ``Today is Monday``, clock times with seconds or AM/PM/UTC, Unix timestamps
 ``uuid``          RFC-4122-shaped UUIDs
 ``request-id``    ids such as ``req_8f2c91ab77d04e`` or long hex strings
 ``long-number``   runs of 8 or more digits
-
-Checks across variants of the same lineage (:func:`lint_tool_variants`, :func:`lint_variants`):
-
-``key-order``     the same tool schema serialised with different JSON key order
-``tool-order``    the same tool set in different orders
-``divergence``    near-identical prefixes that diverge early (first differing character)
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 CODES = ("date-time", "uuid", "request-id", "long-number", "key-order", "tool-order", "divergence")
 CHARS_PER_TOKEN = 4
@@ -81,31 +73,6 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class LintFinding:
-    """One cache breaker.
-
-    ``offset`` is the character offset inside ``part``; ``prefix_offset`` inside the whole
-    prefix (all parts concatenated in order). ``cost_tokens`` is the size of the prefix
-    after the breaker (approximate when ``cost_exact`` is False).
-    """
-
-    code: str
-    part: str
-    line: int
-    column: int
-    offset: int
-    prefix_offset: int
-    match: str
-    message: str
-    cost_tokens: int
-    cost_exact: bool = False
-    severity: str = "warning"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
-
-
 TokenCounter = Callable[[str], int]
 
 
@@ -140,274 +107,3 @@ def find_dynamic(text: str) -> list[tuple[int, int, str, str]]:
     return sorted(out)
 
 
-def lint_text(
-    text: str,
-    *,
-    part: str = "text",
-    after: str = "",
-    prefix_start: int = 0,
-    counter: TokenCounter | None = None,
-    ignore: Sequence[str] = (),
-    first_line: int = 1,
-) -> list[LintFinding]:
-    """Find cache breakers in one text.
-
-    Args:
-        text: the part's text.
-        part: a label for messages (``system``, ``tool[2] parts/x.json``, ...).
-        after: the rest of the prefix after this part (adds to each finding's cost).
-        prefix_start: character offset of this part inside the whole prefix.
-        counter: a token counter (``len(tokenizer.encode(s))``); else chars/4, approximate.
-        ignore: lint codes to skip.
-        first_line: line number of the text's first line in its file (chunks).
-    """
-    findings = []
-    for s, e, code, what in find_dynamic(text):
-        if code in ignore:
-            continue
-        line, col = line_col(text, s)
-        cost, exact = estimate_tokens(text[s:] + after, counter)
-        approx = "" if exact else "~"
-        findings.append(
-            LintFinding(
-                code=code,
-                part=part,
-                line=line + first_line - 1,
-                column=col,
-                offset=s,
-                prefix_offset=prefix_start + s,
-                match=text[s:e],
-                message=(
-                    f"{what} {text[s:e]!r} in {part} changes between requests: the "
-                    f"{approx}{cost} tokens after it are recomputed every time; move it to the end "
-                    "of the prompt (after the cached prefix) or remove it"
-                ),
-                cost_tokens=cost,
-                cost_exact=exact,
-            )
-        )
-    return findings
-
-
-def lint_prefix(
-    parts: Sequence[tuple[str, str]],
-    *,
-    counter: TokenCounter | None = None,
-    ignore: Sequence[str] = (),
-    first_lines: Sequence[int] | None = None,
-) -> list[LintFinding]:
-    """Lint the ordered ``(label, text)`` parts of one prefix; costs count the later parts too."""
-    findings: list[LintFinding] = []
-    start = 0
-    for i, (label, text) in enumerate(parts):
-        after = "".join(t for _, t in parts[i + 1 :])
-        fl = first_lines[i] if first_lines else 1
-        findings.extend(
-            lint_text(
-                text,
-                part=label,
-                after=after,
-                prefix_start=start,
-                counter=counter,
-                ignore=ignore,
-                first_line=fl,
-            )
-        )
-        start += len(text)
-    return findings
-
-
-def _key_orders(obj: Any, path: str = "$") -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    if isinstance(obj, list):
-        for i, v in enumerate(obj):
-            out.update(_key_orders(v, f"{path}[{i}]"))
-    elif isinstance(obj, tuple) and obj and all(isinstance(x, tuple) and len(x) == 2 for x in obj):
-        out[path] = tuple(k for k, _ in obj)
-        for k, v in obj:
-            out.update(_key_orders(v, f"{path}.{k}"))
-    return out
-
-
-def _pairs(text: str) -> Any:
-    return json.loads(text, object_pairs_hook=tuple)
-
-
-def _canon(obj: Any) -> Any:
-    if isinstance(obj, tuple) and all(isinstance(x, tuple) and len(x) == 2 for x in obj):
-        return tuple(sorted((k, _canon(v)) for k, v in obj))
-    if isinstance(obj, list):
-        return tuple(_canon(v) for v in obj)
-    return obj
-
-
-def tool_name(schema_text: str) -> str | None:
-    """The tool's name from an OpenAI-shape (``function.name``) or flat (``name``) schema."""
-    try:
-        obj = json.loads(schema_text)
-    except ValueError:
-        return None
-    if isinstance(obj, dict):
-        fn = obj.get("function")
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            return fn["name"]
-        if isinstance(obj.get("name"), str):
-            return obj["name"]
-    return None
-
-
-def lint_tool_variants(
-    variants: Mapping[str, Sequence[str]],
-    *,
-    lineage: str = "",
-    counter: TokenCounter | None = None,
-) -> list[LintFinding]:
-    """Find tool order and JSON key order that vary between variants of one lineage.
-
-    Args:
-        variants: variant label (a request id, a recipe key) -> its tool schemas as written
-            (JSON text), in prompt order.
-        lineage: the lineage name, for messages.
-
-    Returns:
-        ``tool-order`` findings (same tool set, different order; position = first differing
-        tool) and ``key-order`` findings (same schema, different key order; position = first
-        differing character) -- each reported on the variant that differs from the first.
-    """
-    findings: list[LintFinding] = []
-    labels = list(variants)
-    if len(labels) < 2:
-        return findings
-    ref_label = labels[0]
-    ref_tools = list(variants[ref_label])
-    ref_by_name = {tool_name(t): t for t in ref_tools}
-    for label in labels[1:]:
-        tools = list(variants[label])
-        names = [tool_name(t) for t in tools]
-        ref_names = [tool_name(t) for t in ref_tools]
-        joined = "".join(tools)
-        if sorted(map(str, names)) == sorted(map(str, ref_names)) and names != ref_names:
-            i = next(k for k, (a, b) in enumerate(zip(names, ref_names, strict=False)) if a != b)
-            off = sum(len(t) for t in tools[:i])
-            cost, exact = estimate_tokens(joined[off:], counter)
-            findings.append(
-                LintFinding(
-                    code="tool-order",
-                    part=f"{label} tool[{i}]",
-                    line=1,
-                    column=1,
-                    offset=0,
-                    prefix_offset=off,
-                    match=str(names[i]),
-                    message=(
-                        f"{lineage or 'lineage'}: {label} lists tools in a different order than "
-                        f"{ref_label} from tool[{i}] ({names[i]} vs {ref_names[i]}); "
-                        f"~{cost} tokens after it cannot be shared. Sort tools in one fixed order."
-                    ),
-                    cost_tokens=cost,
-                    cost_exact=exact,
-                )
-            )
-        for i, text in enumerate(tools):
-            ref = ref_by_name.get(names[i])
-            if ref is None or ref == text:
-                continue
-            try:
-                a, b = _pairs(ref), _pairs(text)
-            except ValueError:
-                continue
-            if _canon(a) != _canon(b):
-                continue  # a real content difference, not only order
-            oa, ob = _key_orders(a), _key_orders(b)
-            path = next((p for p in ob if oa.get(p) != ob[p]), None)
-            if path is None:
-                continue  # only whitespace differs
-            d = next(
-                (k for k, (x, y) in enumerate(zip(text, ref, strict=False)) if x != y),
-                min(len(text), len(ref)),
-            )
-            line, col = line_col(text, d)
-            off = sum(len(t) for t in tools[:i]) + d
-            cost, exact = estimate_tokens(joined[off:], counter)
-            findings.append(
-                LintFinding(
-                    code="key-order",
-                    part=f"{label} tool[{i}]",
-                    line=line,
-                    column=col,
-                    offset=d,
-                    prefix_offset=off,
-                    match=f"{path}: {list(ob[path])}",
-                    message=(
-                        f"{lineage or 'lineage'}: tool {names[i]} is serialised with a different "
-                        f"JSON key order at {path} in {label} than in {ref_label} "
-                        f"({list(ob[path])} vs {list(oa[path])}); ~{cost} tokens after it cannot "
-                        "be shared. Serialise schemas with one fixed key order."
-                    ),
-                    cost_tokens=cost,
-                    cost_exact=exact,
-                )
-            )
-    return findings
-
-
-def lint_variants(
-    texts: Mapping[str, str],
-    *,
-    lineage: str = "",
-    min_shared: float = 0.5,
-    counter: TokenCounter | None = None,
-) -> list[LintFinding]:
-    """Near-identical prefixes of one lineage that diverge early (logs).
-
-    For each variant that differs from the first, the first differing character is
-    reported when the texts still agree on at least ``min_shared`` of the rest
-    (``difflib`` ratio of the tails), i.e. when a small dynamic piece -- not a genuinely
-    different prompt -- is what breaks sharing. The message names what the differing
-    piece looks like (a date, a UUID, ...) when a :func:`lint_text` pattern matches it.
-    """
-    import difflib
-
-    labels = list(texts)
-    findings: list[LintFinding] = []
-    if len(labels) < 2:
-        return findings
-    ref = texts[labels[0]]
-    for label in labels[1:]:
-        text = texts[label]
-        if text == ref:
-            continue
-        d = next(
-            (k for k, (x, y) in enumerate(zip(text, ref, strict=False)) if x != y), min(len(text), len(ref))
-        )
-        tail_a, tail_b = text[d:], ref[d:]
-        ratio = difflib.SequenceMatcher(None, tail_a[:4000], tail_b[:4000], autojunk=False).ratio()
-        if ratio < min_shared:
-            continue
-        # classify by the breaker pattern whose match covers the divergence, if any
-        covering = [
-            (ms, me, w) for ms, me, _c, w in find_dynamic(text[max(0, d - 64) : d + 64]) if ms <= min(d, 64) < me
-        ]
-        what = covering[0][2] if covering else "a varying value"
-        s = max(0, d - 64) + covering[0][0] if covering else d
-        line, col = line_col(text, d)
-        cost, exact = estimate_tokens(text[d:], counter)
-        findings.append(
-            LintFinding(
-                code="divergence",
-                part=label,
-                line=line,
-                column=col,
-                offset=d,
-                prefix_offset=d,
-                match=text[s : s + 40],
-                message=(
-                    f"{lineage or 'lineage'}: {label} diverges from {labels[0]} at line {line}, "
-                    f"column {col} ({what}) although {ratio:.0%} of the rest is shared; "
-                    f"~{cost} tokens after it are recomputed."
-                ),
-                cost_tokens=cost,
-                cost_exact=exact,
-            )
-        )
-    return findings

@@ -14,13 +14,22 @@ writes the reordered log with it), so the prediction can be checked against a re
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
 from prefixplan.core.types import Request
+from prefixplan.errors import TokenizerError
+from prefixplan.logs import LineErrors
+from prefixplan.render import RenderSet
+from prefixplan.render.stream import SourceOptions, iter_prompts
+
 from prefixplan.core.hashes import segment_hash
+
+if TYPE_CHECKING:
+    from prefixplan.analysis.previews import RequestInfo
 
 
 def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:
@@ -87,3 +96,62 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
                 changed = True
         messages.append(msg)
     return replace(request, messages=tuple(messages)) if changed else None
+
+
+def rag_report(infos: Sequence[RequestInfo], recurring: set[str], chunk_requests: Mapping[str, int],
+               chunk_tokens: Mapping[str, int]) -> dict[str, Any]:
+    """Recurring chunks, how many tokens of them are prefilled again in the current layout, and
+    the 20 costliest (the ``rag`` section of the record, before the what-if)."""
+    positions: dict[str, set[int]] = defaultdict(set)
+    prefilled: Counter[str] = Counter()
+    for info in infos:
+        for c in info.chunks:
+            if c.text_hash in recurring:
+                positions[c.text_hash].add(c.start)
+                prefilled[c.text_hash] += max(0, c.end - max(c.start, info.reused))
+    top = sorted(recurring, key=lambda h: -prefilled[h])[:20]
+    return {
+        "recurring_chunks": len(recurring),
+        "occurrences": sum(chunk_requests[h] for h in recurring),
+        "prefill_tokens_now": sum(prefilled.values()),
+        "top": [
+            {"hash": h, "tokens": chunk_tokens.get(h, 0), "requests": chunk_requests[h],
+             "positions": len(positions[h]), "prefilled_tokens": prefilled[h]}
+            for h in top
+        ],
+    }
+
+
+def rag_whatif(source: SourceOptions, renderers: RenderSet, counts: Mapping[str, int], block: int,
+               reused_now: int) -> dict[str, Any]:
+    """Second pass: rewrite requests documents-first and measure the reuse in a fresh tree."""
+    from prefixplan.analysis.radix import RadixTree
+    from prefixplan.core.granularity import reusable_ids
+
+    tree = RadixTree()
+    reused = 0
+    moved = 0
+
+    def transform(req: Request) -> Request:
+        nonlocal moved
+        new = reorder_request(req, counts)
+        if new is None:
+            return req
+        moved += 1
+        return new
+
+    try:
+        for i, prompt in enumerate(iter_prompts(source, LineErrors(), renderers, transform=transform)):
+            match = tree.insert(prompt.tokens, prompt.request.namespace, request_index=i)
+            reused += reusable_ids(match, len(prompt), block, prompt.token_scale) * prompt.token_scale
+    except TokenizerError:
+        return {"whatif": None}
+    return {
+        "whatif": {
+            "layout": "documents-first",
+            "requests_rewritten": moved,
+            "reusable_tokens": reused,
+            "reusable_tokens_now": reused_now,
+            "gain_tokens": reused - reused_now,
+        }
+    }

@@ -44,43 +44,32 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
     ) -> None:
         """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
-        from prefixplan.analysis.pipeline import analyze as run
-        from prefixplan.core.fileio import atomic_write_json
+        from prefixplan.analysis.pipeline import AnalyzeOptions
+        from prefixplan.api import AnalyzeOutputs, HeadlineOptions, run_analyze
+        from prefixplan.errors import UsageError
         from prefixplan.report.console import render_analysis
 
-        options = common.analyze_options(
+        if top < 0:
+            raise UsageError("--top must be >= 0 (0 keeps every candidate)")
+        source = common.source_options(
             logs, format=format, since=since, until=until, sample=sample, strict=strict,
             trace_block_size=trace_block_size, tokenizer=tokenizer, tokenizer_map=tokenizer_map,
-            chat_template=chat_template, template_kwargs=template_kwargs, engine=engine, block_size=block_size,
-            top=top, min_tokens=min_tokens, min_hits=min_hits, min_tenants=min_tenants,
-            show_user_text=show_user_text, rag_whatif=rag_whatif, simulate=simulate,
-            configured_capacity=_capacity(capacity),
+            chat_template=chat_template, template_kwargs=template_kwargs,
         )
-        if record:  # fail on a bad --db before the analysis, not after it
-            from prefixplan.store import open_store
-
-            open_store(str(db) if db else None).close()
-        to_stdout = json_out == "-"
-        console = report_console(stderr=to_stdout)
+        options = AnalyzeOptions(source=source, engine=engine, block_size=block_size, top=top, min_tokens=min_tokens,
+                                 min_hits=min_hits, min_tenants=min_tenants, show_user_text=show_user_text,
+                                 rag_whatif=rag_whatif)
+        headline = HeadlineOptions(configured_capacity=_capacity(capacity)) if simulate else None
+        outputs = AnalyzeOutputs(store=record, db=str(db) if db else None, json=json_out, html=html_out,
+                                 markdown=markdown_out, emit_recipes=str(emit_recipes) if emit_recipes else None)
+        console = report_console(stderr=json_out == "-")
         with common_progress(console, quiet or not console.is_terminal) as progress:
-            result = run(options, progress=progress)
-        if record:
-            from prefixplan.store.register import record_analysis
-
-            record_analysis(result, db=str(db) if db else None, record_path=json_out if json_out not in (None, "-") else None)
-        if emit_recipes is not None:
-            from prefixplan.keys.emit import emit_recipes as emit
-
-            for path in emit(result.record, options, emit_recipes, top=top):
+            outcome = run_analyze(options, headline=headline, outputs=outputs, progress=progress)
+        for what, path in outcome.written:
+            if what == "recipe":
                 console.print(f"wrote recipe {path}")
-        if json_out:
-            atomic_write_json(json_out, result.record)
-        if html_out or markdown_out:
-            from prefixplan.report.files import write_reports
-
-            write_reports(result.record, html=html_out, markdown=markdown_out, top=top)
         if not quiet:
-            render_analysis(result.record, console, top=top)
+            render_analysis(outcome.analysis.record.to_json(), console, top=top)
 
 
 def _capacity(text: str | None) -> float | None:

@@ -19,11 +19,11 @@ def register(app: typer.Typer) -> None:
         title: Annotated[Optional[str], typer.Option("--title", help="Report title.")] = None,
     ) -> None:
         """Render an analysis record as a self-contained HTML page (plots, no network) and/or Markdown for PR comments."""
-        from prefixplan.report.files import load_record, write_reports
+        from prefixplan.report.files import load_report_input, write_reports
 
         if html is None and markdown is None:
             markdown = "-"
-        written = write_reports(load_record(analysis, check=check), html=html, markdown=markdown, top=top, title=title)
+        written = write_reports(load_report_input(analysis, check=check), html=html, markdown=markdown, top=top, title=title)
         for fmt, path in written.files:
             if path != "-":
                 typer.echo(f"wrote {fmt} report: {path}", err=html == "-" or markdown == "-")

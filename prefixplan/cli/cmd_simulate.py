@@ -50,17 +50,16 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
     ) -> None:
         """Replay requests through cache models: in-batch vs persistent cache, capacity curves, savings."""
+        from prefixplan.api import Simulation, simulation_config
         from prefixplan.core.fileio import atomic_write_json
-        from prefixplan.simulate import to_json
-        from prefixplan.simulate.logs import simulate_logs
-        from prefixplan.simulate.options import build_config
+        from prefixplan.simulate.source import simulate_source
 
-        options = common.analyze_options(
+        source = common.source_options(
             logs, format=format, since=since, until=until, sample=sample, strict=strict,
             trace_block_size=trace_block_size, tokenizer=tokenizer, tokenizer_map=tokenizer_map,
-            chat_template=chat_template, template_kwargs=template_kwargs, engine=engine, block_size=block_size,
+            chat_template=chat_template, template_kwargs=template_kwargs,
         )
-        config = build_config(
+        config = simulation_config(
             engine=engine, block_size=block_size, provider=provider, capacity=capacity, policy=policy,
             cache_ttl=cache_ttl, model=model, model_config=model_config, kv_dtype_bytes=kv_dtype_bytes,
             pinned_fraction=pinned_fraction, running_fraction=running_fraction, auto_promote=auto_promote,
@@ -68,9 +67,8 @@ def register(app: typer.Typer) -> None:
             batch_window=batch_window, breakpoints=breakpoints, profile=profile, prices=prices,
             gpu_hour_price=gpu_hour_price,
         )
-        result, errors = simulate_logs(options, config, pins_from=pins_from, pin_top=pin_top)
-        doc = to_json(result)
-        doc["line_errors"] = errors.count
+        result, errors = simulate_source(source, config, pins_from=pins_from, pin_top=pin_top)
+        doc = Simulation(result, errors.count).to_json()
         console = report_console(stderr=json_out == "-")
         if json_out:
             atomic_write_json(json_out, doc)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -22,7 +22,7 @@ Engine = Annotated[str, typer.Option("--engine", help="Granularity preset: vllm 
 BlockSize = Annotated[Optional[int], typer.Option("--block-size", help="Cache block/page size in tokens (overrides --engine).")]
 
 
-def analyze_options(
+def source_options(
     logs: list[str],
     *,
     format: str = "auto",
@@ -35,36 +35,12 @@ def analyze_options(
     tokenizer_map: list[str] | None = None,
     chat_template: Path | None = None,
     template_kwargs: str | None = None,
-    engine: str = "vllm",
-    block_size: int | None = None,
-    **rest,
-):
-    """Build :class:`prefixplan.analysis.pipeline.AnalyzeOptions` from the shared CLI options."""
-    from prefixplan.analysis.pipeline import AnalyzeOptions
-    from prefixplan.errors import UsageError
-    from prefixplan.logs import ReadOptions, parse_time
+) -> Any:
+    """:class:`prefixplan.render.stream.SourceOptions` from the shared log/tokenizer options."""
+    from prefixplan.api import source_options as build
     from prefixplan.render import parse_template_kwargs, parse_tokenizer_map
 
-    if sample is not None and not 0 < sample <= 1:
-        raise UsageError("--sample must be in (0, 1]")
-    if rest.get("top") is not None and rest["top"] < 0:
-        raise UsageError("--top must be >= 0 (0 keeps every candidate)")
-    read = ReadOptions(
-        format=format,
-        since=parse_time(since) if since else None,
-        until=parse_time(until) if until else None,
-        sample=sample,
-        strict=strict,
-        trace_block_size=trace_block_size,
-    )
-    return AnalyzeOptions(
-        paths=tuple(logs),
-        read=read,
-        tokenizer=tokenizer,
-        tokenizer_map=parse_tokenizer_map(tokenizer_map or []),
-        chat_template=str(chat_template) if chat_template else None,
-        template_kwargs=parse_template_kwargs(template_kwargs),
-        engine=engine,
-        block_size=block_size,
-        **rest,
-    )
+    return build(logs, tokenizer=tokenizer, tokenizer_map=parse_tokenizer_map(tokenizer_map or []),
+                 chat_template=chat_template, template_kwargs=parse_template_kwargs(template_kwargs),
+                 log_format=format, since=since, until=until, sample=sample, strict=strict,
+                 trace_block_size=trace_block_size)

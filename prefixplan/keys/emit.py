@@ -14,23 +14,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prefixplan.analysis.record import AnalysisRecord
 from prefixplan.keys import parse_key
 from prefixplan.keys.lineage import assign_lineage
-from prefixplan.logs import LineErrors, expand_paths, iter_requests
 from prefixplan.keys.recipes import emit_recipe
+from prefixplan.logs import LineErrors
 from prefixplan.render.spans import message_text, tool_name
+from prefixplan.render.stream import SourceOptions, iter_source_requests
 
 EMIT_LABELS = ("system", "tools", "system+tools")
 
 
-def emit_recipes(record: dict[str, Any], options: Any, out_dir: str | Path, *, top: int | None = None) -> list[Path]:
-    """Write one recipe per eligible candidate; returns the recipe paths."""
-    wanted = [c for c in record["candidates"] if c["label"] in EMIT_LABELS and not c["withheld"]][: top or None]
+def emit_recipes(record: AnalysisRecord, source: SourceOptions, out_dir: str | Path, *,
+                 top: int | None = None) -> list[Path]:
+    """Write one recipe per eligible candidate (re-reading each one's example request from
+    ``source``); returns the recipe paths."""
+    wanted = [c for c in record.candidates if c.label in EMIT_LABELS and not c.withheld and c.example][: top or None]
     if not wanted:
         return []
-    by_line = {(c["example"]["source"], c["example"]["line"]): c for c in wanted}
+    by_line = {(c.example.source, c.example.line): c for c in wanted if c.example is not None}
     found: dict[tuple[str, int], Any] = {}
-    for req in iter_requests(expand_paths(options.paths), options.read, LineErrors()):
+    for req in iter_source_requests(source, LineErrors()):
         key = (req.source, req.line_no)
         if key in by_line:
             found[key] = req
@@ -43,15 +47,15 @@ def emit_recipes(record: dict[str, Any], options: Any, out_dir: str | Path, *, t
         if req is None:
             continue
         system = None
-        if "system" in cand["label"] and req.messages and req.messages[0].get("role") in ("system", "developer"):
+        if "system" in cand.label and req.messages and req.messages[0].get("role") in ("system", "developer"):
             system = message_text(req.messages[0].get("content"))
-        covered = {p["text"] for p in cand["parts"] if p["kind"] == "tool"}
+        covered = set(cand.tool_names)
         tools = [json.dumps(t, ensure_ascii=False) for t in (req.tools or ()) if tool_name(t) in covered]
-        name = cand.get("name") or assign_lineage(cand["label"], system_text=system, tool_names=sorted(covered), existing=[])
+        name = cand.name or assign_lineage(cand.label, system_text=system, tool_names=sorted(covered), existing=[])
         if name in used:
             continue
         used.add(name)
-        version = parse_key(cand["key"]).version if cand.get("key") else 1
-        desc = f"found by prefixplan analyze: {cand['hits']} requests, {cand['length']} tokens ({cand['label']})"
+        version = parse_key(cand.key).version if cand.key else 1
+        desc = f"found by prefixplan analyze: {cand.hits} requests, {cand.length} tokens ({cand.label})"
         paths.append(emit_recipe(out_dir, name, version=version, system_text=system, tools=tools, model=req.model, description=desc))
     return paths

@@ -639,7 +639,7 @@ def emit_recipe(
         entry["system"] = {"file": put("system.txt", system_text)}
     tool_paths = []
     for i, t in enumerate(tools):
-        from prefixplan.analysis.dynamic import tool_name
+        from prefixplan.render.spans import schema_tool_name as tool_name
 
         raw = t.decode("utf-8", "replace") if isinstance(t, bytes) else t
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", tool_name(raw) or "tool")[:60]

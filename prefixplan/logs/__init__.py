@@ -14,6 +14,7 @@ from prefixplan.logs.read import (
     LineErrors,
     ReadOptions,
     expand_paths,
+    iter_objects,
     iter_requests,
 )
 from prefixplan.logs.times import parse_time
@@ -23,6 +24,7 @@ __all__ = [
     "LineErrors",
     "ReadOptions",
     "expand_paths",
+    "iter_objects",
     "iter_requests",
     "parse_time",
 ]

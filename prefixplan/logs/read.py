@@ -12,8 +12,9 @@ import glob
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prefixplan.errors import InputError, LogLineError, UsageError
 from prefixplan.logs.badline import BadLine
@@ -247,3 +248,41 @@ def iter_requests(paths: Sequence[str], options: ReadOptions, errors: LineErrors
     """
     for path in expand_paths(paths):
         yield from _read_one(path, options, errors)
+
+
+def iter_objects(
+    objects: Iterable[Any], options: ReadOptions, errors: LineErrors, *, source: str = "<memory>"
+) -> Iterator[Request]:
+    """Requests from already-decoded log records (e.g. OpenAI chat request dicts in a notebook).
+
+    Each object is read exactly like one log line (same formats and validation); a malformed
+    one is counted in ``errors`` with its 1-based position as the line number. Objects that are
+    already :class:`~prefixplan.core.types.Request` records pass through unchanged.
+    """
+
+    def bad(line_no: int, reason: str) -> None:
+        errors.add(source, line_no, reason)
+        if options.strict:
+            raise LogLineError(source, line_no, reason)
+
+    since, until = options.since, options.until
+    for i, obj in enumerate(objects, start=1):
+        if isinstance(obj, Request):
+            requests = [obj]
+        else:
+            try:
+                requests = parse_object(obj, LineContext(source, i, options.trace_block_size), options.format)
+            except BadLine as exc:
+                bad(i, exc.reason)
+                continue
+            except RecursionError:
+                bad(i, "nesting too deep: record nested deeper than the reader allows")
+                continue
+            except Exception as exc:  # noqa: BLE001 - a shape no rule foresaw: count it, never crash
+                bad(i, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+        for req in requests:
+            t = req.time
+            if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
+                continue
+            yield req

@@ -123,6 +123,21 @@ def tool_name(tool: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def schema_tool_name(schema_text: str | bytes) -> str | None:
+    """The tool's name from an OpenAI-shape (``function.name``) or flat (``name``) schema."""
+    try:
+        obj = json.loads(schema_text)
+    except ValueError:
+        return None
+    if isinstance(obj, dict):
+        fn = obj.get("function")
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            return fn["name"]
+        if isinstance(obj.get("name"), str):
+            return obj["name"]
+    return None
+
+
 def locate(
     text: str,
     messages: Sequence[dict[str, Any]] | None,

@@ -1,34 +1,33 @@
-"""Reading analysis records and writing the HTML / Markdown reports (``prefixplan report``)."""
+"""Report inputs (an analysis record, optional check findings) and writing the HTML / Markdown reports."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefixplan.analysis.record import AnalysisRecord, load_record, read_json_file
 from prefixplan.errors import InputError, UsageError
 
-KNOWN_SCHEMA = 1
+
+@dataclass(frozen=True, slots=True)
+class ReportInput:
+    """What a report shows: the record and, optionally, ``prefixplan check`` findings."""
+
+    record: AnalysisRecord
+    check: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON view the renderers read (the record, plus ``check`` when given)."""
+        data = self.record.to_json()
+        if self.check is not None:
+            data["check"] = dict(self.check)
+        return data
 
 
-def _read_json(path: str | Path, what: str) -> Any:
-    try:
-        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{what} {path}: no such file", hint="write one with prefixplan analyze LOG --json FILE") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{what} {path}: cannot read ({exc})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {path}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-
-
-def load_record(path: str | Path, *, check: str | Path | None = None) -> dict[str, Any]:
-    """Read an analysis record (``prefixplan analyze --json``); optionally merge check findings.
+def load_report_input(path: str | Path, *, check: str | Path | None = None) -> ReportInput:
+    """Read an analysis record (``prefixplan analyze --json``) and optionally check findings.
 
     Args:
         path: the record file, or ``-`` for stdin.
@@ -37,19 +36,15 @@ def load_record(path: str | Path, *, check: str | Path | None = None) -> dict[st
     Raises:
         InputError: the file is missing, not JSON, not an analysis record, or from a newer schema.
     """
-    record = _read_json(path, "analysis record")
-    if not isinstance(record, dict) or "summary" not in record or "schema_version" not in record:
-        raise InputError(f"analysis record {path}: not an analysis record (no schema_version/summary)",
-                         hint="pass the file written by prefixplan analyze LOG --json FILE")
-    if not isinstance(record["schema_version"], int) or record["schema_version"] > KNOWN_SCHEMA:
-        raise InputError(f"analysis record {path}: schema_version {record['schema_version']!r} is newer than this "
-                         f"prefixplan understands ({KNOWN_SCHEMA})", hint="upgrade prefixplan")
+    record = load_record(path)
+    found = None
     if check is not None:
-        result = _read_json(check, "check result")
+        result = read_json_file(check, "check result")
         if not isinstance(result, Mapping) or not isinstance(result.get("findings"), list):
-            raise InputError(f"check result {check}: no findings list", hint="pass the file written by prefixplan check --json FILE")
-        record = {**record, "check": {"findings": result["findings"], "exit_code": result.get("exit_code")}}
-    return record
+            raise InputError(f"check result {check}: no findings list",
+                             hint="pass the file written by prefixplan check --json FILE")
+        found = {"findings": result["findings"], "exit_code": result.get("exit_code")}
+    return ReportInput(record, found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +54,9 @@ class Written:
     files: tuple[tuple[str, str], ...]
 
 
-def write_reports(record: Mapping[str, Any], *, html: str | Path | None = None, markdown: str | Path | None = None,
-                  top: int | None = None, title: str | None = None) -> Written:
-    """Write the HTML and/or Markdown report of ``record`` atomically (``-`` = stdout).
+def write_reports(report: ReportInput | AnalysisRecord, *, html: str | Path | None = None,
+                  markdown: str | Path | None = None, top: int | None = None, title: str | None = None) -> Written:
+    """Write the HTML and/or Markdown report atomically (``-`` = stdout).
 
     Raises:
         UsageError: both outputs are stdout.
@@ -70,15 +65,16 @@ def write_reports(record: Mapping[str, Any], *, html: str | Path | None = None, 
 
     if html is not None and markdown is not None and str(html) == "-" and str(markdown) == "-":
         raise UsageError("--html - and --markdown - cannot both write to stdout")
+    data = (report if isinstance(report, ReportInput) else ReportInput(report)).to_json()
     files = []
     if html is not None:
         from prefixplan.report.html import render_html
 
-        atomic_write_text(html, render_html(record, top=top, title=title))
+        atomic_write_text(html, render_html(data, top=top, title=title))
         files.append(("html", str(html)))
     if markdown is not None:
         from prefixplan.report.markdown import render_markdown
 
-        atomic_write_text(markdown, render_markdown(record, top=10 if top is None else top, title=title))
+        atomic_write_text(markdown, render_markdown(data, top=10 if top is None else top, title=title))
         files.append(("markdown", str(markdown)))
     return Written(tuple(files))

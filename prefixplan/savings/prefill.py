@@ -31,8 +31,11 @@ own endpoint for real numbers.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +60,7 @@ class PrefillProfile:
     def assumed(self) -> bool:
         return self.source.startswith("assumption")
 
-    def seconds(self, new, cached=0):
+    def seconds(self, new: Any, cached: Any = 0) -> Any:
         """Prefill seconds for arrays (or scalars) of new and cached tokens."""
         new = np.asarray(new, dtype=np.float64)
         cached = np.asarray(cached, dtype=np.float64)
@@ -80,57 +83,133 @@ BUILTIN_PROFILES: dict[str, PrefillProfile] = {
     )
 }
 DEFAULT_PROFILE = "h100-8b"
+PROFILE_KIND = "prefixplan/prefill-profile"
+FORMULA = "ttft_s = a_s + b_s_per_token*new + c_s_per_token2*new*(cached + new/2)"
+_PROFILE_HINT = "a profile YAML needs a_s and b_s_per_token (seconds, seconds per token); optional c_s_per_token2, gpus"
 
 
-def load_profile(spec: str | Path | None) -> PrefillProfile:
-    """A built-in profile name, a YAML file in the documented format, or a profile name stored by calibrate."""
-    if spec is None:
-        return BUILTIN_PROFILES[DEFAULT_PROFILE]
-    if str(spec) in BUILTIN_PROFILES:
-        return BUILTIN_PROFILES[str(spec)]
-    path = Path(spec)
-    if not path.is_file():
-        from prefixplan.store import find_profile  # a profile `prefixplan calibrate` stored by name
+def builtin_profile(name: str) -> PrefillProfile | None:
+    """The built-in (assumed) profile of that name, or None."""
+    return BUILTIN_PROFILES.get(name)
 
-        stored = find_profile(str(spec))
-        if stored is not None:
-            return PrefillProfile(name=str(spec), a=float(stored["a_s"]), b=float(stored["b_s_per_token"]),
-                                  c=float(stored["c_s_per_token2"]), model=str(stored.get("model") or ""),
-                                  source=f"measured {stored.get('created') or ''} by calibrate ({stored.get('endpoint')})")
-        raise UsageError(f"unknown prefill profile {spec!r}",
-                         hint="use a YAML file, a name stored by calibrate, or one of: " + ", ".join(sorted(BUILTIN_PROFILES)))
+
+def profile_from_mapping(data: Mapping[str, Any], where: str) -> PrefillProfile:
+    """A profile from its YAML mapping (the module docstring's format; ``calibrate`` writes it).
+
+    Raises:
+        InputError: a required coefficient is missing or not a number (the message names it).
+    """
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: a prefill profile must be a mapping", hint=_PROFILE_HINT)
+    coef = {}
+    for key, alias, required in (("a_s", "a", True), ("b_s_per_token", "b", True), ("c_s_per_token2", "c", False)):
+        raw = data.get(key, data.get(alias))
+        if raw is None and not required:
+            raw = 0.0
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise InputError(f"{where}: {key}: missing or not a number", hint=_PROFILE_HINT) from None
+        if not math.isfinite(value):
+            raise InputError(f"{where}: {key}: must be finite", hint=_PROFILE_HINT)
+        coef[key] = value
+    created = str(data.get("created") or "")
+    source = data.get("source") or (f"measured {created} by calibrate" if created else "measured by calibrate")
+    try:
+        gpus = int(data.get("gpus") or 1)
+        price = float(data["gpu_hour_price"]) if data.get("gpu_hour_price") is not None else None
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: gpus / gpu_hour_price: not a number", hint=_PROFILE_HINT) from None
+    return PrefillProfile(
+        name=str(data.get("name") or Path(where).stem),
+        a=coef["a_s"],
+        b=coef["b_s_per_token"],
+        c=coef["c_s_per_token2"],
+        gpus=gpus,
+        gpu=str(data.get("gpu") or ""),
+        model=str(data.get("model") or ""),
+        gpu_hour_price=price,
+        source=str(source),
+    )
+
+
+def load_profile_file(path: str | Path) -> PrefillProfile:
+    """Read a profile YAML file.
+
+    Raises:
+        InputError: the file is missing, unreadable, not YAML or lacks a coefficient.
+    """
     import yaml
 
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"prefill profile {p}: file not found", hint=_PROFILE_HINT)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        source = data.get("source") or ("measured " + str(data.get("created") or "") + " by calibrate").replace("  ", " ")
-        return PrefillProfile(
-            name=str(data.get("name") or path.stem),
-            a=float(data["a_s"] if "a_s" in data else data["a"]),
-            b=float(data["b_s_per_token"] if "b_s_per_token" in data else data["b"]),
-            c=float(data.get("c_s_per_token2", data.get("c", 0.0)) or 0.0),
-            gpus=int(data.get("gpus") or 1),
-            gpu=str(data.get("gpu") or ""),
-            model=str(data.get("model") or ""),
-            gpu_hour_price=float(data["gpu_hour_price"]) if data.get("gpu_hour_price") is not None else None,
-            source=str(source),
-        )
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: invalid prefill profile ({exc!r})",
-                         hint="required keys: a_s, b_s_per_token; optional c_s_per_token2, gpus") from None
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"prefill profile {p}: cannot read ({exc})") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"prefill profile {p}: invalid YAML ({exc})", hint=_PROFILE_HINT) from None
+    return profile_from_mapping(data, str(p))
+
+
+def looks_like_path(spec: str) -> bool:
+    """True when a ``--profile`` value names a file rather than a profile (has a folder or a
+    .yaml/.yml/.json suffix), so a missing one is reported as a missing file."""
+    return "/" in spec or "\\" in spec or Path(spec).suffix.lower() in (".yaml", ".yml", ".json")
+
+
+def load_profile(
+    spec: str | Path | None,
+    *,
+    stored: Callable[[str], PrefillProfile | None] | None = None,
+) -> PrefillProfile:
+    """Resolve ``--profile``: None -> the default (assumed) profile; a built-in name; a YAML file;
+    else a name that ``stored`` (a lookup in the store, given by callers that may use it) knows.
+
+    Raises:
+        InputError: ``spec`` names a file that is missing or invalid.
+        UsageError: ``spec`` is no built-in, no file and no stored profile.
+    """
+    if spec is None:
+        return BUILTIN_PROFILES[DEFAULT_PROFILE]
+    text = str(spec)
+    builtin = builtin_profile(text)
+    if builtin is not None:
+        return builtin
+    if Path(text).is_file() or looks_like_path(text):
+        return load_profile_file(text)
+    found = stored(text) if stored is not None else None
+    if found is not None:
+        return found
+    raise UsageError(
+        f"unknown prefill profile {text!r}",
+        hint="use a YAML file, a name stored by prefixplan calibrate, or one of: " + ", ".join(sorted(BUILTIN_PROFILES)),
+    )
+
+
+def profile_mapping(profile: PrefillProfile) -> dict[str, Any]:
+    """The YAML mapping of a profile (the format :func:`profile_from_mapping` reads)."""
+    data: dict[str, Any] = {"kind": PROFILE_KIND, "version": 1, "formula": FORMULA,
+                            "a_s": profile.a, "b_s_per_token": profile.b, "c_s_per_token2": profile.c,
+                            "name": profile.name, "gpu": profile.gpu, "model": profile.model, "gpus": profile.gpus,
+                            "source": profile.source}
+    if profile.gpu_hour_price is not None:
+        data["gpu_hour_price"] = profile.gpu_hour_price
+    return data
 
 
 def dump_profile(profile: PrefillProfile) -> str:
     """YAML text of a profile (the format :func:`load_profile` reads)."""
     import yaml
 
-    data = {"kind": "prefixplan/prefill-profile", "version": 1,
-            "formula": "ttft_s = a_s + b_s_per_token*new + c_s_per_token2*new*(cached + new/2)",
-            "a_s": profile.a, "b_s_per_token": profile.b, "c_s_per_token2": profile.c, "name": profile.name,
-            "gpu": profile.gpu, "model": profile.model, "gpus": profile.gpus, "source": profile.source}
-    if profile.gpu_hour_price is not None:
-        data["gpu_hour_price"] = profile.gpu_hour_price
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.safe_dump(profile_mapping(profile), sort_keys=False)
+
+
+def profile_json(profile: PrefillProfile) -> dict[str, Any]:
+    """A profile as shown in JSON outputs (warm plans, simulations)."""
+    return {"name": profile.name, "a_s": profile.a, "b_s_per_token": profile.b, "c_s_per_token2": profile.c,
+            "gpus": profile.gpus, "source": profile.source, "assumed": profile.assumed}
 
 
 @dataclass(frozen=True, slots=True)

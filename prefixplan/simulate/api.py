@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from prefixplan.simulate.models import (
 from prefixplan.simulate.risk import PrefixRisk, eviction_risk
 from prefixplan.simulate.trace import BlockTrace, SimRequest, TraceBuilder
 from prefixplan.simulate.tree import build_tree
+
+if TYPE_CHECKING:
+    from prefixplan.core.types import Prompt
 
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
 
@@ -237,25 +240,61 @@ def _default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | No
     return prio
 
 
+class Simulation:
+    """A simulation fed one request at a time (push), replayed by :meth:`result`.
+
+    :func:`simulate` feeds an iterable; the analyze pipeline feeds it the prompts it renders
+    anyway, so one pass over the log serves both.
+    """
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        self._prepare()
+
+    def add(self, request: SimRequest) -> None:
+        """Add the next request (arrival order)."""
+        self._builder.add(request)
+
+    def add_prompt(self, prompt: Prompt) -> None:
+        """Add the next rendered prompt (:func:`prefixplan.simulate.source.sim_request`)."""
+        from prefixplan.simulate.source import sim_request
+
+        self._builder.add(sim_request(prompt, self._count))
+        self._count += 1
+
+    def _prepare(self) -> None:
+        config = self.config
+        gran = config.granularity()
+        for pol in config.policies:
+            if pol not in POLICIES:
+                raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
+        ttl = parse_ttl(config.ttl)
+        if not 0 <= config.running_fraction < 1 or not 0 <= config.pinned_fraction < 1 \
+                or config.pinned_fraction + config.running_fraction >= 1:
+            raise UsageError("pinned and running fractions must be >= 0 and leave room for the eviction policy",
+                             hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to LRU)")
+        self._anthropic = AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0,
+                                         gran.breakpoints or "request") if gran.breakpoints is not None else None
+        self._builder = TraceBuilder(gran, observer=self._anthropic)
+        self._count = 0
+
+    def result(self) -> SimResult:
+        """Replay everything added so far through the configured models."""
+        return _replay(self._builder.finish(), self.config, self._anthropic)
+
+
 def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:
     """Replay ``requests`` (in arrival order) through the configured cache models."""
-    config = config or SimConfig()
-    gran = config.granularity()
-    for pol in config.policies:
-        if pol not in POLICIES:
-            raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
-    ttl = parse_ttl(config.ttl)
-    if not 0 <= config.running_fraction < 1 or not 0 <= config.pinned_fraction < 1 \
-            or config.pinned_fraction + config.running_fraction >= 1:
-        raise UsageError("pinned and running fractions must be >= 0 and leave room for the eviction policy",
-                         hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to LRU)")
-    notes = [QUEUEING_NOTE, *config.notes]
-    anthropic = AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0, gran.breakpoints or "request") \
-        if gran.breakpoints is not None else None
-    builder = TraceBuilder(gran, observer=anthropic)
+    sim = Simulation(config)
     for req in requests:
-        builder.add(req)
-    trace = builder.finish()
+        sim.add(req)
+    return sim.result()
+
+
+def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | None) -> SimResult:
+    gran = config.granularity()
+    ttl = parse_ttl(config.ttl)
+    notes = [QUEUEING_NOTE, *config.notes]
     runs: list[CacheRun] = []
     curves: dict[str, list[tuple[float, float, float]]] = {}
     in_batch_label = None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
-from prefixplan.savings.prefill import load_profile
+from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulate.api import SimConfig, parse_capacity, parse_tier
 from prefixplan.simulate.models import AutoPromote
 
@@ -30,7 +30,7 @@ def build_config(
     tiers: list[str] | tuple[str, ...] = (),
     batch_window: float | None = None,
     breakpoints: str = "request",
-    profile: str | None = None,
+    profile: PrefillProfile | None = None,
     prices: Path | None = None,
     gpu_hour_price: float | None = None,
 ) -> SimConfig:
@@ -87,7 +87,7 @@ def build_config(
         batch_window=batch_window,
         anthropic_breakpoints=breakpoints,
         kv=kv,
-        profile=load_profile(profile),
+        profile=profile or load_profile(None),
         prices_file=str(prices) if prices else None,
         gpu_hour_price=gpu_hour_price,
     )

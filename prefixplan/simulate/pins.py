@@ -11,13 +11,13 @@ another tokenizer would silently never match).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from prefixplan.analysis.record import load_record
 from prefixplan.errors import InputError, UsageError
 
 if TYPE_CHECKING:
@@ -73,43 +73,28 @@ class PinSelection:
         return tuple((p.label, p.namespace, p.tokens) for p in self.prefixes)
 
 
-def _read_record(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"--pins-from {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE")
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--pins-from {path}: not a JSON analysis record ({exc})") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("candidates"), list):
-        raise InputError(f"--pins-from {path}: no 'candidates' list (is this a prefixplan analyze --json record?)")
-    return doc
-
-
 def load_pins(path: str | Path, top: int) -> PinSelection:
     """The top-``top`` candidates of the analysis record at ``path`` (withheld ones skipped)."""
     if top < 1:
         raise UsageError("--pin-top needs N >= 1")
-    doc = _read_record(path)
-    tokenizers = [t for t in doc.get("tokenizers") or [doc.get("tokenizer") or {}] if isinstance(t, dict)]
-    fps = frozenset(str(t["fingerprint"]) for t in tokenizers if t.get("fingerprint"))
-    labels = tuple(f"{t.get('spec')} ({t.get('fingerprint')})" for t in tokenizers if t.get("fingerprint"))
-    cands = sorted((c for c in doc["candidates"] if isinstance(c, dict)), key=lambda c: int(c.get("rank") or 1 << 30))
+    if not Path(path).is_file():
+        raise InputError(f"--pins-from {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE")
+    record = load_record(path)
+    tokenizers = [t for t in record.tokenizers if t.fingerprint]
+    fps = frozenset(str(t.fingerprint) for t in tokenizers)
+    labels = tuple(f"{t.spec} ({t.fingerprint})" for t in tokenizers)
+    cands = sorted(record.candidates, key=lambda c: c.rank)
     notes: list[str] = []
     out: list[PinnedPrefix] = []
     for c in cands[:top]:
-        rank = int(c.get("rank") or 0)
-        name = c.get("key") or c.get("name") or c.get("label") or "prefix"
-        label = f"#{rank} {name}"
-        ids = c.get("token_ids")
-        if ids is None:
+        label = f"#{c.rank} {c.key or c.name or c.label or 'prefix'}"
+        if c.token_ids is None:
             notes.append(f"pin {label} skipped: its token ids were withheld by the privacy rule (min_tenants)")
             continue
-        if not isinstance(ids, list) or not ids:
+        if not c.token_ids:
             notes.append(f"pin {label} skipped: no token ids")
             continue
-        out.append(PinnedPrefix(rank, label, str(c.get("namespace") or c.get("model") or ""),
-                                np.asarray(ids, dtype=np.uint32)))
+        out.append(PinnedPrefix(c.rank, label, c.namespace or c.model or "", np.asarray(c.token_ids, dtype=np.uint32)))
     if len(cands) < top:
         notes.append(f"--pin-top {top}: the record has only {len(cands)} candidates")
     if not fps and out:

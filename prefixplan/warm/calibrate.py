@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.engines.base import EngineAdapter
-from prefixplan.errors import InputError, UsageError
+from prefixplan.errors import UsageError
+from prefixplan.savings.prefill import FORMULA, PROFILE_KIND, PrefillProfile
 
-PROFILE_KIND = "prefixplan/prefill-profile"
-FORMULA = "ttft_s = a_s + b_s_per_token*new + c_s_per_token2*new*(cached + new/2)"
 DEFAULT_LENGTHS = (256, 512, 1024, 2048)
 DEFAULT_FRACTIONS = (0.0, 0.5, 0.9)
 
@@ -69,6 +68,12 @@ class Profile:
     block_size: int | None = None
     created: str | None = None
     samples: tuple[TimingSample, ...] = field(default=(), repr=False)
+
+    def prefill_profile(self, name: str | None = None) -> PrefillProfile:
+        """The fitted coefficients as the profile every command uses (``simulate``, ``warm``)."""
+        f = self.fit
+        return PrefillProfile(name=name or self.model or "calibrated", a=f.a_s, b=f.b_s_per_token, c=f.c_s_per_token2,
+                              model=self.model or "", source=f"measured {self.created or ''} by calibrate ({self.endpoint})")
 
     def to_dict(self) -> dict[str, Any]:
         f = self.fit
@@ -237,40 +242,6 @@ def store_profile(profile: Profile, name: str | None = None, db: str | None = No
             samples=[[s.new, s.cached, round(s.ttft_s, 6)] for s in profile.samples], created=profile.created,
         )
     return name
-
-
-def load_profile(path: str | Path, db: str | None = None) -> dict[str, Any]:
-    """Read a profile YAML, or (when ``path`` is no file) the store's profile of that name;
-    returns the mapping with float ``a_s``, ``b_s_per_token``, ``c_s_per_token2``.
-
-    Raises:
-        InputError: missing file (and no stored profile of that name), bad YAML, or missing
-            coefficients.
-    """
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        from prefixplan.store import find_profile
-
-        stored = find_profile(str(path), db)
-        if stored is not None:
-            return dict(stored, source=f"stored profile {path} (calibrate {stored.get('created') or ''})".strip())
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"{p}: cannot read profile: {err}") from None
-    except yaml.YAMLError as err:
-        raise InputError(f"{p}: invalid YAML: {err}") from None
-    if not isinstance(data, Mapping):
-        raise InputError(f"{p}: a profile must be a mapping")
-    out = dict(data)
-    for k in ("a_s", "b_s_per_token", "c_s_per_token2"):
-        try:
-            out[k] = float(data[k])
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{p}: {k}: missing or not a number") from None
-    return out
 
 
 def calibrate_endpoint(

@@ -21,16 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefixplan.analysis.record import CandidatePart, ExampleRef, TokenizerInfo
 from prefixplan.errors import UsageError
 from prefixplan.keys import parse_key_ref
+from prefixplan.savings.prefill import PrefillProfile, load_profile, profile_json
 from prefixplan.warm.prompts import PromptForm
 
 DEFAULT_BLOCK_SIZE = 16
 MAX_DP_UNITS = 200_000
 
-# Prefill-time model ``a + b*new + c*new*(cached + new/2)`` (seconds): a coarse default, replaced
-# by a profile measured with ``prefixplan calibrate``.
-DEFAULT_PROFILE = {"a_s": 0.02, "b_s_per_token": 5.0e-5, "c_s_per_token2": 1.0e-9, "source": "default"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +48,8 @@ class WarmItem:
     covers: tuple[int, ...] = ()  # ranks of selected ancestors this item caches too
     value_tokens: int = 0  # reused tokens of the chain (sum of marginals of item + covers)
     form: PromptForm | None = field(default=None, repr=False)  # request form (recipes), for chat warming
-    example: Mapping[str, Any] | None = field(default=None, repr=False)  # {source, line} of a logged request
-    parts: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # the analysis record's parts
+    example: ExampleRef | None = field(default=None, repr=False)  # where a logged request is
+    parts: tuple[CandidatePart, ...] = field(default=(), repr=False)  # the analysis record's parts
 
     @property
     def length(self) -> int:
@@ -86,7 +85,7 @@ class WarmPlan:
     selected: tuple[int, ...]  # ranks selected, including covered ancestors
     skipped: tuple[tuple[int, str], ...] = ()  # (rank, reason)
     block_size: int = DEFAULT_BLOCK_SIZE
-    tokenizer: Mapping[str, Any] | None = None
+    tokenizer: TokenizerInfo | None = None
     budget_bytes: float | None = None
     kv_bytes_per_token: float | None = None
     memory_tokens: int = 0  # block-aligned tokens resident once all items are warm
@@ -96,7 +95,8 @@ class WarmPlan:
     def memory_bytes(self) -> float | None:
         return self.memory_tokens * self.kv_bytes_per_token if self.kv_bytes_per_token else None
 
-    def to_dict(self, profile: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def to_dict(self, profile: PrefillProfile | None = None) -> dict[str, Any]:
+        profile = profile or load_profile(None)
         est = estimate_prefill(self, profile)
         return {
             "block_size": self.block_size,
@@ -109,70 +109,48 @@ class WarmPlan:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "value_tokens": self.value_tokens,
             "est_prefill_s": round(sum(est), 4),
-            "profile": dict(profile or DEFAULT_PROFILE),
+            "profile": profile_json(profile),
         }
 
 
-@dataclass(slots=True)
-class _Cand:
+@dataclass(frozen=True, slots=True)
+class WarmCandidate:
+    """A prefix that may be warmed, from whichever source (analysis, store keys, recipes).
+
+    ``value`` is what warming it saves (the analysis' marginal reusable tokens; 0 when unknown);
+    ``parent`` the rank of the nesting parent; ``form`` the request form (recipes, chat warming);
+    ``example``/``parts`` where an analysis candidate's representative request is, to rebuild its
+    chat request; ``skip_reason`` why the source could not supply it.
+    """
+
     rank: int
     name: str
     key: str | None
-    ids: tuple[int, ...] | None
+    token_ids: tuple[int, ...] | None = field(repr=False)
     length: int
-    value: int
-    namespace: str | None
-    model: str | None
-    label: str | None
-    token_hash: str | None
-    parent: int | None
-    form: PromptForm | None = None
-    example: Mapping[str, Any] | None = None
-    parts: tuple[Mapping[str, Any], ...] = ()
+    value: int = 0
+    namespace: str | None = None
+    model: str | None = None
+    label: str | None = None
+    token_hash: str | None = None
+    parent: int | None = None
+    form: PromptForm | None = field(default=None, repr=False)
+    example: ExampleRef | None = field(default=None, repr=False)
+    parts: tuple[CandidatePart, ...] = field(default=(), repr=False)
     skip_reason: str | None = None
 
 
-def _cands(record: Mapping[str, Any], lookup: Callable[[str], Sequence[int] | None] | None) -> list[_Cand]:
-    raw = record.get("candidates")
-    if not isinstance(raw, list):
-        raise UsageError("analysis record has no 'candidates' list", hint="run prefixplan analyze --json FILE")
-    out: list[_Cand] = []
-    for pos, c in enumerate(raw, start=1):
-        if not isinstance(c, Mapping):
-            continue
-        rank = int(c.get("rank") or pos)
-        ids = c.get("token_ids")
-        key = c.get("key")
-        if ids is None and key and lookup is not None:
-            ids = lookup(str(key))
-        tup = tuple(int(i) for i in ids) if ids is not None else None
-        length = len(tup) if tup is not None else int(c.get("length") or 0)
-        value = c.get("marginal_tokens")
-        if value is None:
-            value = c.get("reusable_tokens") or 0
-        out.append(
-            _Cand(
-                rank=rank,
-                name=str(c.get("name") or (parse_key_ref(key)[0] if key else f"prefix-{rank}")),
-                key=str(key) if key else None,
-                ids=tup,
-                length=length,
-                value=int(value),
-                namespace=c.get("namespace"),
-                model=c.get("model"),
-                label=c.get("label"),
-                token_hash=c.get("token_hash"),
-                parent=int(c["parent"]) if c.get("parent") is not None else None,
-                form=PromptForm.from_dict(c["prompt_form"]) if isinstance(c.get("prompt_form"), Mapping) else None,
-                example=c.get("example") if isinstance(c.get("example"), Mapping) else None,
-                parts=tuple(x for x in c.get("parts") or () if isinstance(x, Mapping)),
-                skip_reason=str(c["skip_reason"]) if c.get("skip_reason") else None,
-            )
-        )
-    return out
+@dataclass(frozen=True, slots=True)
+class WarmSource:
+    """What a plan is made from: candidates, the tokenizer their ids come from, the block size."""
+
+    candidates: tuple[WarmCandidate, ...]
+    tokenizer: TokenizerInfo | None = None
+    block_size: int | None = None
+    origin: str = "analysis"
 
 
-def _parents(cands: dict[int, _Cand]) -> dict[int, int | None]:
+def _parents(cands: dict[int, WarmCandidate]) -> dict[int, int | None]:
     """Nesting parent of each candidate: the record's ``parent`` when valid, else the longest
     other candidate whose ids are a proper prefix (same namespace)."""
     parents: dict[int, int | None] = {}
@@ -181,12 +159,12 @@ def _parents(cands: dict[int, _Cand]) -> dict[int, int | None]:
         if c.parent is not None and c.parent in cands and c.parent != c.rank:
             parents[c.rank] = c.parent
             continue
-        best: _Cand | None = None
-        if c.ids is not None:
+        best: WarmCandidate | None = None
+        if c.token_ids is not None:
             for d in by_len:
-                if d.length >= c.length or d.ids is None or d.namespace != c.namespace:
+                if d.length >= c.length or d.token_ids is None or d.namespace != c.namespace:
                     continue
-                if c.ids[: d.length] == d.ids and (best is None or d.length > best.length):
+                if c.token_ids[: d.length] == d.token_ids and (best is None or d.length > best.length):
                     best = d
         parents[c.rank] = best.rank if best else None
     # Break any cycle a malformed record might contain.
@@ -272,39 +250,36 @@ def select_within_budget(
     return chosen
 
 
-def plan_from_record(
-    record: Mapping[str, Any],
+def plan_warm(
+    source: WarmSource,
     top: int | None = None,
     *,
     keys: Sequence[str] | None = None,
     budget_gb: float | None = None,
     kv_bytes_per_token: float | None = None,
     block_size: int | None = None,
-    token_lookup: Callable[[str], Sequence[int] | None] | None = None,
 ) -> WarmPlan:
-    """Build a :class:`WarmPlan` from an analysis record (``prefixplan analyze --json``).
+    """Choose what to warm from ``source`` (selection rules in the module docstring).
 
     Args:
-        record: the analysis record (schema_version 1): ``candidates``, ``tokenizer``, ``granularity``.
+        source: the candidates (an analysis, registered keys or rendered recipes).
         top: take the ``top`` best-ranked candidates (None: all, or those named by ``keys``).
         keys: ``name@vN`` (or ``name``) keys to warm instead of a top-N.
-        budget_gb: KV memory budget in GB (1e9 bytes); needs ``kv_bytes_per_token`` (or the
-            record's ``memory.kv_bytes_per_token``).
-        block_size: cache block size for alignment and memory (default: the record's granularity).
-        token_lookup: ``key -> token ids`` used when a candidate's ids were withheld (the store).
+        budget_gb: KV memory budget in GB (1e9 bytes); needs ``kv_bytes_per_token``.
+        kv_bytes_per_token: KV bytes per token of the served model
+            (:mod:`prefixplan.savings.kvsize`).
+        block_size: cache block size for alignment and memory (default: the source's).
 
     Raises:
         UsageError: bad arguments, unknown keys, or a budget without KV bytes per token.
     """
     if top is not None and top < 1:
         raise UsageError(f"--top must be >= 1, got {top}")
-    gran = record.get("granularity") if isinstance(record.get("granularity"), Mapping) else {}
-    block = int(block_size or gran.get("block_size") or DEFAULT_BLOCK_SIZE)
+    block = int(block_size or source.block_size or DEFAULT_BLOCK_SIZE)
     if block < 1:
         raise UsageError(f"block size must be >= 1, got {block}")
-    memory = record.get("memory") if isinstance(record.get("memory"), Mapping) else {}
-    kv_bpt = kv_bytes_per_token or memory.get("kv_bytes_per_token")
-    all_cands = {c.rank: c for c in _cands(record, token_lookup)}
+    kv_bpt = kv_bytes_per_token
+    all_cands = {c.rank: c for c in source.candidates}
     parents = _parents(all_cands)
 
     skipped: list[tuple[int, str]] = []
@@ -329,7 +304,7 @@ def plan_from_record(
         c = all_cands[r]
         if c.skip_reason:
             skipped.append((r, c.skip_reason))
-        elif c.ids is None:
+        elif c.token_ids is None:
             skipped.append((r, "token ids withheld (privacy) and not in the store"))
         elif c.length < block:
             skipped.append((r, f"shorter than one cache block ({c.length} < {block} tokens)"))
@@ -379,7 +354,7 @@ def plan_from_record(
             continue
         c = all_cands[r]
         covers = tuple(sorted(a for a in _ancestors(r, parents) if a in selected))
-        ids = c.ids
+        ids = c.token_ids
         assert ids is not None
         name, ver = parse_key_ref(c.key) if c.key else (c.name, None)
         items.append(
@@ -409,19 +384,12 @@ def plan_from_record(
         selected=tuple(sorted(selected)),
         skipped=tuple(sorted(skipped)),
         block_size=block,
-        tokenizer=record.get("tokenizer") if isinstance(record.get("tokenizer"), Mapping) else None,
+        tokenizer=source.tokenizer,
         budget_bytes=budget_bytes,
         kv_bytes_per_token=float(kv_bpt) if kv_bpt else None,
         memory_tokens=memory_tokens,
         value_tokens=sum(all_cands[r].value for r in chain_nodes),
     )
-
-
-def prefill_seconds(new: int, cached: int, profile: Mapping[str, Any] | None = None) -> float:
-    """``a + b*new + c*new*(cached + new/2)`` with the profile's coefficients."""
-    p = profile or DEFAULT_PROFILE
-    a, b, c = float(p["a_s"]), float(p["b_s_per_token"]), float(p["c_s_per_token2"])
-    return a + b * new + c * new * (cached + new / 2)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -432,27 +400,15 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def estimate_prefill(plan: WarmPlan, profile: Mapping[str, Any] | None = None) -> list[float]:
+def estimate_prefill(plan: WarmPlan, profile: PrefillProfile | None = None) -> list[float]:
     """Estimated prefill seconds of each item when sent in order on one cold replica
     (an item reuses the block-aligned prefix it shares with items sent before it)."""
+    profile = profile or load_profile(None)
     out: list[float] = []
     sent: list[tuple[int, ...]] = []
     for item in plan.items:
         shared = max((_common_prefix(item.token_ids, s) for s in sent), default=0)
         cached = (shared // plan.block_size) * plan.block_size
-        out.append(prefill_seconds(item.length + 1 - cached, cached, profile))
+        out.append(float(profile.seconds(item.length + 1 - cached, cached)))
         sent.append(item.token_ids)
     return out
-
-
-def kv_bytes_per_token_from_config(config: Mapping[str, Any], dtype_bytes: int | None = None) -> float:
-    """``2 x layers x kv_heads x head_dim x dtype bytes`` from a Hugging Face ``config.json``."""
-    cfg = config.get("text_config", config) if isinstance(config.get("text_config"), Mapping) else config
-    layers = int(cfg["num_hidden_layers"])
-    heads = int(cfg.get("num_attention_heads", 1))
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    if dtype_bytes is None:
-        dt = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-        dtype_bytes = 4 if "32" in dt else 1 if "8" in dt else 2
-    return float(2 * layers * kv_heads * head_dim * dtype_bytes)

@@ -8,7 +8,7 @@ questions give two requests that share exactly the prefix, which is how a warm-u
 verification probe are built when a server must render the prompt itself (generic
 OpenAI-compatible servers).
 
-Analysis candidates carry no messages, only ``example: {source, line}`` (their
+Analysis candidates carry no messages, only ``example`` (source and line of their
 representative request) and ``parts``; :func:`form_from_example` reads that log line again.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prefixplan.analysis.record import CandidatePart, ExampleRef
 from prefixplan.errors import PrefixplanError
 
 # Questions appended after a prefix: different first characters (and so different first
@@ -82,14 +83,14 @@ def _tool_name(tool: Mapping[str, Any]) -> str | None:
 
 
 def form_from_request(messages: Sequence[Mapping[str, Any]] | None, tools: Sequence[Mapping[str, Any]] | None,
-                      parts: Sequence[Mapping[str, Any]]) -> tuple[PromptForm | None, str]:
+                      parts: Sequence[CandidatePart]) -> tuple[PromptForm | None, str]:
     """The chat form of a candidate whose prefix covers ``parts`` of this request.
 
     Supported: prefixes made of the leading system/developer messages and tool schemas (labels
     ``system``, ``tools``, ``system+tools``), which end where the first user message starts.
     Returns ``(form, "")`` or ``(None, why not)``.
     """
-    kinds = [str(p.get("kind")) for p in parts if p.get("kind") != "template"]
+    kinds = [p.kind for p in parts if p.kind != "template"]
     other = sorted(set(kinds) - {"system", "tool"})
     if other:
         return None, (f"the prefix includes {', '.join(other)} content; only system and tool prefixes can be "
@@ -100,7 +101,7 @@ def form_from_request(messages: Sequence[Mapping[str, Any]] | None, tools: Seque
     lead = [dict(m) for m in messages[:n_system]]
     if any(m.get("role") not in ("system", "developer") for m in lead) or len(lead) < n_system:
         return None, "the example request's leading messages do not match the prefix's system parts"
-    covered = [str(p.get("text")) for p in parts if p.get("kind") == "tool"]
+    covered = [str(p.text) for p in parts if p.kind == "tool"]
     chosen: tuple[dict[str, Any], ...] | None = None
     if covered:
         by_name = {_tool_name(t): t for t in tools or ()}
@@ -110,15 +111,15 @@ def form_from_request(messages: Sequence[Mapping[str, Any]] | None, tools: Seque
     return PromptForm(mode="chat", messages=tuple(lead), tools=chosen), ""
 
 
-def form_from_example(example: Mapping[str, Any], parts: Sequence[Mapping[str, Any]],
+def form_from_example(example: ExampleRef, parts: Sequence[CandidatePart],
                       fmt: str = "auto") -> tuple[PromptForm | None, str]:
     """Read the representative request ``{source, line}`` of a candidate from its log again and
     return its chat form (see :func:`form_from_request`)."""
     from prefixplan.logs import LineErrors, iter_requests
     from prefixplan.logs.read import ReadOptions
 
-    source, line = example.get("source"), example.get("line")
-    if not source or not isinstance(line, int):
+    source, line = example.source, example.line
+    if not source or line < 1:
         return None, "the candidate names no example request"
     if source == "-":
         return None, "the example request was read from stdin"

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.keys.recipes import Recipe, display_path
+from prefixplan.warm.plan import WarmCandidate, WarmSource
 from prefixplan.warm.prompts import (
     EXTRA_QUESTIONS,
     PROBE_QUESTION,
@@ -148,7 +150,7 @@ def _select(recipes: Sequence[Recipe], keys: Sequence[str] | None) -> list[Recip
     return out
 
 
-def record_from_recipes(
+def source_from_recipes(
     recipes: Sequence[Recipe],
     *,
     tokenizer: str | None = None,
@@ -157,9 +159,9 @@ def record_from_recipes(
     keys: Sequence[str] | None = None,
     lock: Any = None,
     load: Callable[[str], Any] | None = None,
-) -> dict[str, Any]:
-    """An analysis-shaped record (``candidates`` with token ids, ``tokenizer`` with probe ids)
-    made of rendered recipes, for :func:`prefixplan.warm.plan.plan_from_record`.
+) -> WarmSource:
+    """The rendered recipes as warm candidates (token ids cut at the user's question) with the
+    tokenizer's probe ids, for :func:`prefixplan.warm.plan.plan_warm`.
 
     Args:
         recipes: loaded recipes (:func:`prefixplan.keys.recipes.load_recipes`).
@@ -195,51 +197,43 @@ def record_from_recipes(
                 loaded[spec] = load_renderer(spec)
         return loaded[spec]
 
-    cands: list[dict[str, Any]] = []
+    cands: list[WarmCandidate] = []
     probes: dict[str, list[int]] = {}
     for rank, recipe in enumerate(chosen, start=1):
         spec = tokenizer or recipe.tokenizer or (f"vllm:{endpoint.base_url}" if endpoint is not None else None)
         if spec is None:
             raise UsageError(f"recipe {recipe.key} names no tokenizer and no endpoint is given",
                              hint="pass --tokenizer SPEC or --endpoint URL (its /tokenize renders the recipe)")
-        cand: dict[str, Any] = {
-            "rank": rank, "name": recipe.name, "key": str(recipe.key), "namespace": recipe.model,
-            "model": recipe.model, "label": "recipe", "parent": None, "content_hash": recipe.content_hash,
-            "pin": recipe.pin, "recipe": f"{display_path(recipe.file)}: {recipe.field_path}", "tokenizer": spec,
-        }
+        base = WarmCandidate(rank=rank, name=recipe.name, key=str(recipe.key), token_ids=None, length=0,
+                             namespace=recipe.model, model=recipe.model, label="recipe")
         entry = lock.entries.get(str(recipe.key)) if lock is not None else None
-        if entry is not None:
-            cand["locked_hash"] = entry.hash
         if entry is not None and entry.hash != recipe.content_hash:
-            cand.update(token_ids=None, length=0, marginal_tokens=0, skip_reason=(
+            cands.append(replace(base, skip_reason=(
                 f"content differs from the lock's {recipe.key} (bump the version and run prefixplan lock; "
-                "prefixplan check names the change)"))
-            cands.append(cand)
+                "prefixplan check names the change)")))
             continue
         renderer = renderer_for(spec)
         try:
             rendered = render_recipe(recipe, renderer)
         except TokenizerError as err:
-            cand.update(token_ids=None, length=0, marginal_tokens=0, skip_reason=f"cannot render with {spec}: {err}")
-            cands.append(cand)
+            cands.append(replace(base, skip_reason=f"cannot render with {spec}: {err}"))
             continue
         if spec not in probes:
             ids, _ = renderer.encode_text(TOKENIZER_PROBE_TEXT, add_special_tokens=False)
             probes[spec] = [int(i) for i in ids]
-        cand.update(token_ids=list(rendered.token_ids), length=len(rendered.token_ids),
-                    marginal_tokens=len(rendered.token_ids), prompt_form=rendered.form.to_dict(), cut=rendered.cut)
-        cands.append(cand)
+        cands.append(replace(base, token_ids=rendered.token_ids, length=len(rendered.token_ids),
+                             value=len(rendered.token_ids), form=rendered.form))
     distinct = {json.dumps(p) for p in probes.values()}
     if len(distinct) > 1:
         raise UsageError("the recipes name tokenizers that disagree (" + ", ".join(sorted(probes)) + ")",
                          hint="warm them separately (--keys) or pass one --tokenizer")
-    tok: dict[str, Any] | None = None
+    tok: TokenizerInfo | None = None
     if probes:
         spec = next(iter(probes))
         r = loaded[spec]
-        tok = {"spec": spec, "label": getattr(r, "label", spec), "fingerprint": getattr(r, "fingerprint", None),
-               "exact": bool(getattr(r, "exact", True)), "probe_ids": probes[spec]}
-    return {"schema_version": 1, "source": "recipes", "tokenizer": tok, "granularity": {}, "candidates": cands}
+        tok = TokenizerInfo(spec=spec, label=getattr(r, "label", spec), fingerprint=getattr(r, "fingerprint", None),
+                            exact=bool(getattr(r, "exact", True)), probe_ids=tuple(probes[spec]))
+    return WarmSource(candidates=tuple(cands), tokenizer=tok, origin="recipes")
 
 
 def load_lock_if_present(path: str | Path | None) -> Any:

@@ -44,6 +44,7 @@ from prefixplan.engines.base import (
     EngineRequestError,
     with_retries,
 )
+from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.core.granularity import aligned
 from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
 from prefixplan.warm.plan import WarmItem, WarmPlan
@@ -157,14 +158,14 @@ def default_connector(endpoint: Endpoint, options: WarmOptions) -> EngineAdapter
     )
 
 
-def expected_probe_ids(tokenizer: Mapping[str, Any] | None) -> tuple[list[int] | None, str]:
+def expected_probe_ids(tokenizer: TokenizerInfo | None) -> tuple[list[int] | None, str]:
     """Probe ids of the analysis tokenizer: stored ``probe_ids``, else rendered from its spec."""
     if not tokenizer:
         return None, "the analysis names no tokenizer"
-    stored = tokenizer.get("probe_ids")
+    stored = list(tokenizer.probe_ids) if tokenizer.probe_ids is not None else None
     if isinstance(stored, list):
         return [int(i) for i in stored], "stored"
-    spec = tokenizer.get("spec")
+    spec = tokenizer.spec
     if not spec:
         return None, "the analysis tokenizer has no spec"
     try:
@@ -176,11 +177,11 @@ def expected_probe_ids(tokenizer: Mapping[str, Any] | None) -> tuple[list[int] |
     return [int(i) for i in ids], "rendered"
 
 
-def _describe_tokenizer(tokenizer: Mapping[str, Any] | None) -> str:
+def _describe_tokenizer(tokenizer: TokenizerInfo | None) -> str:
     if not tokenizer:
         return "the analysis tokenizer"
-    label = tokenizer.get("label") or tokenizer.get("spec") or "?"
-    fp = tokenizer.get("fingerprint")
+    label = tokenizer.label or tokenizer.spec or "?"
+    fp = tokenizer.fingerprint
     return f"analysis tokenizer {label}" + (f" ({fp})" if fp else "")
 
 
@@ -217,7 +218,7 @@ def probe_prompt(ids: Sequence[int], suffix_tokens: int = 2) -> list[int]:
 
 
 def _preflight(rep: _Replica, options: WarmOptions, connector: Connector, expected: list[int] | None,
-               why_unchecked: str, tokenizer: Mapping[str, Any] | None) -> None:
+               why_unchecked: str, tokenizer: TokenizerInfo | None) -> None:
     try:
         adapter = with_retries(lambda: connector(rep.endpoint, options), retries=options.retries, backoff=options.backoff)
         rep.adapter = adapter

@@ -8,11 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.errors import ExitCode, UsageError
-from prefixplan.warm.plan import (
-    WarmPlan,
-    kv_bytes_per_token_from_config,
-    plan_from_record,
-)
+from prefixplan.savings.prefill import PrefillProfile
+from prefixplan.warm.plan import WarmPlan, WarmSource, plan_warm
 from prefixplan.warm.run import (
     ItemResult,
     WarmOptions,
@@ -54,7 +51,7 @@ class WarmRequest:
 class WarmOutcome:
     plan: WarmPlan
     reports: tuple[WarmReport, ...] = ()
-    profile: dict[str, Any] | None = None
+    profile: PrefillProfile | None = None
 
     @property
     def exit_code(self) -> int:
@@ -70,66 +67,59 @@ class WarmOutcome:
         return last
 
 
-def build_plan(req: WarmRequest) -> WarmPlan:
-    """The plan for ``req`` (no network, except rendering recipes through a server's ``/tokenize``)."""
-    import json
-    from pathlib import Path
+def build_source(req: WarmRequest) -> WarmSource:
+    """Where ``req``'s candidates come from: recipes, an analysis file, registered keys, or the
+    store's newest analysis."""
+    from prefixplan.analysis.record import load_record
+    from prefixplan.warm.source import latest_source, source_from_record, source_from_store_keys, store_token_lookup
 
-    from prefixplan.warm.source import (
-        latest_record,
-        load_record,
-        record_from_store_keys,
-        store_token_lookup,
-    )
-
-    top = req.top
     if req.recipes:
         if req.analysis:
             raise UsageError("--recipes and --analysis exclude each other")
-        record = recipes_record(req)
-    elif req.analysis:
-        record = load_record(req.analysis)
-    elif req.keys:
+        return recipes_source(req)
+    if req.analysis:
+        return source_from_record(load_record(req.analysis), store_token_lookup(req.db))
+    if req.keys:
         try:
-            record = latest_record(req.db)
+            source = latest_source(req.db)
         except UsageError:
-            record = record_from_store_keys(req.keys, req.db)
-        else:
-            names = {c.get("key") for c in record.get("candidates", [])}
-            if not all(k in names for k in req.keys):
-                record = record_from_store_keys(req.keys, req.db)
-    else:
-        record = latest_record(req.db)
+            return source_from_store_keys(req.keys, req.db)
+        names = {c.key for c in source.candidates}
+        return source if all(k in names for k in req.keys) else source_from_store_keys(req.keys, req.db)
+    return latest_source(req.db)
+
+
+def build_plan(req: WarmRequest) -> WarmPlan:
+    """The plan for ``req`` (no network, except rendering recipes through a server's ``/tokenize``)."""
+    source = build_source(req)
     kv = req.kv_bytes_per_token
     if kv is None and req.model_config:
-        try:
-            cfg = json.loads(Path(req.model_config).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise UsageError(f"--model-config {req.model_config}: {err}") from None
-        kv = kv_bytes_per_token_from_config(cfg)
+        from prefixplan.savings.kvsize import load_config
+
+        kv = load_config(req.model_config).bytes_per_token
+    top = req.top
     if not req.recipes and top is None:
         top = DEFAULT_TOP
-    return plan_from_record(
-        record,
+    return plan_warm(
+        source,
         top=None if req.keys else top,
         keys=list(req.keys) or None,
         budget_gb=req.budget_gb,
         kv_bytes_per_token=kv,
         block_size=req.options.block_size,
-        token_lookup=store_token_lookup(req.db),
     )
 
 
-def recipes_record(req: WarmRequest) -> dict[str, Any]:
-    """The rendered recipes of ``req.recipes`` as an analysis-shaped record (no warming)."""
+def recipes_source(req: WarmRequest) -> WarmSource:
+    """The rendered recipes of ``req.recipes`` (no warming)."""
     from prefixplan.keys.recipes import load_recipes
-    from prefixplan.warm.recipes import load_lock_if_present, record_from_recipes
+    from prefixplan.warm.recipes import load_lock_if_present, source_from_recipes
     from prefixplan.warm.source import endpoints_from_options
 
     assert req.recipes is not None
     recipes = load_recipes(req.recipes)
     endpoints = endpoints_from_options(req.endpoints, req.endpoints_file, req.api_key_env)
-    return record_from_recipes(
+    return source_from_recipes(
         recipes, tokenizer=req.tokenizer, endpoint=endpoints[0] if endpoints else None, model=req.options.model,
         keys=list(req.keys) or None, lock=load_lock_if_present(req.lock),
     )
@@ -146,11 +136,11 @@ def warm(
     """Plan, then (unless ``dry_run``) warm every endpoint, record each result in the store,
     and with ``every_s`` repeat until ``for_s``/``rounds``/SIGTERM.
     """
-    from prefixplan.warm.calibrate import load_profile
+    from prefixplan.store import resolve_profile
     from prefixplan.warm.keepalive import keepalive
     from prefixplan.warm.source import endpoints_from_options
 
-    profile = load_profile(req.profile) if req.profile else None
+    profile = resolve_profile(req.profile, req.db) if req.profile else None
     plan = build_plan(req)
     if req.dry_run:
         return WarmOutcome(plan=plan, profile=profile)

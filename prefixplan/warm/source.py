@@ -13,60 +13,79 @@ Endpoint file (YAML)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, TokenizerInfo, load_record
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import InputError, PrefixplanError, UsageError
+from prefixplan.keys import parse_key_ref
+from prefixplan.warm.plan import WarmCandidate, WarmSource
 
 _SECRET_FIELDS = ("api_key", "apikey", "token", "password", "authorization")
 
 
-def load_record(path: str | Path) -> dict[str, Any]:
-    """An analysis record written by ``prefixplan analyze --json FILE``."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"{p}: cannot read analysis record: {err}") from None
-    except json.JSONDecodeError as err:
-        raise InputError(f"{p}: not JSON: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):
-        raise InputError(f"{p}: not an analysis record (no 'candidates' list)")
-    return data
+def candidate_from_record(c: CandidateRecord, lookup: Callable[[str], Sequence[int] | None] | None = None
+                          ) -> WarmCandidate:
+    """An analysis candidate as a warm candidate (withheld ids filled from the store when the
+    candidate has a registered key that ``lookup`` knows)."""
+    ids = c.token_ids
+    if ids is None and c.key and lookup is not None:
+        found = lookup(c.key)
+        ids = tuple(int(i) for i in found) if found is not None else None
+    return WarmCandidate(
+        rank=c.rank,
+        name=c.name or (parse_key_ref(c.key)[0] if c.key else f"prefix-{c.rank}"),
+        key=c.key,
+        token_ids=ids,
+        length=len(ids) if ids is not None else c.length,
+        value=c.marginal_tokens,
+        namespace=c.namespace or None,
+        model=c.model,
+        label=c.label,
+        token_hash=c.token_hash,
+        parent=c.parent,
+        example=c.example,
+        parts=c.parts,
+    )
 
 
-def latest_record(db: str | None = None) -> dict[str, Any]:
+def source_from_record(record: AnalysisRecord, lookup: Callable[[str], Sequence[int] | None] | None = None
+                       ) -> WarmSource:
+    """The candidates of an analysis record (``prefixplan analyze --json``)."""
+    return WarmSource(candidates=tuple(candidate_from_record(c, lookup) for c in record.candidates),
+                      tokenizer=None if record.tokenizer.spec == "trace" else record.tokenizer,
+                      block_size=record.block_size, origin="analysis")
+
+
+def latest_source(db: str | None = None) -> WarmSource:
     """The newest analysis in the store: its JSON record file when still present, else the
-    stored candidates (without tokenizer probe information).
+    stored candidates (the store keeps no tokenizer probe, so pre-flight cannot compare ids).
 
     Raises:
         UsageError: the store holds no analysis.
     """
     from prefixplan.store import open_store
 
+    lookup = store_token_lookup(db)
     with open_store(db) as store:
         runs = store.analyses()
         if not runs:
-            raise UsageError("the store holds no analysis", hint="run prefixplan analyze LOG --json FILE first, or pass --analysis FILE")
+            raise UsageError("the store holds no analysis",
+                             hint="run prefixplan analyze LOG --json FILE first, or pass --analysis FILE")
         newest = runs[0]
         path = newest.get("record_path")
         if path and Path(path).is_file():
-            return load_record(path)
-        summary = newest.get("summary") or {}
-        return {
-            "schema_version": 1,
-            "tokenizer": summary.get("tokenizer"),
-            "granularity": summary.get("granularity") or {},
-            "candidates": store.analysis_candidates(int(newest["id"])),
-        }
+            return source_from_record(load_record(path), lookup)
+        stored = store.analysis_candidates(int(newest["id"]))
+    cands = tuple(candidate_from_record(CandidateRecord.from_json(c, f"stored analysis {newest['id']}: candidates[{i}]"),
+                                        lookup) for i, c in enumerate(stored))
+    return WarmSource(candidates=cands, tokenizer=None, block_size=None, origin="store")
 
 
 def store_token_lookup(db: str | None = None) -> Callable[[str], Sequence[int] | None]:
     """``key -> token ids`` from the store's versions (None when not stored)."""
-    from prefixplan.keys import parse_key_ref
 
     def lookup(key: str) -> Sequence[int] | None:
         from prefixplan.store import open_store
@@ -84,11 +103,9 @@ def store_token_lookup(db: str | None = None) -> Callable[[str], Sequence[int] |
     return lookup
 
 
-def record_from_store_keys(keys: Sequence[str], db: str | None = None) -> dict[str, Any]:
-    """A minimal analysis record made of registered keys' stored token ids (for ``--keys``
-    without an analysis)."""
+def source_from_store_keys(keys: Sequence[str], db: str | None = None) -> WarmSource:
+    """Registered keys with their stored token ids (``warm --keys`` without an analysis)."""
     from prefixplan.store import open_store
-    from prefixplan.keys import parse_key_ref
 
     cands = []
     fingerprint = None
@@ -100,13 +117,13 @@ def record_from_store_keys(keys: Sequence[str], db: str | None = None) -> dict[s
                 raise UsageError(f"key {key} is not registered", hint="see prefixplan keys list")
             ids = store.token_ids(rec.name, rec.version)
             fingerprint = fingerprint or rec.tokenizer_fingerprint
-            cands.append({
-                "rank": rank, "name": rec.name, "key": str(rec.key), "namespace": rec.namespace,
-                "length": rec.token_count or (len(ids) if ids else 0), "token_ids": ids,
-                "token_hash": rec.token_hash, "marginal_tokens": 0, "parent": None,
-            })
-    tok = {"fingerprint": fingerprint} if fingerprint else None
-    return {"schema_version": 1, "tokenizer": tok, "granularity": {}, "candidates": cands}
+            cands.append(WarmCandidate(
+                rank=rank, name=rec.name, key=str(rec.key), token_ids=tuple(ids) if ids is not None else None,
+                length=rec.token_count or (len(ids) if ids else 0), namespace=rec.namespace,
+                token_hash=rec.token_hash, label=rec.kind,
+            ))
+    tok = TokenizerInfo(spec="", label="stored key", fingerprint=fingerprint, exact=True) if fingerprint else None
+    return WarmSource(candidates=tuple(cands), tokenizer=tok, origin="store")
 
 
 def endpoints_from_options(urls: Sequence[str], file: str | Path | None, api_key_env: str | None) -> list[Endpoint]:

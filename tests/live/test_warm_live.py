@@ -121,7 +121,7 @@ def _predict(record: dict, lines: list[dict], model_dir: Path, block: int, top: 
     from prefixplan.simulate.models import infinite_hits
     from prefixplan.simulate.trace import SimRequest, build_trace
     from prefixplan.core.types import Request
-    from prefixplan.warm.plan import plan_from_record
+    from records import plan_from_record
     from prefixplan.warm.run import probe_prompt, warm_prompt
 
     renderer = load_renderer(f"hf:{model_dir}")
@@ -282,7 +282,7 @@ def test_warm_recipes_live_then_real_chat_request_hits(vllm_server, tmp_path: Pa
     (system + tools + a new question; system + documents + a new question) reuse the prefix."""
     from prefixplan.engines.base import Endpoint
     from prefixplan.keys.recipes import load_recipes
-    from prefixplan.warm.recipes import record_from_recipes
+    from prefixplan.warm.recipes import source_from_recipes
 
     vllm_server.reset()
     rdir, system, tools, docs = _live_recipes(tmp_path)
@@ -294,9 +294,9 @@ def test_warm_recipes_live_then_real_chat_request_hits(vllm_server, tmp_path: Pa
     by_key = {r["key"]: r for r in warm["results"]}
     assert set(by_key) == {"acme-support@v4", "acme-handbook@v1"}
     # The local Qwen3 rendering (hf:) of the recipes equals the server's (vllm:).
-    local = record_from_recipes(load_recipes(rdir), tokenizer=f"hf:{vllm_server.model_dir}")
-    remote = record_from_recipes(load_recipes(rdir), endpoint=Endpoint(vllm_server.url))
-    assert [c["token_ids"] for c in local["candidates"]] == [c["token_ids"] for c in remote["candidates"]]
+    local = source_from_recipes(load_recipes(rdir), tokenizer=f"hf:{vllm_server.model_dir}")
+    remote = source_from_recipes(load_recipes(rdir), endpoint=Endpoint(vllm_server.url))
+    assert [c.token_ids for c in local.candidates] == [c.token_ids for c in remote.candidates]
     block = vllm_server.block_size
     figures = {}
     with httpx.Client(base_url=vllm_server.url, timeout=120) as c:

@@ -1,0 +1,144 @@
+"""What an analysis shows of a prefix: short previews of segment texts, and the typed
+:class:`~prefixplan.analysis.record.CandidateRecord` built from a ranked candidate.
+
+Privacy rule (docs/analyze.md): a candidate shared by fewer than ``min_tenants`` distinct users
+keeps only counts and hashes (``withheld``); system text and tool names are shown otherwise;
+user-authored text (user, assistant, tool results, documents) only with ``show_user_text``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prefixplan.analysis.candidates import Candidate
+from prefixplan.analysis.radix import RadixTree
+from prefixplan.analysis.record import CandidatePart, CandidateRecord, ExampleRef
+from prefixplan.core.hashes import token_hash
+from prefixplan.core.types import Chunk, Request, Segment
+from prefixplan.render.spans import message_text
+
+PREVIEW_CHARS = 80
+LINEAGE_HEAD_CHARS = 2000
+_TEXT_KINDS = ("system", "user", "assistant", "tool_result")
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """What the analysis keeps of each request after rendering (no token arrays)."""
+
+    source: str
+    line_no: int
+    segments: tuple[Segment, ...]
+    chunks: tuple[Chunk, ...]
+    length: int
+    reused: int
+    tenant: str | None
+
+
+class Previews:
+    """Short previews per distinct segment text, keyed by the segment's text hash (no text is
+    hashed again here), and the head of each system text for lineage naming."""
+
+    def __init__(self) -> None:
+        self.previews: dict[str, tuple[str, str, int]] = {}  # text hash -> (role, preview, chars)
+        self.heads: dict[str, str] = {}  # system text hash -> its first LINEAGE_HEAD_CHARS chars
+
+    def remember(self, req: Request, segments: Sequence[Segment]) -> None:
+        messages = req.messages or ()
+        for seg in segments:
+            if seg.kind == "template" or seg.text_hash in self.previews:
+                continue
+            if seg.kind == "tool":
+                self.previews[seg.text_hash] = ("tool", seg.name or "tool", 0)
+            elif seg.kind in _TEXT_KINDS and seg.index < len(messages):
+                msg = messages[seg.index]
+                text = message_text(msg.get("content"))
+                self.previews[seg.text_hash] = (str(msg.get("role")), short(text), len(text))
+                if seg.kind == "system":
+                    self.heads[seg.text_hash] = text[:LINEAGE_HEAD_CHARS]
+
+
+def short(text: str) -> str:
+    """``text`` on one line, cut to :data:`PREVIEW_CHARS` characters."""
+    text = " ".join(text[: 4 * PREVIEW_CHARS].split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def candidate_record(
+    c: Candidate,
+    tree: RadixTree,
+    previews: Previews,
+    info: RequestInfo,
+    *,
+    min_tenants: int,
+    show_user_text: bool,
+    fingerprint: str | None,
+) -> CandidateRecord:
+    """The recorded form of one ranked candidate (privacy rule in the module docstring)."""
+    shared_enough = c.tenants >= min_tenants or c.tenants_capped
+    tokens = tree.path_tokens(c.node_id)[: c.length] if shared_enough else None
+    parts: list[CandidatePart] = []
+    system_head = None
+    if shared_enough:
+        for kind, start, end, name in c.segments:
+            if kind == "template":
+                continue
+            seg = next((s for s in info.segments if s.start == start and s.kind == kind), None)
+            prev = previews.previews.get(seg.text_hash) if seg is not None else None
+            if kind == "system" and seg is not None and system_head is None:
+                system_head = previews.heads.get(seg.text_hash)
+            if kind == "tool":
+                parts.append(CandidatePart(kind, end - start, name))
+            elif kind == "system" or (show_user_text and prev):
+                parts.append(CandidatePart(kind, end - start, prev[1] if prev else None))
+            else:
+                parts.append(CandidatePart(kind, end - start, None))
+    return CandidateRecord(
+        rank=c.id + 1,
+        namespace=c.namespace,
+        model=c.namespace.split("|", 1)[0],
+        label=c.label,
+        kinds=tuple(c.kinds),
+        length=c.length,
+        raw_length=c.raw_length,
+        hits=c.hits,
+        tenants=c.tenants,
+        tenants_capped=c.tenants_capped,
+        first_seen=c.first_seen,
+        last_seen=c.last_seen,
+        parent=c.parent + 1 if c.parent is not None else None,  # rank of the nesting parent
+        reusable_tokens=c.reusable_tokens,
+        marginal_tokens=c.marginal_tokens,
+        withheld=not shared_enough,
+        token_ids=tuple(int(t) for t in tokens) if tokens is not None else None,
+        token_hash=token_hash(fingerprint or "", tokens) if tokens is not None else None,
+        preview=preview_line(parts) if shared_enough else None,
+        parts=tuple(parts),
+        system_head=system_head,
+        example=ExampleRef(info.source, info.line_no),
+    )
+
+
+def preview_line(parts: Sequence[CandidatePart]) -> str:
+    """One line: each text part shortened, runs of tools summarised by count and first names."""
+    out: list[str] = []
+    tools: list[str] = []
+
+    def flush_tools() -> None:
+        if tools:
+            names = ", ".join(tools[:3]) + (", …" if len(tools) > 3 else "")
+            out.append(f"{len(tools)} tool{'s' if len(tools) > 1 else ''} ({names})")
+            tools.clear()
+
+    for p in parts:
+        if p.kind == "tool":
+            tools.append(str(p.text))
+            continue
+        flush_tools()
+        if p.text:
+            out.append(f"{p.kind}: {p.text[:60]}")
+        else:
+            out.append(f"[{p.kind} text, {p.tokens} tokens]")
+    flush_tools()
+    return " | ".join(out)

@@ -1,0 +1,106 @@
+"""The shared front half of every pipeline: read requests (files or memory) and render them.
+
+:class:`SourceOptions` says where requests come from and how they are tokenized; analyze and
+simulate (and the public Python API) both embed it and call :func:`iter_prompts`, which
+streams :class:`~prefixplan.core.types.Prompt` records in input order. Requests the renderer
+rejects are counted with the malformed lines (reason ``render: ...``) and listed as
+:class:`RenderFailure`; with ``read.strict`` they raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefixplan.core.types import Prompt, Request
+from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_objects, iter_requests
+from prefixplan.render import RenderSet
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Where requests come from and how they become token ids.
+
+    Attributes:
+        paths: log files, globs, folders or ``-`` (stdin).
+        objects: in-memory log records instead of paths (OpenAI chat request dicts, any format
+            the log reader knows, or :class:`~prefixplan.core.types.Request` records).
+        read: format, time window, sampling, strictness.
+        tokenizer: renderer spec (``hf:PATH``, ``mistral:nemo``, ``tiktoken:NAME``, ``vllm:URL``).
+        tokenizer_map: ``model -> spec`` for logs that mix models.
+        chat_template: a Jinja template file overriding an ``hf:`` tokenizer's.
+        template_kwargs: extra chat-template variables.
+        render_batch: requests rendered together (cache misses are encoded in one call).
+    """
+
+    paths: tuple[str, ...] = ()
+    objects: Sequence[Any] | None = None
+    read: ReadOptions = field(default_factory=ReadOptions)
+    tokenizer: str | None = None
+    tokenizer_map: dict[str, str] = field(default_factory=dict)
+    chat_template: str | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    render_batch: int = 256
+
+    @property
+    def rereadable(self) -> bool:
+        """True when the input can be read a second time (not stdin)."""
+        return self.objects is not None or "-" not in self.paths
+
+    @property
+    def display(self) -> tuple[str, ...]:
+        """What to call the inputs in reports."""
+        return self.paths if self.objects is None else ("<memory>",)
+
+    def renderers(self) -> RenderSet:
+        """A fresh :class:`RenderSet` for these options (renderers load lazily)."""
+        return RenderSet(self.tokenizer, dict(self.tokenizer_map), self.chat_template, dict(self.template_kwargs))
+
+
+@dataclass(frozen=True, slots=True)
+class RenderFailure:
+    """A request the renderer rejected (also counted as a line error)."""
+
+    source: str
+    line_no: int
+    reason: str
+
+
+def iter_source_requests(source: SourceOptions, errors: LineErrors) -> Iterator[Request]:
+    """The requests of ``source`` in input order (malformed lines counted in ``errors``)."""
+    if source.objects is not None:
+        return iter_objects(source.objects, source.read, errors)
+    return iter_requests(expand_paths(source.paths), source.read, errors)
+
+
+def iter_prompts(
+    source: SourceOptions,
+    errors: LineErrors,
+    renderers: RenderSet | None = None,
+    *,
+    transform: Callable[[Request], Request] | None = None,
+    failures: list[RenderFailure] | None = None,
+) -> Iterator[Prompt]:
+    """Read and render ``source`` in order (the module docstring).
+
+    Args:
+        source: inputs and tokenizer options.
+        errors: receives malformed lines and render failures.
+        renderers: reuse loaded renderers (default: ``source.renderers()``).
+        transform: rewrite each request before rendering (e.g. the documents-first what-if).
+        failures: receives each rejected request.
+    """
+    renderers = renderers or source.renderers()
+    requests: Iterator[Request] = iter_source_requests(source, errors)
+    if transform is not None:
+        requests = (transform(r) for r in requests)
+
+    def on_error(req: Request, exc: Exception) -> None:
+        if source.read.strict:
+            raise exc
+        errors.add(req.source, req.line_no, "render: " + str(exc).replace(f"{req.source}:{req.line_no}: ", ""))
+        if failures is not None:
+            failures.append(RenderFailure(req.source, req.line_no, str(exc)))
+
+    yield from renderers.render_stream(requests, batch=source.render_batch, on_error=on_error)

@@ -1,0 +1,128 @@
+"""From rendered prompts to :class:`~prefixplan.simulate.trace.SimRequest`, and the simulation of a source.
+
+Logs are read and rendered exactly as ``prefixplan analyze`` does (the shared
+:func:`prefixplan.render.stream.iter_prompts`), then replayed by
+:func:`prefixplan.simulate.api.simulate`. Requests without a timestamp use their position in the
+stream as the arrival time. Anthropic ``cache_control`` markers become token offsets: the end of
+the system segment, of the marked tool schema, or of the marked message (approximate, like every
+Anthropic rendering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from prefixplan.core.types import Prompt
+from prefixplan.logs import LineErrors
+from prefixplan.render.stream import SourceOptions, iter_prompts
+from prefixplan.simulate.api import SimConfig, SimResult, Simulation, simulate, to_json
+from prefixplan.simulate.trace import SimRequest
+
+_MESSAGE_KINDS = ("user", "assistant", "tool_result")
+DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)
+"""Tokens, for the capacity curve that ``analyze`` shows next to its candidates."""
+
+
+def breakpoint_offsets(prompt: Prompt) -> tuple[int, ...]:
+    """Token offsets (prefix lengths) of a request's ``cache_control`` breakpoints."""
+    req = prompt.request
+    if not req.breakpoints:
+        return ()
+    segs = prompt.segments
+    messages = sorted({s.index for s in segs if s.kind in _MESSAGE_KINDS})
+    out = set()
+    for bp in req.breakpoints:
+        if bp.where == "system":
+            ends = [s.end for s in segs if s.kind == "system"]
+        elif bp.where == "tools":
+            ends = [s.end for s in segs if s.kind == "tool" and s.index == bp.index] or \
+                   [s.end for s in segs if s.kind == "tool"]
+        else:
+            idx = messages[bp.index] if 0 <= bp.index < len(messages) else None
+            ends = [s.end for s in segs if s.kind in _MESSAGE_KINDS and s.index == idx]
+        if ends:
+            out.add(max(ends))
+    return tuple(sorted(out))
+
+
+def sim_request(prompt: Prompt, index: int) -> SimRequest:
+    """One rendered prompt as simulation input (``index``: its position in the stream)."""
+    req = prompt.request
+    return SimRequest(
+        time=float(req.time) if req.time is not None else float(index),
+        namespace=req.namespace,
+        tokens=prompt.tokens,
+        output_len=int(req.output_length or 0),
+        breakpoints=breakpoint_offsets(prompt),
+        block_scale=int(prompt.token_scale or 1),
+        index=index,
+    )
+
+
+def sim_requests(prompts: Iterable[Prompt]) -> Iterator[SimRequest]:
+    """Rendered prompts as simulation input, in stream order."""
+    for i, prompt in enumerate(prompts):
+        yield sim_request(prompt, i)
+
+
+def simulate_source(
+    source: SourceOptions,
+    config: SimConfig,
+    *,
+    pins_from: str | Path | None = None,
+    pin_top: int = 10,
+) -> tuple[SimResult, LineErrors]:
+    """Read, render and simulate ``source``; returns (result, line errors).
+
+    With ``pins_from`` (an analysis record), its top ``pin_top`` candidates become the pins
+    of the pinned partition and the hot prefixes of the eviction-risk table; their tokenizer
+    fingerprint must match the renderer used here (:class:`UsageError` otherwise).
+    """
+    from prefixplan.simulate.pins import check_fingerprints, load_pins
+
+    renderers = source.renderers()
+    if pins_from is not None:
+        selection = load_pins(pins_from, pin_top)
+        check_fingerprints(selection, renderers)
+        notes = list(selection.notes)
+        if not selection.prefixes:
+            notes.append(f"no pins: none of the top {pin_top} candidates of {pins_from} has token ids")
+        else:
+            notes.append(f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
+                         + ", ".join(p.label for p in selection.prefixes))
+        config = replace(config, pins=selection.pins(), hot_prefixes=selection.hot_prefixes(),
+                         notes=config.notes + tuple(notes))
+    errors = LineErrors()
+    result = simulate(sim_requests(iter_prompts(source, errors, renderers)), config)
+    return result, errors
+
+
+def headline_simulation(
+    engine: str = "vllm",
+    block_size: int | None = None,
+    capacities: Sequence[float] = DEFAULT_CAPACITIES,
+    configured_capacity: float | None = None,
+) -> Simulation:
+    """The simulation ``analyze`` runs beside its candidates: in-batch vs persistent cache and an
+    LRU capacity curve at the analysis granularity (savings at ``configured_capacity`` when
+    given, else at the unbounded cache)."""
+    caps = tuple(sorted(set(capacities) | ({configured_capacity} if configured_capacity else set())))
+    return Simulation(SimConfig(
+        engine=engine,
+        block_size=block_size,
+        capacities=caps,
+        headline_capacity=configured_capacity,
+        headline_unbounded=configured_capacity is None,
+    ))
+
+
+def headline_json(result: SimResult, configured_capacity: float | None) -> dict[str, Any]:
+    """The record's ``simulation`` section (per-request arrays left out)."""
+    data = to_json(result)
+    for run in data.get("runs", []):
+        run.pop("cached_tokens_per_request", None)
+    data["configured_capacity_tokens"] = configured_capacity
+    return data
