@@ -73,9 +73,3 @@ class EndpointError(PrefixplanError):
     """An engine endpoint is unreachable or answered wrongly; the message names it."""
 
     exit_code = ExitCode.ENDPOINT
-
-
-class CheckFailed(PrefixplanError):
-    """`prefixplan check` found content changes or lint findings at the failing level."""
-
-    exit_code = ExitCode.FINDINGS

@@ -250,13 +250,13 @@ def test_real_simulation_renders(analyzed):
     """The simulate stage's own to_json output renders, and its curves are what is plotted."""
     import numpy as np
 
-    from prefixplan.simulate import SimConfig, SimRequest, simulate, to_json
+    from prefixplan.simulate import CacheModel, SimConfig, SimRequest, simulate, to_json
 
     rng = np.random.default_rng(3)
     shared = rng.integers(0, 50_000, 160, dtype=np.uint32)
     reqs = [SimRequest(float(i), "m", np.concatenate([shared, rng.integers(0, 50_000, 40, dtype=np.uint32)]), index=i)
             for i in range(30)]
-    sim = to_json(simulate(reqs, SimConfig(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo"))))
+    sim = to_json(simulate(reqs, SimConfig(cache=CacheModel(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo")))))
     doc = parse(render_html({**analyzed, "simulation": sim}))
     data = embedded(doc)
     assert data["sweep"] == {p: [[pt["capacity_tokens"], pt["hit_rate_tokens"]] for pt in pts] for p, pts in sim["curves"].items()}

@@ -9,7 +9,18 @@ import pytest
 
 from prefixplan.savings.kvsize import lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile
-from prefixplan.simulate import SimConfig, SimRequest, Tier, simulate, sweep, to_json, tokens_from_bytes
+from prefixplan.simulate import (
+    CacheModel,
+    SavingsModel,
+    SimConfig,
+    SimRequest,
+    Tier,
+    Workload,
+    simulate,
+    sweep,
+    to_json,
+    tokens_from_bytes,
+)
 
 
 def _toks(seed, n):
@@ -20,7 +31,7 @@ def test_two_generations_batch_window():
     sys_ = _toks(1, 160)
     reqs = [SimRequest(float(t), "m", np.concatenate([sys_, _toks(10 + i, 20)]), index=i)
             for i, t in enumerate([0.0, 1.0, 10.0, 12.0, 30.0])]
-    res = simulate(reqs, SimConfig(batch_window=5.0))
+    res = simulate(reqs, SimConfig(workload=Workload(batch_window=5.0)))
     batch = res.run(res.in_batch).cached.tolist()
     persist = res.run(res.persistent).cached.tolist()
     # in flight for 5 s: t=1 overlaps t=0, t=12 overlaps t=10; t=10 and t=30 arrive alone
@@ -55,7 +66,7 @@ def test_capacity_curve_monotone_and_json():
         assert all(0 <= r <= 1 for r in rates)
     lru = [t for _, t, _ in curves["lru"]]
     assert lru == sorted(lru)  # LRU has the inclusion property: never worse with more capacity
-    res = simulate(reqs, SimConfig(capacities=(1000,)))
+    res = simulate(reqs, SimConfig(cache=CacheModel(capacities=(1000,))))
     doc = to_json(res)
     json.dumps(doc)
     head = next(r for r in doc["runs"] if r["label"] == doc["headline"])
@@ -74,7 +85,7 @@ def test_risk_pinned_protects_hot_prefix():
         else:  # a burst of unrelated long prompts
             toks = _toks(5000 + i, 600)
         reqs.append(SimRequest(float(i), "m", toks, index=i))
-    cfg = SimConfig(capacities=(2000,), hot_prefixes=(("hot", "m", hot),), pinned_fraction=0.3)
+    cfg = SimConfig(cache=CacheModel(capacities=(2000,), pinned_fraction=0.3), workload=Workload(hot_prefixes=(("hot", "m", hot),)))
     res = simulate(reqs, cfg)
     (r,) = res.risk
     assert r.uses == 20 and r.tokens == 512
@@ -87,7 +98,7 @@ def test_savings_and_self_hosted_money():
     p = _toks(6, 1000)
     reqs = [SimRequest(0.0, "m", p), SimRequest(100.0, "m", p)]
     prof = PrefillProfile("t", a=0.01, b=1e-4, c=1e-8, gpu_hour_price=3600.0, source="measured")
-    res = simulate(reqs, SimConfig(engine="sglang", profile=prof))
+    res = simulate(reqs, SimConfig(cache=CacheModel(engine="sglang"), savings=SavingsModel(profile=prof)))
     # second request reuses 999 tokens: t(1, 999) = 0.01 + 1e-4 + 1e-8*1*(999 + 0.5)
     with_ = 0.115 + (0.01 + 1e-4 + 1e-8 * 999.5)
     assert res.savings.gpu_seconds_with == pytest.approx(with_)
@@ -102,7 +113,7 @@ def test_tiers_and_bytes_capacity():
     reqs = [SimRequest(float(i), "m", x, index=i) for i, x in enumerate([a, b, a])]
     tier = Tier("cpu", 1000, bandwidth_bytes_per_s=131_072 * 1000, latency_s=0.01)
     prof = PrefillProfile("t", a=0.0, b=0.0, c=0.0, source="measured")
-    res = simulate(reqs, SimConfig(capacities=(320,), tiers=(tier,), kv=kv, profile=prof))
+    res = simulate(reqs, SimConfig(cache=CacheModel(capacities=(320,), tiers=(tier,)), savings=SavingsModel(kv=kv, profile=prof)))
     head = res.run(res.headline)
     assert head.cached.tolist() == [0, 0, 304]  # a was demoted to CPU, then promoted
     assert head.loaded == {"cpu": 304}
@@ -121,7 +132,6 @@ def test_pins_resolve_block_level_traces_at_their_scale():
     trace = build_trace(reqs, engine_granularity("vllm", 16))
     assert len(trace.resolve(hot, "m")) == 8
     assert trace.resolve(hot, "m", 1) == []  # the same ids read as 1-token units are other blocks
-    res = simulate(reqs, SimConfig(capacities=(512 * 9,), pins=(("m", hot),), pinned_fraction=0.5,
-                                   hot_prefixes=(("hot", "m", hot),)))
+    res = simulate(reqs, SimConfig(cache=CacheModel(capacities=(512 * 9,), pins=(("m", hot),), pinned_fraction=0.5), workload=Workload(hot_prefixes=(("hot", "m", hot),))))
     (risk,) = res.risk
     assert risk.uses == 3 and risk.tokens == 8 * 512

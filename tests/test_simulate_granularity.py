@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
-from prefixplan.simulate import SimConfig, SimRequest, simulate
+from prefixplan.simulate import CacheModel, SimConfig, SimRequest, simulate
 from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 
 
@@ -32,26 +32,26 @@ def _cached(result, label=None):
 def test_full_block_reuse_vllm():
     a = _toks(1, 40)
     b = np.concatenate([a, _toks(2, 10)])  # shares 40 tokens = 2 full blocks + 8
-    res = simulate(_reqs(a, b), SimConfig(engine="vllm"))
+    res = simulate(_reqs(a, b), SimConfig(cache=CacheModel(engine="vllm")))
     assert _cached(res) == [0, 32]
     assert "16-token" in res.granularity and "vllm" in res.granularity
     # lmcache chunks of 256: the 40 shared tokens are not a full chunk
-    assert _cached(simulate(_reqs(a, b), SimConfig(engine="lmcache"))) == [0, 0]
+    assert _cached(simulate(_reqs(a, b), SimConfig(cache=CacheModel(engine="lmcache")))) == [0, 0]
     # --block-size overrides the engine default
-    assert _cached(simulate(_reqs(a, b), SimConfig(engine="vllm", block_size=8))) == [0, 40]
+    assert _cached(simulate(_reqs(a, b), SimConfig(cache=CacheModel(engine="vllm", block_size=8)))) == [0, 40]
 
 
 def test_last_token_rule():
     a = _toks(3, 32)
-    assert _cached(simulate(_reqs(a, a), SimConfig(engine="vllm"))) == [0, 16]  # not 32
+    assert _cached(simulate(_reqs(a, a), SimConfig(cache=CacheModel(engine="vllm")))) == [0, 16]  # not 32
     c = _toks(4, 10)
-    assert _cached(simulate(_reqs(c, c), SimConfig(engine="sglang"))) == [0, 9]  # page 1: all but last
+    assert _cached(simulate(_reqs(c, c), SimConfig(cache=CacheModel(engine="sglang")))) == [0, 9]  # page 1: all but last
 
 
 def test_openai_1024_128_rule():
     p = _toks(5, 2000)
     reqs = _reqs(p, p[:1100], p[:1000], p[:1300].copy(), np.concatenate([p[:1100], _toks(6, 500)]))
-    res = simulate(reqs, SimConfig(provider="openai", model="gpt-4o"))
+    res = simulate(reqs, SimConfig(cache=CacheModel(provider="openai", model="gpt-4o")))
     # 1100 -> 8 blocks = 1024; 1000 < 1024 -> 0; 1300 -> floor(1299/128)=10 -> 1280; shared 1100 -> 1024
     assert _cached(res) == [0, 1024, 0, 1280, 1024]
     assert "1024" in res.granularity and "128" in res.granularity
@@ -63,7 +63,7 @@ def test_openai_1024_128_rule():
 
 def test_openai_ttl_expiry():
     p = _toks(7, 1500)
-    res = simulate(_reqs(p, p, p, times=[0, 100, 1000]), SimConfig(provider="openai", model="gpt-4o", ttl="5m"))
+    res = simulate(_reqs(p, p, p, times=[0, 100, 1000]), SimConfig(cache=CacheModel(provider="openai", model="gpt-4o", ttl="5m")))
     assert _cached(res) == [0, 1408, 0]  # floor(1499/128)*128 = 1408; expired after 900 s idle
 
 
@@ -73,7 +73,7 @@ def test_anthropic_breakpoints_and_minimums():
     r2 = np.concatenate([sys_, _toks(10, 600)])
     r3 = np.concatenate([sys_, _toks(11, 900)])
     reqs = _reqs(r1, r2, r3, breakpoints=[[2000], [2000], [2500]])
-    res = simulate(reqs, SimConfig(provider="anthropic", model="claude-sonnet-4-5"))
+    res = simulate(reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4-5")))
     run = res.run(res.persistent)
     # r1 writes 2000; r2 reads 2000; r3 reads the 2000 entry (<= its breakpoint 2500) and writes 500
     assert run.cached.tolist() == [0, 2000, 2000]
@@ -84,7 +84,7 @@ def test_anthropic_breakpoints_and_minimums():
     assert m.cost_with == pytest.approx(expect)
     # Haiku 3.5 minimum 2048: a 2000-token breakpoint is never cached
     assert anthropic_min_tokens("claude-3-5-haiku-20241022") == 2048
-    res_h = simulate(reqs[:2], SimConfig(provider="anthropic", model="claude-3-5-haiku"))
+    res_h = simulate(reqs[:2], SimConfig(cache=CacheModel(provider="anthropic", model="claude-3-5-haiku")))
     assert _cached(res_h) == [0, 0]
     assert anthropic_min_tokens("claude-opus-4-5") == 4096
     assert anthropic_min_tokens("claude-sonnet-4") == 1024
@@ -94,18 +94,18 @@ def test_anthropic_auto_breakpoint_and_ttl():
     p = _toks(12, 1500)
     longer = np.concatenate([p, _toks(13, 100)])
     reqs = _reqs(p, p, longer, p, times=[0, 10, 20, 2000])
-    res = simulate(reqs, SimConfig(provider="anthropic", model="claude-sonnet-4", anthropic_breakpoints="auto"))
+    res = simulate(reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4", anthropic_breakpoints="auto")))
     # auto: one breakpoint at the prompt end; reads up to the breakpoint (no last-token rule);
     # the 4th request comes 1980 s after the entry was last used (> 5m): expired
     assert _cached(res) == [0, 1500, 1500, 0]
-    res_1h = simulate(reqs, SimConfig(provider="anthropic", model="claude-sonnet-4", ttl="1h"))
+    res_1h = simulate(reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4", ttl="1h")))
     assert _cached(res_1h) == [0, 1500, 1500, 1500]
 
 
 def test_mooncake_block_scale():
     ids = np.array([11, 12, 13], dtype=np.uint32)
     reqs = [SimRequest(time=float(i), namespace="trace", tokens=ids, block_scale=512, index=i) for i in range(2)]
-    res = simulate(reqs, SimConfig(engine="vllm"))
+    res = simulate(reqs, SimConfig(cache=CacheModel(engine="vllm")))
     # 3 trace blocks = 1536 tokens; last-token rule leaves 2 whole 512-token blocks
     assert _cached(res) == [0, 1024]
     assert res.prompt_tokens == 2 * 1536
@@ -121,9 +121,9 @@ def test_bad_engine_and_provider():
     with pytest.raises(UsageError):
         engine_granularity("tgi")
     with pytest.raises(UsageError):
-        simulate([], SimConfig(provider="cohere"))
+        simulate([], SimConfig(cache=CacheModel(provider="cohere")))
     with pytest.raises(UsageError):
-        simulate([], SimConfig(policies=("random",)))
+        simulate([], SimConfig(cache=CacheModel(policies=("random",))))
 
 
 @settings(max_examples=60, deadline=None)
@@ -142,5 +142,5 @@ def test_infinite_equals_radix_tree(prompts, block):
     expect = [
         reusable_prefix(tree.insert(r.tokens, r.namespace, request_index=r.index), len(r.tokens), block) for r in reqs
     ]
-    res = simulate(reqs, SimConfig(engine="custom", block_size=block))
+    res = simulate(reqs, SimConfig(cache=CacheModel(engine="custom", block_size=block)))
     assert _cached(res) == expect

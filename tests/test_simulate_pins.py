@@ -91,9 +91,9 @@ def test_pins_from_analysis_protect_the_hot_prefix(hot_log, capsys):
 
 def test_pinned_fraction_with_pins_alone_and_running_share(hot_log):
     cfg = build_config(capacity="1e4", pinned_fraction=0.2, running_fraction=0.2, pins=True)
-    assert cfg.pinned_fraction == 0.2 and cfg.running_fraction == 0.2
-    assert cfg.partition(1e4) == (8000.0, 0.25)  # the cache is 80%; pins take a quarter of it
-    assert build_config(capacity="1e4", pins=True).pinned_fraction == 0.2  # default share
+    assert cfg.cache.pinned_fraction == 0.2 and cfg.cache.running_fraction == 0.2
+    assert cfg.cache.partition(1e4) == (8000.0, 0.25)  # the cache is 80%; pins take a quarter of it
+    assert build_config(capacity="1e4", pins=True).cache.pinned_fraction == 0.2  # default share
     with pytest.raises(UsageError, match="needs pins"):
         build_config(capacity="1e4", pinned_fraction=0.2)
     with pytest.raises(UsageError, match="choose one"):

@@ -22,7 +22,6 @@ import math
 import re
 from collections.abc import Callable
 
-CODES = ("date-time", "uuid", "request-id", "long-number", "key-order", "tool-order", "divergence")
 CHARS_PER_TOKEN = 4
 
 _MONTHS = (

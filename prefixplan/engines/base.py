@@ -393,8 +393,3 @@ def usage_cached_tokens(usage: Mapping[str, Any] | None) -> int | None:
         except (TypeError, ValueError):
             return None
     return None
-
-
-def iter_ids(ids: Sequence[int]) -> Iterator[int]:
-    for i in ids:
-        yield int(i)

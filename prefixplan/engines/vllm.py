@@ -63,15 +63,6 @@ class VLLMAdapter(OpenAICompatAdapter):
         body = {"model": self.model_name(), "prompt": text, "add_special_tokens": False}
         return _tokens(self.optional_json("POST", "/tokenize", body))
 
-    def tokenize_chat(
-        self, messages: list[dict], tools: list[dict] | None = None, *, add_generation_prompt: bool = True
-    ) -> list[int] | None:
-        """The server's own chat-template rendering of ``messages`` (+ ``tools``)."""
-        body: dict = {"model": self.model_name(), "messages": messages, "add_generation_prompt": add_generation_prompt}
-        if tools:
-            body["tools"] = tools
-        return _tokens(self.optional_json("POST", "/tokenize", body))
-
     def cache_counters(self) -> CacheCounters | None:
         samples = self.metrics()
         if not samples:

@@ -2,24 +2,29 @@
 
 from prefixplan.simulate.api import (
     CacheRun,
-    SimConfig,
     SimResult,
+    Simulation,
     simulate,
     sweep,
     to_json,
     tokens_from_bytes,
 )
+from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulate.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulate.trace import SimRequest
 
 __all__ = [
     "AutoPromote",
+    "CacheModel",
     "CacheRun",
     "CacheSpec",
+    "SavingsModel",
     "SimConfig",
     "SimRequest",
     "SimResult",
+    "Simulation",
     "Tier",
+    "Workload",
     "simulate",
     "sweep",
     "to_json",

@@ -29,13 +29,8 @@ from prefixplan.savings.pricing import (
     load_prices,
     self_hosted_saving,
 )
-from prefixplan.simulate.batch import (
-    DEFAULT_DECODE_TPS,
-    DEFAULT_OUTPUT_TOKENS,
-    DEFAULT_PREFILL_TPS,
-    in_batch_hits,
-    service_times,
-)
+from prefixplan.simulate.batch import in_batch_hits, service_times
+from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.core.granularity import (
     Granularity,
     engine_granularity,
@@ -59,72 +54,6 @@ if TYPE_CHECKING:
     from prefixplan.core.types import Prompt
 
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """What to simulate. Capacities are in tokens (see :func:`tokens_from_bytes`).
-
-    Attributes:
-        engine: ``vllm``, ``sglang`` or ``lmcache`` (ignored when ``provider`` is set).
-        provider: ``openai`` or ``anthropic`` for hosted prompt caching.
-        block_size: overrides the engine's block size.
-        model: model name (Anthropic minimums, price lookup).
-        policies: eviction policies to run at every capacity.
-        capacities: GPU cache capacities in tokens (empty: unbounded only).
-        ttl: cache expiry after last use (``5m``, ``1h``, ``24h``, seconds); hosted default 5m.
-        pinned_fraction, pins, auto_promote, prewarm_pins: pinned partition (see models);
-            ``pinned_fraction`` is a share of the whole capacity.
-        running_fraction: share of every capacity held by running requests (not cache), as
-            in the partition "20% pinned / 60% LRU / 20% running"; the cache models get
-            ``capacity x (1 - running_fraction)``.
-        tiers: lower tiers (LRU runs only).
-        batch_window: fixed in-flight seconds for the in-batch model (else estimated).
-        kv: KV shape (bytes/token) for tier loads and memory figures.
-        profile: prefill-time profile (default: built-in assumption).
-        prices_file: price table override; gpu_hour_price: self-hosted USD per GPU-hour.
-        hot_prefixes: ``(label, namespace, tokens)`` for the eviction-risk table.
-        priorities: per-request priority for the ``priority`` policy (default: 1 for
-            requests containing a hot prefix, else 0).
-    """
-
-    engine: str = "vllm"
-    provider: str | None = None
-    block_size: int | None = None
-    model: str | None = None
-    policies: tuple[str, ...] = ("lru",)
-    capacities: tuple[float, ...] = ()
-    ttl: str | float | None = None
-    pinned_fraction: float = 0.0
-    pins: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)
-    auto_promote: AutoPromote | None = None
-    prewarm_pins: bool = False
-    tiers: tuple[Tier, ...] = ()
-    batch_window: float | None = None
-    prefill_tps: float = DEFAULT_PREFILL_TPS
-    decode_tps: float = DEFAULT_DECODE_TPS
-    default_output: int = DEFAULT_OUTPUT_TOKENS
-    anthropic_breakpoints: str = "request"
-    kv: KVShape | None = None
-    profile: PrefillProfile | None = None
-    headline_capacity: float | None = None  # savings refer to this capacity (first policy)
-    headline_unbounded: bool = False  # ... or to the unbounded cache (default: first capacity)
-    prices_file: str | None = None
-    gpu_hour_price: float | None = None
-    hot_prefixes: tuple[tuple[str, str, np.ndarray], ...] = field(default=(), compare=False)
-    priorities: np.ndarray | None = field(default=None, compare=False)
-    running_fraction: float = 0.0
-    notes: tuple[str, ...] = ()  # passed through to the result (e.g. skipped pins)
-
-    def partition(self, capacity_tokens: float) -> tuple[float, float]:
-        """(cache tokens, pinned share of the cache) for a total capacity."""
-        keep = 1.0 - self.running_fraction
-        return capacity_tokens * keep, (self.pinned_fraction / keep if self.pinned_fraction else 0.0)
-
-    def granularity(self) -> Granularity:
-        if self.provider:
-            return provider_granularity(self.provider, self.model, self.anthropic_breakpoints)
-        return engine_granularity(self.engine, self.block_size)
 
 
 def tokens_from_bytes(capacity_bytes: float, kv: KVShape) -> float:
@@ -201,31 +130,31 @@ def _run_from_blocks(trace: BlockTrace, label: str, policy: str, cap: float | No
 
 
 def _partition_json(trace: BlockTrace, config: SimConfig, pol: str, cap: float, pinned_blocks: int) -> dict | None:
-    if not (config.pinned_fraction or config.running_fraction):
+    if not (config.cache.pinned_fraction or config.cache.running_fraction):
         return None
-    cache_tok, frac = config.partition(cap)
+    cache_tok, frac = config.cache.partition(cap)
     bt = int(trace.block_tokens.max()) if trace.n_requests else config.granularity().block_size
     blocks = capacity_blocks(trace, cache_tok)
     pin_blocks = int(blocks * frac) if frac else 0
     pinned = pin_blocks * bt
     return {
         "total_tokens": cap,
-        "pinned_fraction": config.pinned_fraction,
+        "pinned_fraction": config.cache.pinned_fraction,
         "pinned_tokens": pinned,
         "pinned_used_tokens": int(pinned_blocks) * bt,
-        "pinned_by": "auto-promotion" if config.auto_promote else ("pins" if config.pins else "none"),
+        "pinned_by": "auto-promotion" if config.cache.auto_promote else ("pins" if config.cache.pins else "none"),
         "policy": pol,
-        "policy_fraction": round(1.0 - config.pinned_fraction - config.running_fraction, 9),
+        "policy_fraction": round(1.0 - config.cache.pinned_fraction - config.cache.running_fraction, 9),
         "policy_tokens": int(blocks - pin_blocks) * bt,
-        "running_fraction": config.running_fraction,
+        "running_fraction": config.cache.running_fraction,
         "running_tokens": cap - cache_tok,
     }
 
 
 def _default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | None:
-    if config.priorities is not None:
-        return np.asarray(config.priorities)
-    hot = list(config.hot_prefixes) or [("pin", ns, t) for ns, t in config.pins]
+    if config.workload.priorities is not None:
+        return np.asarray(config.workload.priorities)
+    hot = list(config.workload.hot_prefixes) or [("pin", ns, t) for ns, t in config.cache.pins]
     if not hot:
         return None
     from prefixplan.simulate.risk import prefix_users
@@ -265,12 +194,12 @@ class Simulation:
     def _prepare(self) -> None:
         config = self.config
         gran = config.granularity()
-        for pol in config.policies:
+        for pol in config.cache.policies:
             if pol not in POLICIES:
                 raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
-        ttl = parse_ttl(config.ttl)
-        if not 0 <= config.running_fraction < 1 or not 0 <= config.pinned_fraction < 1 \
-                or config.pinned_fraction + config.running_fraction >= 1:
+        ttl = parse_ttl(config.cache.ttl)
+        if not 0 <= config.cache.running_fraction < 1 or not 0 <= config.cache.pinned_fraction < 1 \
+                or config.cache.pinned_fraction + config.cache.running_fraction >= 1:
             raise UsageError("pinned and running fractions must be >= 0 and leave room for the eviction policy",
                              hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to LRU)")
         self._anthropic = AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0,
@@ -293,7 +222,7 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
 
 def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | None) -> SimResult:
     gran = config.granularity()
-    ttl = parse_ttl(config.ttl)
+    ttl = parse_ttl(config.cache.ttl)
     notes = [QUEUEING_NOTE, *config.notes]
     runs: list[CacheRun] = []
     curves: dict[str, list[tuple[float, float, float]]] = {}
@@ -307,16 +236,16 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                              int(sum(anthropic.write))))
         persistent = headline = label
     else:
-        if config.provider is None:
+        if config.cache.provider is None:
             tree = build_tree(trace)
-            hits = in_batch_hits(trace, tree, service_times(trace, config.batch_window, config.prefill_tps,
-                                                            config.decode_tps, config.default_output))
+            hits = in_batch_hits(trace, tree, service_times(trace, config.workload.batch_window, config.workload.prefill_tps,
+                                                            config.workload.decode_tps, config.workload.default_output))
             in_batch_label = "in-batch sharing (generation a)"
             runs.append(_run_from_blocks(trace, in_batch_label, "in-batch", None, hits, 0, gran))
-            if config.batch_window is None:
-                notes.append(f"in-batch service time = prompt/{config.prefill_tps:g} tok/s + output/"
-                             f"{config.decode_tps:g} tok/s (output {config.default_output} when unknown): assumption")
-        if config.provider is not None and ttl is None:
+            if config.workload.batch_window is None:
+                notes.append(f"in-batch service time = prompt/{config.workload.prefill_tps:g} tok/s + output/"
+                             f"{config.workload.decode_tps:g} tok/s (output {config.workload.default_output} when unknown): assumption")
+        if config.cache.provider is not None and ttl is None:
             ttl = 300.0
             notes.append("hosted cache TTL assumed 5m (use --cache-ttl)")
         base = CacheSpec(policy="lru", ttl_s=ttl)
@@ -326,17 +255,17 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         headline = persistent
         stacks: dict = {}
         tier_hits: dict[str, dict[str, np.ndarray]] = {}
-        prios = _default_priorities(trace, config) if "priority" in config.policies else None
-        for pol in config.policies:
+        prios = _default_priorities(trace, config) if "priority" in config.cache.policies else None
+        for pol in config.cache.policies:
             curve = []
-            for cap in config.capacities:
-                cache_tok, frac = config.partition(float(cap))
+            for cap in config.cache.capacities:
+                cache_tok, frac = config.cache.partition(float(cap))
                 spec = CacheSpec(policy=pol, capacity_tokens=cache_tok, ttl_s=ttl,
-                                 pinned_fraction=frac, pins=config.pins,
-                                 auto_promote=config.auto_promote, tiers=config.tiers if pol == "lru" else (),
-                                 prewarm_pins=config.prewarm_pins)
+                                 pinned_fraction=frac, pins=config.cache.pins,
+                                 auto_promote=config.cache.auto_promote, tiers=config.cache.tiers if pol == "lru" else (),
+                                 prewarm_pins=config.cache.prewarm_pins)
                 res = run_model(trace, spec, priorities=prios, _stack_cache=stacks)
-                label = spec.label(float(cap), config.pinned_fraction, config.running_fraction)
+                label = spec.label(float(cap), config.cache.pinned_fraction, config.cache.running_fraction)
                 run = _run_from_blocks(trace, label, pol, float(cap), res.hit_blocks, res.evictions, gran,
                                        res.tier_blocks)
                 run = replace(run, partition=_partition_json(trace, config, pol, float(cap), res.pinned_blocks))
@@ -345,18 +274,18 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                 runs.append(run)
                 curve.append((float(cap), run.hit_rate_tokens, run.hit_rate_requests))
                 if config.headline_capacity is not None:
-                    if float(cap) == float(config.headline_capacity) and pol == config.policies[0]:
+                    if float(cap) == float(config.headline_capacity) and pol == config.cache.policies[0]:
                         headline = run.label
                 elif headline == persistent and not config.headline_unbounded:
                     headline = run.label
             if curve:
                 curves[pol] = curve
     head = next(r for r in runs if r.label == headline)
-    if config.pins and config.pinned_fraction and head.partition and config.auto_promote is None:
+    if config.cache.pins and config.cache.pinned_fraction and head.partition and config.cache.auto_promote is None:
         from prefixplan.simulate.models import choose_pins
 
         bt = int(trace.block_tokens.max()) if trace.n_requests else gran.block_size
-        need = len(choose_pins(trace, config.pins, math.inf)) * bt
+        need = len(choose_pins(trace, config.cache.pins, math.inf)) * bt
         room = head.partition["pinned_tokens"]
         if need > room:
             notes.append(f"the pins need {need:,} tokens but the pinned partition holds {room:,} at "
@@ -364,51 +293,51 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         elif need == 0:
             notes.append("no pinned prefix occurs in this log (tokenizer, namespace or block size differ?)")
     # savings
-    profile = config.profile or load_profile(None)
+    profile = config.savings.profile or load_profile(None)
     if profile.assumed:
         notes.append(f"prefill profile {profile.name!r} is an assumption ({profile.source}); use --profile")
     load_s = None
-    if head.loaded and config.tiers:
-        if config.kv is None:
+    if head.loaded and config.cache.tiers:
+        if config.savings.kv is None:
             notes.append("tier load time not counted: no KV size (use --model-config or --model)")
         else:
             load_s = np.zeros(trace.n_requests)
-            for tier in config.tiers:
+            for tier in config.cache.tiers:
                 tok = tier_hits[head.label][tier.name] * trace.block_tokens
                 if tier.bandwidth_bytes_per_s > 0:
-                    load_s += tok * config.kv.bytes_per_token / tier.bandwidth_bytes_per_s
+                    load_s += tok * config.savings.kv.bytes_per_token / tier.bandwidth_bytes_per_s
                 load_s += np.where(tok > 0, tier.latency_s, 0.0)
     savings = time_savings(trace.prompt_tokens, head.cached, profile, load_s) if trace.n_requests else None
     money = None
     self_usd = None
-    if config.provider is not None and config.model:
-        table = load_prices(config.prices_file)
+    if config.cache.provider is not None and config.cache.model:
+        table = load_prices(config.savings.prices_file)
         ttl_label = "1h" if (ttl or 300.0) >= 3600 else "5m"
-        money = hosted_cost(config.provider, config.model, head.prompt_tokens, head.hit_tokens, head.write_tokens,
+        money = hosted_cost(config.cache.provider, config.cache.model, head.prompt_tokens, head.hit_tokens, head.write_tokens,
                             ttl_label, table)
         notes.append(f"prices as of {money.as_of}: {money.detail}")
     elif savings is not None:
-        price = config.gpu_hour_price if config.gpu_hour_price is not None else profile.gpu_hour_price
+        price = config.savings.gpu_hour_price if config.savings.gpu_hour_price is not None else profile.gpu_hour_price
         if price is not None:
             self_usd = self_hosted_saving(savings.gpu_seconds_saved, price)
-            if config.gpu_hour_price is None:
+            if config.savings.gpu_hour_price is None:
                 notes.append(f"GPU-hour price ${price:g} from profile {profile.name!r} (assumption)")
     # eviction risk of hot prefixes: LRU vs pinned partition vs auto-promotion at the headline capacity
     risk: tuple[PrefixRisk, ...] = ()
     risk_capacity = None
-    if config.hot_prefixes and config.provider is None and config.capacities:
-        risk_capacity = float(head.capacity_tokens if head.capacity_tokens is not None else config.capacities[0])
-        share = config.pinned_fraction or 0.2
-        cap, frac = replace(config, pinned_fraction=share).partition(risk_capacity)
-        pins = tuple((ns, t) for _, ns, t in config.hot_prefixes)
-        auto = config.auto_promote or AutoPromote()
+    if config.workload.hot_prefixes and config.cache.provider is None and config.cache.capacities:
+        risk_capacity = float(head.capacity_tokens if head.capacity_tokens is not None else config.cache.capacities[0])
+        share = config.cache.pinned_fraction or 0.2
+        cap, frac = replace(config.cache, pinned_fraction=share).partition(risk_capacity)
+        pins = tuple((ns, t) for _, ns, t in config.workload.hot_prefixes)
+        auto = config.cache.auto_promote or AutoPromote()
         models = {
             "lru": run_model(trace, CacheSpec("lru", cap, ttl), _stack_cache=stacks).hit_blocks,
             f"pinned {share:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, pins,
-                                                                prewarm_pins=config.prewarm_pins)).hit_blocks,
+                                                                prewarm_pins=config.cache.prewarm_pins)).hit_blocks,
             f"auto-promote {share:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, auto_promote=auto)).hit_blocks,
         }
-        risk = tuple(eviction_risk(trace, build_tree(trace), list(config.hot_prefixes), models))
+        risk = tuple(eviction_risk(trace, build_tree(trace), list(config.workload.hot_prefixes), models))
     return SimResult(
         granularity=gran.describe(),
         n_requests=trace.n_requests,
@@ -421,7 +350,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         savings=savings,
         money=money,
         self_hosted_usd=self_usd,
-        kv_bytes_per_token=config.kv.bytes_per_token if config.kv else None,
+        kv_bytes_per_token=config.savings.kv.bytes_per_token if config.savings.kv else None,
         risk=risk,
         notes=tuple(notes),
         risk_capacity_tokens=risk_capacity,
@@ -432,9 +361,9 @@ def sweep(requests: Iterable[SimRequest], capacities: Iterable[float], policies:
           config: SimConfig | None = None) -> dict[str, list[tuple[float, float, float]]]:
     """Hit-rate curve per policy: ``{policy: [(capacity, token hit rate, request hit rate)]}``."""
     base = config or SimConfig()
-    cfg = SimConfig(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
-                       "capacities": tuple(float(c) for c in capacities), "policies": tuple(policies),
-                       "hot_prefixes": ()})
+    cfg = replace(base, cache=replace(base.cache, capacities=tuple(float(c) for c in capacities),
+                                      policies=tuple(policies)),
+                  workload=replace(base.workload, hot_prefixes=()))
     return simulate(requests, cfg).curves
 
 

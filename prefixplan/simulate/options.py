@@ -7,7 +7,8 @@ from pathlib import Path
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
-from prefixplan.simulate.api import SimConfig, parse_capacity, parse_tier
+from prefixplan.simulate.api import parse_capacity, parse_tier
+from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulate.models import AutoPromote
 
 
@@ -72,22 +73,26 @@ def build_config(
     if (pinned_fraction or running_fraction or tiers) and not caps:
         raise UsageError("pinned partitions, running shares and tiers need --capacity")
     return SimConfig(
-        engine=engine,
-        provider=provider,
-        block_size=block_size,
-        model=model,
-        policies=policies or ("lru",),
-        capacities=caps,
-        ttl=cache_ttl,
-        pinned_fraction=pinned_fraction,
-        running_fraction=running_fraction,
-        auto_promote=auto,
-        prewarm_pins=prewarm_pins,
-        tiers=tuple(parse_tier(t, kv) for t in tiers),
-        batch_window=batch_window,
-        anthropic_breakpoints=breakpoints,
-        kv=kv,
-        profile=profile or load_profile(None),
-        prices_file=str(prices) if prices else None,
-        gpu_hour_price=gpu_hour_price,
+        cache=CacheModel(
+            engine=engine,
+            provider=provider,
+            block_size=block_size,
+            model=model,
+            policies=policies or ("lru",),
+            capacities=caps,
+            ttl=cache_ttl,
+            pinned_fraction=pinned_fraction,
+            running_fraction=running_fraction,
+            auto_promote=auto,
+            prewarm_pins=prewarm_pins,
+            tiers=tuple(parse_tier(t, kv) for t in tiers),
+            anthropic_breakpoints=breakpoints,
+        ),
+        workload=Workload(batch_window=batch_window),
+        savings=SavingsModel(
+            kv=kv,
+            profile=profile or load_profile(None),
+            prices_file=str(prices) if prices else None,
+            gpu_hour_price=gpu_hour_price,
+        ),
     )

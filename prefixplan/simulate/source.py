@@ -18,7 +18,8 @@ from typing import Any
 from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts
-from prefixplan.simulate.api import SimConfig, SimResult, Simulation, simulate, to_json
+from prefixplan.simulate.api import SimResult, Simulation, simulate, to_json
+from prefixplan.simulate.config import CacheModel, SimConfig
 from prefixplan.simulate.trace import SimRequest
 
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
@@ -93,7 +94,8 @@ def simulate_source(
         else:
             notes.append(f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
                          + ", ".join(p.label for p in selection.prefixes))
-        config = replace(config, pins=selection.pins(), hot_prefixes=selection.hot_prefixes(),
+        config = replace(config, cache=replace(config.cache, pins=selection.pins()),
+                         workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
                          notes=config.notes + tuple(notes))
     errors = LineErrors()
     result = simulate(sim_requests(iter_prompts(source, errors, renderers)), config)
@@ -111,9 +113,7 @@ def headline_simulation(
     given, else at the unbounded cache)."""
     caps = tuple(sorted(set(capacities) | ({configured_capacity} if configured_capacity else set())))
     return Simulation(SimConfig(
-        engine=engine,
-        block_size=block_size,
-        capacities=caps,
+        cache=CacheModel(engine=engine, block_size=block_size, capacities=caps),
         headline_capacity=configured_capacity,
         headline_unbounded=configured_capacity is None,
     ))
