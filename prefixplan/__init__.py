@@ -1,6 +1,76 @@
 """prefixplan: make prefix (KV) caching pay off on vLLM and SGLang.
 
-The library owns all logic; :mod:`prefixplan.cli` only parses options and renders results.
+The public Python API (docs/python.md)::
+
+    import prefixplan
+
+    analysis = prefixplan.analyze("logs/*.jsonl.gz")          # or an iterable of request dicts
+    for c in analysis.candidates[:5]:
+        print(c.rank, c.label, c.length, c.hits, c.preview)
+    result = prefixplan.simulate("logs/*.jsonl.gz", prefixplan.simulation_config(capacity="1e6"))
+
+Names are imported on first use, so ``import prefixplan`` stays cheap (no tokenizer or numpy
+import until a function runs). The library owns all logic; :mod:`prefixplan.cli` only parses
+options, calls one library function and renders the result.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "analyze": "prefixplan.api",
+    "simulate": "prefixplan.api",
+    "simulation_config": "prefixplan.api",
+    "source_options": "prefixplan.api",
+    "lock": "prefixplan.api",
+    "check": "prefixplan.api",
+    "warm": "prefixplan.api",
+    "load_analysis": "prefixplan.api",
+    "Simulation": "prefixplan.api",
+    "Analysis": "prefixplan.analysis.pipeline",
+    "AnalysisRecord": "prefixplan.analysis.record",
+    "CandidateRecord": "prefixplan.analysis.record",
+    "SimConfig": "prefixplan.simulate.config",
+    "CacheModel": "prefixplan.simulate.config",
+    "Workload": "prefixplan.simulate.config",
+    "SavingsModel": "prefixplan.simulate.config",
+    "CacheKey": "prefixplan.keys",
+    "PrefixplanError": "prefixplan.errors",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from prefixplan.analysis.pipeline import Analysis
+    from prefixplan.analysis.record import AnalysisRecord, CandidateRecord
+    from prefixplan.api import (
+        Simulation,
+        analyze,
+        check,
+        load_analysis,
+        lock,
+        simulate,
+        simulation_config,
+        source_options,
+        warm,
+    )
+    from prefixplan.errors import PrefixplanError
+    from prefixplan.keys import CacheKey
+    from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'prefixplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
