@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from prefixplan.simulate.trace import SimRequest
+from prefixplan.simulation.trace import SimRequest
 
 
 def synthetic(n: int = 100_000, seed: int = 7) -> Iterator[SimRequest]:
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.log:
         return replay_log(args)
 
-    from prefixplan.simulate.batch import in_batch_hits, service_times
+    from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.core.granularity import engine_granularity
-    from prefixplan.simulate.models import CacheSpec, run_model
-    from prefixplan.simulate.trace import build_trace
-    from prefixplan.simulate.tree import build_tree
+    from prefixplan.simulation.models import CacheSpec, run_model
+    from prefixplan.simulation.trace import build_trace
+    from prefixplan.simulation.tree import build_tree
 
     g0 = time.perf_counter()
     prompt_tokens = sum(int(r.tokens.shape[0]) for r in synthetic(args.n))  # generation alone
@@ -145,12 +145,12 @@ def replay_log(args) -> int:
     """Read + render ``args.log`` and simulate: infinite, in-batch, LRU at 8 capacities."""
     from prefixplan.analysis.pipeline import AnalyzeOptions, iter_prompts
     from prefixplan.logs import LineErrors
-    from prefixplan.simulate.batch import in_batch_hits, service_times
+    from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.core.granularity import engine_granularity
-    from prefixplan.simulate.logs import sim_requests
-    from prefixplan.simulate.models import AutoPromote, CacheSpec, run_model
-    from prefixplan.simulate.trace import build_trace
-    from prefixplan.simulate.tree import build_tree
+    from prefixplan.simulation.logs import sim_requests
+    from prefixplan.simulation.models import AutoPromote, CacheSpec, run_model
+    from prefixplan.simulation.trace import build_trace
+    from prefixplan.simulation.tree import build_tree
 
     options = AnalyzeOptions(paths=(args.log,), tokenizer=args.tokenizer, engine="vllm", block_size=args.block_size)
     errors = LineErrors()

@@ -7,7 +7,7 @@ The public Python API (docs/python.md)::
     analysis = prefixplan.analyze("logs/*.jsonl.gz")          # or an iterable of request dicts
     for c in analysis.candidates[:5]:
         print(c.rank, c.label, c.length, c.hits, c.preview)
-    result = prefixplan.simulate("logs/*.jsonl.gz", prefixplan.simulation_config(capacity="1e6"))
+    result = prefixplan.simulation("logs/*.jsonl.gz", prefixplan.simulation_config(capacity="1e6"))
 
 Names are imported on first use, so ``import prefixplan`` stays cheap (no tokenizer or numpy
 import until a function runs). The library owns all logic; :mod:`prefixplan.cli` only parses
@@ -34,10 +34,10 @@ _EXPORTS = {
     "Analysis": "prefixplan.analysis.pipeline",
     "AnalysisRecord": "prefixplan.analysis.record",
     "CandidateRecord": "prefixplan.analysis.record",
-    "SimConfig": "prefixplan.simulate.config",
-    "CacheModel": "prefixplan.simulate.config",
-    "Workload": "prefixplan.simulate.config",
-    "SavingsModel": "prefixplan.simulate.config",
+    "SimConfig": "prefixplan.simulation.config",
+    "CacheModel": "prefixplan.simulation.config",
+    "Workload": "prefixplan.simulation.config",
+    "SavingsModel": "prefixplan.simulation.config",
     "CacheKey": "prefixplan.keys",
     "PrefixplanError": "prefixplan.errors",
 }
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from prefixplan.errors import PrefixplanError
     from prefixplan.keys import CacheKey
-    from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
+    from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 
 
 def __getattr__(name: str) -> Any:

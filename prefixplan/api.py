@@ -12,7 +12,7 @@ flags, so a notebook or a service gets the same results as the command line::
     requests = [{"model": "m", "messages": [...], "tools": [...]}, ...]
     prefixplan.analyze(requests)              # the same analysis, from memory
 
-    result = prefixplan.simulate("logs/*.jsonl.gz", capacity="1e6,1e7", policy="lru,lfu")
+    result = prefixplan.simulation("logs/*.jsonl.gz", capacity="1e6,1e7", policy="lru,lfu")
     result.hit_rate("lru", 1e6)
 
 Inputs are paths (files, globs, folders), or an iterable of log records (dicts in any log
@@ -35,9 +35,9 @@ from prefixplan.logs import ReadOptions, parse_time
 from prefixplan.render.stream import SourceOptions
 
 if TYPE_CHECKING:
-    from prefixplan.check.findings import CheckResult, LockResult
-    from prefixplan.simulate.api import SimConfig, SimResult
-    from prefixplan.warm.service import WarmOutcome
+    from prefixplan.gate.findings import CheckResult, LockResult
+    from prefixplan.simulation.api import SimConfig, SimResult
+    from prefixplan.warming.service import WarmOutcome
 
 Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[Mapping[str, Any]]
 
@@ -163,14 +163,14 @@ def run_analyze(
     sinks = []
     sim = None
     if headline is not None:
-        from prefixplan.simulate.source import headline_simulation
+        from prefixplan.simulation.source import headline_simulation
 
         sim = headline_simulation(options.engine, options.granularity, headline.capacities,
                                   headline.configured_capacity)
         sinks.append(sim.add_prompt)
     analysis = run_pipeline(options, progress, sinks=sinks)
     if sim is not None and headline is not None:
-        from prefixplan.simulate.source import headline_json
+        from prefixplan.simulation.source import headline_json
 
         analysis.record = replace(analysis.record,
                                   simulation=headline_json(sim.result(), headline.configured_capacity))
@@ -270,7 +270,7 @@ class Simulation:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document ``prefixplan simulate --json`` writes."""
-        from prefixplan.simulate.api import to_json
+        from prefixplan.simulation.api import to_json
 
         doc = to_json(self.result)
         doc["line_errors"] = self.malformed_lines
@@ -304,13 +304,13 @@ def simulate(
 
     Args:
         inputs: as for :func:`analyze`; ``source`` takes :func:`source_options`' keywords.
-        config: what to simulate (:class:`prefixplan.simulate.SimConfig`); default: vLLM blocks,
+        config: what to simulate (:class:`prefixplan.simulation.SimConfig`); default: vLLM blocks,
             in-batch vs an unbounded persistent cache. :func:`simulation_config` builds one from
             command-line style values (``capacity="1e6,40GB"``, ``policy="lru,lfu"``).
         pins_from: an analysis record whose top ``pin_top`` candidates are pinned.
     """
-    from prefixplan.simulate.api import SimConfig
-    from prefixplan.simulate.source import simulate_source
+    from prefixplan.simulation.api import SimConfig
+    from prefixplan.simulation.source import simulate_source
 
     result, errors = simulate_source(source_options(inputs, **source), config or SimConfig(),
                                      pins_from=pins_from, pin_top=pin_top)
@@ -318,10 +318,10 @@ def simulate(
 
 
 def simulation_config(*, profile: str | None = None, db: str | None = None, **options: Any) -> SimConfig:
-    """A :class:`~prefixplan.simulate.SimConfig` from ``prefixplan simulate``'s option values
-    (:func:`prefixplan.simulate.options.build_config`); ``profile`` may name a built-in, a YAML
+    """A :class:`~prefixplan.simulation.SimConfig` from ``prefixplan simulate``'s option values
+    (:func:`prefixplan.simulation.options.build_config`); ``profile`` may name a built-in, a YAML
     file or a profile stored by ``calibrate``."""
-    from prefixplan.simulate.options import build_config
+    from prefixplan.simulation.options import build_config
     from prefixplan.store import resolve_profile
 
     return build_config(profile=resolve_profile(profile, db) if profile else None, **options)
@@ -330,7 +330,7 @@ def simulation_config(*, profile: str | None = None, db: str | None = None, **op
 def lock(recipes: str | os.PathLike[str] = "recipes", lock_path: str | os.PathLike[str] = "prefixplan.lock", *,
          db: str | None = None, store: bool = True) -> LockResult:
     """Write ``prefixplan.lock`` from the recipes and register each ``name@vN`` (``prefixplan lock``)."""
-    from prefixplan.check.lock import lock_recipes
+    from prefixplan.gate.lock import lock_recipes
 
     return lock_recipes(recipes, lock_path, db=db, register=store)
 
@@ -339,7 +339,7 @@ def check(recipes: str | os.PathLike[str] = "recipes", lock_path: str | os.PathL
           base_ref: str | None = None, fail_on: str = "error", lint: bool = True) -> CheckResult:
     """Compare recipes with the lock (and the lock with ``base_ref``'s), lint them (``prefixplan check``).
     ``result.exit_code`` is what the command exits with."""
-    from prefixplan.check.gate import run_check
+    from prefixplan.gate.check import run_check
 
     return run_check(recipes, lock_path, base_ref=base_ref, fail_on=fail_on, lint=lint)
 
@@ -358,15 +358,15 @@ def warm(
 ) -> WarmOutcome:
     """Send the top prefixes to every replica and verify each hit (``prefixplan warm``).
 
-    ``options`` are :class:`prefixplan.warm.service.WarmRequest` fields (``budget_gb``,
-    ``api_key_env``, ``tokenizer``, ``lock``, ...) or :class:`prefixplan.warm.run.WarmOptions`
+    ``options`` are :class:`prefixplan.warming.service.WarmRequest` fields (``budget_gb``,
+    ``api_key_env``, ``tokenizer``, ``lock``, ...) or :class:`prefixplan.warming.run.WarmOptions`
     fields (``timeout``, ``retries``, ``via``, ...).
     """
     from dataclasses import fields
 
-    from prefixplan.warm.run import WarmOptions
-    from prefixplan.warm.service import WarmRequest
-    from prefixplan.warm.service import warm as run_warm
+    from prefixplan.warming.run import WarmOptions
+    from prefixplan.warming.service import WarmRequest
+    from prefixplan.warming.service import warm as run_warm
 
     run_fields = {f.name for f in fields(WarmOptions)}
     run_opts = WarmOptions(**{k: v for k, v in options.items() if k in run_fields})

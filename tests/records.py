@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from prefixplan.analysis.record import AnalysisRecord
-from prefixplan.warm.plan import WarmPlan, WarmSource, plan_warm
-from prefixplan.warm.source import source_from_record
+from prefixplan.warming.plan import WarmPlan, WarmSource, plan_warm
+from prefixplan.warming.source import source_from_record
 
 
 def analysis_record(data: Mapping[str, Any]) -> AnalysisRecord:
@@ -23,7 +23,7 @@ def plan_from_record(
     token_lookup: Callable[[str], Sequence[int] | None] | None = None,
     **kwargs: Any,
 ) -> WarmPlan:
-    """:func:`prefixplan.warm.plan.plan_warm` over a record (or a ready source)."""
+    """:func:`prefixplan.warming.plan.plan_warm` over a record (or a ready source)."""
     if isinstance(record, WarmSource):
         return plan_warm(record, top, **kwargs)
     rec = record if isinstance(record, AnalysisRecord) else analysis_record(record)

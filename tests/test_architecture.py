@@ -2,7 +2,7 @@
 ``prefixplan --help`` imports none of the heavy libraries.
 
 Layer order (docs/architecture.md): errors, core -> logs -> render -> analysis -> savings ->
-simulate -> keys -> store -> check -> engines -> warm -> report -> api -> cli. A module may import
+simulation -> keys -> store -> gate -> engines -> warming -> report -> api -> cli. A module may import
 its own package and any package to its left; imports under ``if TYPE_CHECKING:`` and inside
 functions count too (a lazy import is still a dependency).
 """
@@ -19,8 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "prefixplan"
-LAYERS = ("errors", "core", "logs", "render", "analysis", "savings", "simulate", "keys", "store", "check",
-          "engines", "warm", "report", "api", "cli")
+LAYERS = ("errors", "core", "logs", "render", "analysis", "savings", "simulation", "keys", "store", "gate",
+          "engines", "warming", "report", "api", "cli")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["errors"] = RANK["core"] = 0  # one bottom layer: the error hierarchy and shared records
 
@@ -86,11 +86,11 @@ def test_the_checker_catches_an_upward_import(tmp_path: Path, monkeypatch: pytes
     fake_root = tmp_path
     pkg = fake_root / "prefixplan" / "analysis"
     pkg.mkdir(parents=True)
-    (pkg / "bad.py").write_text("from prefixplan.warm.plan import WarmPlan\n")
+    (pkg / "bad.py").write_text("from prefixplan.warming.plan import WarmPlan\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake_root / "prefixplan")
     (bad,) = layering_violations()
-    assert "analysis imports prefixplan.warm.plan" in bad
+    assert "analysis imports prefixplan.warming.plan" in bad
 
 
 HEAVY = ("transformers", "numpy", "httpx", "openai", "tokenizers", "tiktoken", "mistral_common", "torch")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.check.gate import run_check
-from prefixplan.check.lock import lock_recipes
+from prefixplan.gate.check import run_check
+from prefixplan.gate.lock import lock_recipes
 from prefixplan.cli.app import main
 from prefixplan.errors import ExitCode, KeyConflictError
 from prefixplan.store import open_store

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefixplan.analysis.dynamic import estimate_tokens, line_col
-from prefixplan.check.lint import lint_prefix, lint_text, lint_tool_variants, lint_variants
+from prefixplan.gate.lint import lint_prefix, lint_text, lint_tool_variants, lint_variants
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -55,7 +55,7 @@ def _run(label, policy, cap, rate):
             "hit_rate_tokens": rate, "hit_rate_requests": min(1.0, rate * 1.5), "requests_hit": 3, "evictions_blocks": 0}
 
 
-# shaped like prefixplan.simulate.to_json output (test_real_simulation_renders checks the real one)
+# shaped like prefixplan.simulation.to_json output (test_real_simulation_renders checks the real one)
 SIM = {
     "granularity": "vllm: full 16-token blocks only, last prompt token never reused",
     "requests": 9, "prompt_tokens": 8000,
@@ -250,7 +250,7 @@ def test_real_simulation_renders(analyzed):
     """The simulate stage's own to_json output renders, and its curves are what is plotted."""
     import numpy as np
 
-    from prefixplan.simulate import CacheModel, SimConfig, SimRequest, simulate, to_json
+    from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate, to_json
 
     rng = np.random.default_rng(3)
     shared = rng.integers(0, 50_000, 160, dtype=np.uint32)

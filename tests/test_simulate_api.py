@@ -9,7 +9,7 @@ import pytest
 
 from prefixplan.savings.kvsize import lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile
-from prefixplan.simulate import (
+from prefixplan.simulation import (
     CacheModel,
     SavingsModel,
     SimConfig,
@@ -127,7 +127,7 @@ def test_pins_resolve_block_level_traces_at_their_scale():
     reqs = [SimRequest(float(i), "m", np.concatenate([hot, np.asarray([100 + i], dtype=np.uint32)]),
                        block_scale=512, index=i) for i in range(3)]
     from prefixplan.core.granularity import engine_granularity
-    from prefixplan.simulate.trace import build_trace
+    from prefixplan.simulation.trace import build_trace
 
     trace = build_trace(reqs, engine_granularity("vllm", 16))
     assert len(trace.resolve(hot, "m")) == 8

@@ -10,8 +10,8 @@ import pytest
 from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import lookup_builtin
-from prefixplan.simulate.api import parse_capacity, parse_tier
-from prefixplan.simulate.options import build_config
+from prefixplan.simulation.api import parse_capacity, parse_tier
+from prefixplan.simulation.options import build_config
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"

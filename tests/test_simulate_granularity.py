@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
-from prefixplan.simulate import CacheModel, SimConfig, SimRequest, simulate
+from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate
 from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 
 

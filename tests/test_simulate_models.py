@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixplan.core.granularity import engine_granularity
-from prefixplan.simulate.models import AutoPromote, CacheSpec, Tier, run_model
-from prefixplan.simulate.trace import SimRequest, build_trace
+from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier, run_model
+from prefixplan.simulation.trace import SimRequest, build_trace
 
 # ---------------------------------------------------------------- reference oracles
 # Blocks are identified by (namespace, tuple of all prefix tokens): no hashing, no ids.
@@ -126,7 +126,7 @@ def reference_tiers(reqs, block, caps):
     """LRU GPU tier with demotion to lower tiers on eviction and promotion on hit.
 
     Tiers are one recency order: a lower tier with free space takes the most recent blocks
-    of the tiers below it (see prefixplan.simulate.models)."""
+    of the tiers below it (see prefixplan.simulation.models)."""
     tiers: list[dict] = [dict() for _ in caps]  # key -> last use
     out = []
     for r, (path, capr) in enumerate(_paths(reqs, block)):
@@ -219,7 +219,7 @@ def test_policies_match_reference(reqs, block, cap, policy, data):
 @SETTINGS
 @given(traces(), st.integers(1, 3), st.integers(0, 10))
 def test_lru_stack_matches_generic_lru_and_reference(reqs, block, cap):
-    from prefixplan.simulate.models import GenericCache
+    from prefixplan.simulation.models import GenericCache
 
     trace = build_trace(reqs, engine_granularity("custom", block))
     stack = run_model(trace, CacheSpec(policy="lru", capacity_tokens=cap * block))
@@ -324,7 +324,7 @@ def test_infinite_equals_longest_previous_prefix(reqs, block):
 def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prewarm, data):
     """The chain-compressed simulator replays exactly what the block-level one does (pins,
     prewarm, TTL, priorities): hits, evictions and pinned blocks."""
-    from prefixplan.simulate.models import GenericCache, NodeCache, choose_pins
+    from prefixplan.simulation.models import GenericCache, NodeCache, choose_pins
 
     trace = build_trace(reqs, engine_granularity("custom", block))
     prios = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=len(reqs), max_size=len(reqs))))

@@ -16,7 +16,7 @@ from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.savings.kvsize import lookup_builtin
-from prefixplan.simulate.options import build_config
+from prefixplan.simulation.options import build_config
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau"]
 

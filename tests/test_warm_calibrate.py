@@ -17,16 +17,16 @@ from fake_engine import FakeEngine, free_port_url
 from prefixplan.cli.app import main
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import ExitCode, InputError, UsageError
-from prefixplan.warm.calibrate import (
+from prefixplan.warming.calibrate import (
     TimingSample,
     calibrate_endpoint,
     fit_prefill,
     save_profile,
 )
-from prefixplan.warm.keepalive import keepalive, parse_duration
+from prefixplan.warming.keepalive import keepalive, parse_duration
 from prefixplan.savings.prefill import load_profile
 from prefixplan.store import resolve_profile
-from prefixplan.warm.status import replica_status
+from prefixplan.warming.status import replica_status
 
 
 def synthetic(a: float, b: float, c: float, noise: float = 0.0, seed: int = 1) -> list[TimingSample]:
@@ -61,7 +61,7 @@ def test_fit_needs_enough_distinct_samples() -> None:
 
 
 def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
-    from prefixplan.warm.calibrate import Profile
+    from prefixplan.warming.calibrate import Profile
 
     fit = fit_prefill(synthetic(0.01, 5e-5, 2e-9))
     path = save_profile(Profile(fit=fit, endpoint="http://h:1", engine="vllm", model="m", block_size=16,
@@ -172,7 +172,7 @@ def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.
 
 def test_stop_event_skips_remaining_prefixes() -> None:
     from records import plan_from_record
-    from prefixplan.warm.run import WarmOptions, run_warm
+    from prefixplan.warming.run import WarmOptions, run_warm
 
     rec = {"granularity": {"block_size": 16}, "candidates": [
         {"rank": r, "name": f"p{r}", "length": 32, "token_ids": list(range(r * 100, r * 100 + 32)),

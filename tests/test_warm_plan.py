@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
 from prefixplan.savings.prefill import PrefillProfile
-from prefixplan.warm.plan import estimate_prefill, select_within_budget
+from prefixplan.warming.plan import estimate_prefill, select_within_budget
 from records import plan_from_record
 
 

@@ -20,14 +20,14 @@ from prefixplan.errors import ExitCode, UsageError
 from prefixplan.keys.recipes import load_recipes
 from prefixplan.store import open_store
 from records import plan_from_record
-from prefixplan.warm.prompts import (
+from prefixplan.warming.prompts import (
     PROBE_QUESTION,
     WARM_QUESTION,
     PromptForm,
     form_from_request,
 )
-from prefixplan.warm.recipes import recipe_form, render_recipe, source_from_recipes
-from prefixplan.warm.run import WarmOptions, run_warm
+from prefixplan.warming.recipes import recipe_form, render_recipe, source_from_recipes
+from prefixplan.warming.run import WarmOptions, run_warm
 
 SYSTEM = "You are the Acme assistant. " + "Answer briefly and cite the policy section. " * 4
 TOOL = {"type": "function", "function": {"name": "lookup_order", "description": "Find an order by number.",

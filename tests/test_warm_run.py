@@ -18,7 +18,7 @@ from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, Endpoint
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.store import open_store
 from records import plan_from_record
-from prefixplan.warm.run import WarmOptions, run_warm
+from prefixplan.warming.run import WarmOptions, run_warm
 
 SYS = list(range(100, 164))  # 64 tokens
 TOOLS = SYS + list(range(300, 340))  # 104 tokens, child
@@ -223,7 +223,7 @@ def test_api_key_never_in_output_logs_or_store(tmp_path: Path, monkeypatch: pyte
 
 def test_endpoints_file_refuses_literal_secrets(tmp_path: Path) -> None:
     from prefixplan.errors import InputError
-    from prefixplan.warm.source import load_endpoints
+    from prefixplan.warming.source import load_endpoints
 
     f = tmp_path / "e.yaml"
     f.write_text("replicas:\n  - url: http://h:1\n    api_key: sk-abc\n")

@@ -6,7 +6,7 @@ Each finding therefore carries its position (part, line, column, character offse
 the part and into the whole prefix) and its cost: the tokens of the prefix after the
 breaker. Without a tokenizer the cost is ``ceil(chars / 4)`` and marked approximate.
 
-Codes found in one text (:func:`find_dynamic`; recipe lint in :mod:`prefixplan.check.lint`
+Codes found in one text (:func:`find_dynamic`; recipe lint in :mod:`prefixplan.gate.lint`
 and the log breaker report in :mod:`prefixplan.analysis.breakers` both use them):
 
 ``date-time``     ISO dates/timestamps, ``March 3, 2025``, ``3 Mar 2025``, ``03/07/2025``,

@@ -30,7 +30,7 @@ def calibrate(
 ) -> None:
     """Measure cold and warm TTFT over prompt lengths and cached fractions; fit a + b*new + c*new*(cached+new/2)."""
     from prefixplan.errors import UsageError
-    from prefixplan.warm.calibrate import calibrate_endpoint, default_profile_name
+    from prefixplan.warming.calibrate import calibrate_endpoint, default_profile_name
 
     try:
         lens = [int(x) for x in lengths.split(",") if x.strip()]

@@ -41,8 +41,8 @@ def check(
     Exit codes: 0 clean; 1 content changed / lock hand-edited / lint at --fail-on level;
     2 malformed recipe or lock; 3 version bumped but `prefixplan lock` not run.
     """
-    from prefixplan.check.annotations import github_annotations
-    from prefixplan.check.gate import run_check
+    from prefixplan.gate.annotations import github_annotations
+    from prefixplan.gate.check import run_check
     from prefixplan.errors import UsageError
 
     if fmt not in ("human", "github", "json"):

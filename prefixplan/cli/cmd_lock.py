@@ -29,7 +29,7 @@ def lock(
     ] = None,
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
-    from prefixplan.check.lock import lock_recipes
+    from prefixplan.gate.lock import lock_recipes
     from prefixplan.store import open_store
 
     store = None if no_store else open_store(db)

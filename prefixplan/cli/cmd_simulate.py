@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         """Replay requests through cache models: in-batch vs persistent cache, capacity curves, savings."""
         from prefixplan.api import Simulation, simulation_config
         from prefixplan.core.fileio import atomic_write_json
-        from prefixplan.simulate.source import simulate_source
+        from prefixplan.simulation.source import simulate_source
 
         source = common.source_options(
             logs, format=format, since=since, until=until, sample=sample, strict=strict,

@@ -30,9 +30,9 @@ def status(
     4 a replica unreachable.
     """
     from prefixplan.errors import ExitCode, UsageError
-    from prefixplan.warm.keepalive import parse_duration
-    from prefixplan.warm.service import endpoints_for
-    from prefixplan.warm.status import replica_status
+    from prefixplan.warming.keepalive import parse_duration
+    from prefixplan.warming.service import endpoints_for
+    from prefixplan.warming.status import replica_status
 
     if not 0 <= target <= 1:
         raise UsageError("--target must be between 0 and 1")

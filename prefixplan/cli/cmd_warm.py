@@ -75,9 +75,9 @@ def warm(
     Exit codes: 0 every prefix ready on every replica; 1 partial (some replica did not verify);
     2 bad options; 4 no replica usable (unreachable, tokenizer mismatch).
     """
-    from prefixplan.warm.keepalive import parse_duration
-    from prefixplan.warm.run import WarmOptions
-    from prefixplan.warm.service import WarmRequest, warm as run
+    from prefixplan.warming.keepalive import parse_duration
+    from prefixplan.warming.run import WarmOptions
+    from prefixplan.warming.service import WarmRequest, warm as run
 
     req = WarmRequest(
         endpoints=tuple(endpoint or ()), endpoints_file=str(endpoints_file) if endpoints_file else None,

@@ -156,7 +156,7 @@ def findings(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 # --- the simulation section -------------------------------------------------------------
-# ``record["simulation"]`` is :func:`prefixplan.simulate.to_json` output: ``runs`` (one per cache
+# ``record["simulation"]`` is :func:`prefixplan.simulation.to_json` output: ``runs`` (one per cache
 # model, each with ``label``, ``policy``, ``capacity_tokens``, ``hit_tokens``,
 # ``hit_rate_tokens`` ...), the labels ``in_batch`` / ``persistent`` / ``headline`` naming runs,
 # ``curves`` ``{policy: [{capacity_tokens, hit_rate_tokens, hit_rate_requests}]}``, ``savings``,

@@ -2,7 +2,7 @@
 
 Must-show of issue 5:
 - analyze a log with the server's tokenizer -> warm top-N -> replay the log in order -> every
-  request's reported cached_tokens equals what prefixplan predicts (prefixplan.simulate, infinite
+  request's reported cached_tokens equals what prefixplan predicts (prefixplan.simulation, infinite
   cache, the server's block size, with warm-ups and probes included as the first requests);
 - the 50-request token-equality set (tests/chat_cases.py) equals this server's /tokenize;
 - cold vs warm TTFT of the warmed prefixes; calibrate on live timings.
@@ -118,11 +118,11 @@ def _predict(record: dict, lines: list[dict], model_dir: Path, block: int, top: 
 
     from prefixplan.render import load_renderer
     from prefixplan.core.granularity import engine_granularity
-    from prefixplan.simulate.models import infinite_hits
-    from prefixplan.simulate.trace import SimRequest, build_trace
+    from prefixplan.simulation.models import infinite_hits
+    from prefixplan.simulation.trace import SimRequest, build_trace
     from prefixplan.core.types import Request
     from records import plan_from_record
-    from prefixplan.warm.run import probe_prompt, warm_prompt
+    from prefixplan.warming.run import probe_prompt, warm_prompt
 
     renderer = load_renderer(f"hf:{model_dir}")
     plan = plan_from_record(record, top=top)
@@ -229,7 +229,7 @@ def test_tokenizer_mismatch_live(vllm_server, tmp_path: Path, capsys: pytest.Cap
 
 
 def test_calibrate_live(vllm_server, tmp_path: Path) -> None:
-    from prefixplan.warm.calibrate import calibrate_endpoint
+    from prefixplan.warming.calibrate import calibrate_endpoint
 
     vllm_server.reset()
     profile, path = calibrate_endpoint(vllm_server.url, lengths=[256, 1024, 2048, 4096], fractions=[0.0, 0.5, 0.9],
@@ -282,7 +282,7 @@ def test_warm_recipes_live_then_real_chat_request_hits(vllm_server, tmp_path: Pa
     (system + tools + a new question; system + documents + a new question) reuse the prefix."""
     from prefixplan.engines.base import Endpoint
     from prefixplan.keys.recipes import load_recipes
-    from prefixplan.warm.recipes import source_from_recipes
+    from prefixplan.warming.recipes import source_from_recipes
 
     vllm_server.reset()
     rdir, system, tools, docs = _live_recipes(tmp_path)

@@ -18,11 +18,11 @@ import bisect
 
 import numpy as np
 
-from prefixplan.simulate.trace import SimRequest
+from prefixplan.simulation.trace import SimRequest
 
 
 class AnthropicCache:
-    """Observer for :class:`~prefixplan.simulate.trace.TraceBuilder` (one call per request)."""
+    """Observer for :class:`~prefixplan.simulation.trace.TraceBuilder` (one call per request)."""
 
     def __init__(self, min_tokens: int, ttl_s: float | None, mode: str = "request") -> None:
         self.min_tokens = int(min_tokens)

@@ -29,15 +29,15 @@ from prefixplan.savings.pricing import (
     load_prices,
     self_hosted_saving,
 )
-from prefixplan.simulate.batch import in_batch_hits, service_times
-from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
+from prefixplan.simulation.batch import in_batch_hits, service_times
+from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.core.granularity import (
     Granularity,
     engine_granularity,
     provider_granularity,
 )
-from prefixplan.simulate.hosted import AnthropicCache
-from prefixplan.simulate.models import (
+from prefixplan.simulation.hosted import AnthropicCache
+from prefixplan.simulation.models import (
     POLICIES,
     AutoPromote,
     CacheSpec,
@@ -46,9 +46,9 @@ from prefixplan.simulate.models import (
     parse_ttl,
     run_model,
 )
-from prefixplan.simulate.risk import PrefixRisk, eviction_risk
-from prefixplan.simulate.trace import BlockTrace, SimRequest, TraceBuilder
-from prefixplan.simulate.tree import build_tree
+from prefixplan.simulation.risk import PrefixRisk, eviction_risk
+from prefixplan.simulation.trace import BlockTrace, SimRequest, TraceBuilder
+from prefixplan.simulation.tree import build_tree
 
 if TYPE_CHECKING:
     from prefixplan.core.types import Prompt
@@ -157,7 +157,7 @@ def _default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | No
     hot = list(config.workload.hot_prefixes) or [("pin", ns, t) for ns, t in config.cache.pins]
     if not hot:
         return None
-    from prefixplan.simulate.risk import prefix_users
+    from prefixplan.simulation.risk import prefix_users
 
     tree = build_tree(trace)
     prio = np.zeros(trace.n_requests, dtype=np.int64)
@@ -185,8 +185,8 @@ class Simulation:
         self._builder.add(request)
 
     def add_prompt(self, prompt: Prompt) -> None:
-        """Add the next rendered prompt (:func:`prefixplan.simulate.source.sim_request`)."""
-        from prefixplan.simulate.source import sim_request
+        """Add the next rendered prompt (:func:`prefixplan.simulation.source.sim_request`)."""
+        from prefixplan.simulation.source import sim_request
 
         self._builder.add(sim_request(prompt, self._count))
         self._count += 1
@@ -282,7 +282,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                 curves[pol] = curve
     head = next(r for r in runs if r.label == headline)
     if config.cache.pins and config.cache.pinned_fraction and head.partition and config.cache.auto_promote is None:
-        from prefixplan.simulate.models import choose_pins
+        from prefixplan.simulation.models import choose_pins
 
         bt = int(trace.block_tokens.max()) if trace.n_requests else gran.block_size
         need = len(choose_pins(trace, config.cache.pins, math.inf)) * bt

@@ -33,8 +33,8 @@ from typing import Any
 from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.keys.recipes import Recipe, display_path
-from prefixplan.warm.plan import WarmCandidate, WarmSource
-from prefixplan.warm.prompts import (
+from prefixplan.warming.plan import WarmCandidate, WarmSource
+from prefixplan.warming.prompts import (
     EXTRA_QUESTIONS,
     PROBE_QUESTION,
     WARM_QUESTION,
@@ -161,7 +161,7 @@ def source_from_recipes(
     load: Callable[[str], Any] | None = None,
 ) -> WarmSource:
     """The rendered recipes as warm candidates (token ids cut at the user's question) with the
-    tokenizer's probe ids, for :func:`prefixplan.warm.plan.plan_warm`.
+    tokenizer's probe ids, for :func:`prefixplan.warming.plan.plan_warm`.
 
     Args:
         recipes: loaded recipes (:func:`prefixplan.keys.recipes.load_recipes`).

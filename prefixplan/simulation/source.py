@@ -1,8 +1,8 @@
-"""From rendered prompts to :class:`~prefixplan.simulate.trace.SimRequest`, and the simulation of a source.
+"""From rendered prompts to :class:`~prefixplan.simulation.trace.SimRequest`, and the simulation of a source.
 
 Logs are read and rendered exactly as ``prefixplan analyze`` does (the shared
 :func:`prefixplan.render.stream.iter_prompts`), then replayed by
-:func:`prefixplan.simulate.api.simulate`. Requests without a timestamp use their position in the
+:func:`prefixplan.simulation.api.simulate`. Requests without a timestamp use their position in the
 stream as the arrival time. Anthropic ``cache_control`` markers become token offsets: the end of
 the system segment, of the marked tool schema, or of the marked message (approximate, like every
 Anthropic rendering).
@@ -18,9 +18,9 @@ from typing import Any
 from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts
-from prefixplan.simulate.api import SimResult, Simulation, simulate, to_json
-from prefixplan.simulate.config import CacheModel, SimConfig
-from prefixplan.simulate.trace import SimRequest
+from prefixplan.simulation.api import SimResult, Simulation, simulate, to_json
+from prefixplan.simulation.config import CacheModel, SimConfig
+from prefixplan.simulation.trace import SimRequest
 
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
 DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)
@@ -82,7 +82,7 @@ def simulate_source(
     of the pinned partition and the hot prefixes of the eviction-risk table; their tokenizer
     fingerprint must match the renderer used here (:class:`UsageError` otherwise).
     """
-    from prefixplan.simulate.pins import check_fingerprints, load_pins
+    from prefixplan.simulation.pins import check_fingerprints, load_pins
 
     renderers = source.renderers()
     if pins_from is not None:

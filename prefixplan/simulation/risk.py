@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixplan.simulate.trace import BlockTrace
-from prefixplan.simulate.tree import NodeTree
+from prefixplan.simulation.trace import BlockTrace
+from prefixplan.simulation.tree import NodeTree
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ import heapq
 
 import numpy as np
 
-from prefixplan.simulate.trace import BlockTrace
-from prefixplan.simulate.tree import NodeTree
+from prefixplan.simulation.trace import BlockTrace
+from prefixplan.simulation.tree import NodeTree
 
 DEFAULT_PREFILL_TPS = 8000.0  # prompt tokens per second for one request (assumption)
 DEFAULT_DECODE_TPS = 40.0  # output tokens per second for one request (assumption)

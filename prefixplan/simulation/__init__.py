@@ -1,6 +1,6 @@
 """Replay request streams through prefix-cache models (see docs/simulate.md)."""
 
-from prefixplan.simulate.api import (
+from prefixplan.simulation.api import (
     CacheRun,
     SimResult,
     Simulation,
@@ -9,9 +9,9 @@ from prefixplan.simulate.api import (
     to_json,
     tokens_from_bytes,
 )
-from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
-from prefixplan.simulate.models import AutoPromote, CacheSpec, Tier
-from prefixplan.simulate.trace import SimRequest
+from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
+from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier
+from prefixplan.simulation.trace import SimRequest
 
 __all__ = [
     "AutoPromote",

@@ -47,8 +47,8 @@ from prefixplan.engines.base import (
 from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.core.granularity import aligned
 from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
-from prefixplan.warm.plan import WarmItem, WarmPlan
-from prefixplan.warm.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
+from prefixplan.warming.plan import WarmItem, WarmPlan
+from prefixplan.warming.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
 
 STATUSES = ("verified", "unverified", "failed", "skipped")
 
@@ -301,7 +301,7 @@ class FormResolver:
                     why = "the prefix has no request form (neither a recipe nor an example request in the analysis)"
                     self._cache[item.rank] = (None, why)
                 else:
-                    from prefixplan.warm.prompts import form_from_example
+                    from prefixplan.warming.prompts import form_from_example
 
                     self._cache[item.rank] = form_from_example(item.example, item.parts)
             return self._cache[item.rank]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixplan.simulate.trace import BlockTrace
+from prefixplan.simulation.trace import BlockTrace
 
 
 @dataclass(slots=True)

@@ -9,8 +9,8 @@ from typing import Any
 
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.savings.prefill import PrefillProfile
-from prefixplan.warm.plan import WarmPlan, WarmSource, plan_warm
-from prefixplan.warm.run import (
+from prefixplan.warming.plan import WarmPlan, WarmSource, plan_warm
+from prefixplan.warming.run import (
     ItemResult,
     WarmOptions,
     WarmReport,
@@ -71,7 +71,7 @@ def build_source(req: WarmRequest) -> WarmSource:
     """Where ``req``'s candidates come from: recipes, an analysis file, registered keys, or the
     store's newest analysis."""
     from prefixplan.analysis.record import load_record
-    from prefixplan.warm.source import latest_source, source_from_record, source_from_store_keys, store_token_lookup
+    from prefixplan.warming.source import latest_source, source_from_record, source_from_store_keys, store_token_lookup
 
     if req.recipes:
         if req.analysis:
@@ -113,8 +113,8 @@ def build_plan(req: WarmRequest) -> WarmPlan:
 def recipes_source(req: WarmRequest) -> WarmSource:
     """The rendered recipes of ``req.recipes`` (no warming)."""
     from prefixplan.keys.recipes import load_recipes
-    from prefixplan.warm.recipes import load_lock_if_present, source_from_recipes
-    from prefixplan.warm.source import endpoints_from_options
+    from prefixplan.warming.recipes import load_lock_if_present, source_from_recipes
+    from prefixplan.warming.source import endpoints_from_options
 
     assert req.recipes is not None
     recipes = load_recipes(req.recipes)
@@ -137,8 +137,8 @@ def warm(
     and with ``every_s`` repeat until ``for_s``/``rounds``/SIGTERM.
     """
     from prefixplan.store import resolve_profile
-    from prefixplan.warm.keepalive import keepalive
-    from prefixplan.warm.source import endpoints_from_options
+    from prefixplan.warming.keepalive import keepalive
+    from prefixplan.warming.source import endpoints_from_options
 
     profile = resolve_profile(req.profile, req.db) if req.profile else None
     plan = build_plan(req)
@@ -166,6 +166,6 @@ def warm(
 
 
 def endpoints_for(urls: Sequence[str], file: str | None, api_key_env: str | None) -> list[Any]:
-    from prefixplan.warm.source import endpoints_from_options
+    from prefixplan.warming.source import endpoints_from_options
 
     return endpoints_from_options(urls, file, api_key_env)

@@ -21,7 +21,7 @@ from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, Tokenize
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import InputError, PrefixplanError, UsageError
 from prefixplan.keys import parse_key_ref
-from prefixplan.warm.plan import WarmCandidate, WarmSource
+from prefixplan.warming.plan import WarmCandidate, WarmSource
 
 _SECRET_FIELDS = ("api_key", "apikey", "token", "password", "authorization")
 

@@ -25,7 +25,7 @@ from prefixplan.analysis.record import CandidatePart, ExampleRef, TokenizerInfo
 from prefixplan.errors import UsageError
 from prefixplan.keys import parse_key_ref
 from prefixplan.savings.prefill import PrefillProfile, load_profile, profile_json
-from prefixplan.warm.prompts import PromptForm
+from prefixplan.warming.prompts import PromptForm
 
 DEFAULT_BLOCK_SIZE = 16
 MAX_DP_UNITS = 200_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefixplan.check.findings import CheckResult
+from prefixplan.gate.findings import CheckResult
 
 
 def _esc_data(s: str) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixplan.check.findings import LockResult
+from prefixplan.gate.findings import LockResult
 from prefixplan.errors import KeyConflictError
 from prefixplan.keys.lockfile import LockEntry, read_lock, render_lock, write_lock
 from prefixplan.keys.recipes import Recipe, display_path, load_recipes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import difflib
 
-from prefixplan.check.findings import Finding
-from prefixplan.check.git import git_show
+from prefixplan.gate.findings import Finding
+from prefixplan.gate.git import git_show
 from prefixplan.errors import RecipeError
 from prefixplan.keys import part_hash
 from prefixplan.keys.lockfile import LockEntry

@@ -1,4 +1,4 @@
-"""Cache models replayed over a :class:`~prefixplan.simulate.trace.BlockTrace`.
+"""Cache models replayed over a :class:`~prefixplan.simulation.trace.BlockTrace`.
 
 Semantics shared by every capacity-bounded model (and by the reference oracles in the tests):
 
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.simulate.trace import BlockTrace
-from prefixplan.simulate.tree import NodeTree, build_tree
+from prefixplan.simulation.trace import BlockTrace
+from prefixplan.simulation.tree import NodeTree, build_tree
 
 POLICIES = ("lru", "lfu", "fifo", "priority")
 TTL_PRESETS = {"5m": 300.0, "1h": 3600.0, "24h": 86400.0}
@@ -552,7 +552,7 @@ class NodeCache:
     auto-promotion, no tiers); exactly :class:`GenericCache`'s replay, node by node.
 
     Every request touches whole nodes of the compressed tree (see
-    :mod:`prefixplan.simulate.tree`), so all blocks of a node share their last use, and the
+    :mod:`prefixplan.simulation.tree`), so all blocks of a node share their last use, and the
     blocks one request inserted into a node (a *segment*) also share their insertion time,
     use count and priority: they have equal policy keys. The cached part of a node is a run
     of its top blocks (the cache is prefix-closed); only its deepest block can be a leaf.

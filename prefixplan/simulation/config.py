@@ -19,14 +19,14 @@ import numpy as np
 from prefixplan.core.granularity import Granularity, engine_granularity, provider_granularity
 from prefixplan.savings.kvsize import KVShape
 from prefixplan.savings.prefill import PrefillProfile
-from prefixplan.simulate.batch import DEFAULT_DECODE_TPS, DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_TPS
-from prefixplan.simulate.models import AutoPromote, Tier
+from prefixplan.simulation.batch import DEFAULT_DECODE_TPS, DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_TPS
+from prefixplan.simulation.models import AutoPromote, Tier
 
 
 @dataclass(frozen=True, slots=True)
 class CacheModel:
     """The prefix cache being modelled. Capacities are in tokens (see
-    :func:`prefixplan.simulate.api.tokens_from_bytes`).
+    :func:`prefixplan.simulation.api.tokens_from_bytes`).
 
     Attributes:
         engine: ``vllm``, ``sglang``, ``lmcache`` or ``custom`` (ignored when ``provider`` is set).

@@ -1,4 +1,4 @@
-"""Turn command-line style options into a :class:`~prefixplan.simulate.api.SimConfig`."""
+"""Turn command-line style options into a :class:`~prefixplan.simulation.api.SimConfig`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
-from prefixplan.simulate.api import parse_capacity, parse_tier
-from prefixplan.simulate.config import CacheModel, SavingsModel, SimConfig, Workload
-from prefixplan.simulate.models import AutoPromote
+from prefixplan.simulation.api import parse_capacity, parse_tier
+from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
+from prefixplan.simulation.models import AutoPromote
 
 
 def build_config(
