@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.log:
         return replay_log(args)
 
-    from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.core.granularity import engine_granularity
+    from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.simulation.models import CacheSpec, run_model
     from prefixplan.simulation.trace import build_trace
     from prefixplan.simulation.tree import build_tree
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace build      {t1 - t0:7.2f} s")
     print(f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
           f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
-    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates)))
+    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates, strict=False)))
     print(f"total            {t3 - t0:7.2f} s   peak RSS {peak_rss_mb():.0f} MB (generator alone: {gen_rss:.0f} MB)")
     return 0
 
@@ -144,9 +144,9 @@ class _Timed:
 def replay_log(args) -> int:
     """Read + render ``args.log`` and simulate: infinite, in-batch, LRU at 8 capacities."""
     from prefixplan.analysis.pipeline import AnalyzeOptions, iter_prompts
+    from prefixplan.core.granularity import engine_granularity
     from prefixplan.logs import LineErrors
     from prefixplan.simulation.batch import in_batch_hits, service_times
-    from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulation.logs import sim_requests
     from prefixplan.simulation.models import AutoPromote, CacheSpec, run_model
     from prefixplan.simulation.trace import build_trace
@@ -190,7 +190,7 @@ def replay_log(args) -> int:
     print(f"trace build      {t1 - t0 - read_s:7.2f} s")
     print(f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
           f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
-    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates)))
+    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates, strict=False)))
     print(f"simulation       {t3 - t0 - read_s:7.2f} s (trace build + infinite + in-batch + LRU x{len(caps)})"
           f"   peak RSS so far {main_rss:.0f} MB")
     for pol, secs, rate in others:

@@ -32,15 +32,13 @@ SHARED = ROOT.parent / "shared" / "data"
 
 PRESETS = {
     # requests, systems, (min,max) system chars, tool sets, multi-turn share, rag share, user chars
-    "example": dict(requests=400, systems=4, system_chars=(6000, 16000), toolsets=4, multi=0.3, rag=0.4,
-                    user_chars=(150, 1200), users=14, malformed=True, plant_breakers=True, seed=20261129),
-    "bench": dict(requests=100_000, systems=20, system_chars=(8000, 32000), toolsets=5, multi=0.3, rag=0.4,
-                  user_chars=(200, 3200), users=2000, malformed=False, plant_breakers=False, seed=7),
+    "example": {"requests": 400, "systems": 4, "system_chars": (6000, 16000), "toolsets": 4, "multi": 0.3, "rag": 0.4,
+                    "user_chars": (150, 1200), "users": 14, "malformed": True, "plant_breakers": True, "seed": 20261129},
+    "bench": {"requests": 100_000, "systems": 20, "system_chars": (8000, 32000), "toolsets": 5, "multi": 0.3, "rag": 0.4,
+                  "user_chars": (200, 3200), "users": 2000, "malformed": False, "plant_breakers": False, "seed": 7},
 }
 
-WORDS = ("account billing invoice router firmware reset password network latency cache token prompt "
-         "deploy replica cluster region storage volume snapshot backup restore quota limit upgrade plan "
-         "refund order shipment tracking warranty device sensor battery update release policy escalate").split()
+WORDS = ["account", "billing", "invoice", "router", "firmware", "reset", "password", "network", "latency", "cache", "token", "prompt", "deploy", "replica", "cluster", "region", "storage", "volume", "snapshot", "backup", "restore", "quota", "limit", "upgrade", "plan", "refund", "order", "shipment", "tracking", "warranty", "device", "sensor", "battery", "update", "release", "policy", "escalate"]
 
 
 @dataclass
@@ -236,8 +234,8 @@ def _write(path: Path, lines: list[str]) -> None:
 def _write_docs_first(src: Path, dst: Path) -> None:
     """Rewrite every request documents-first, with chunk counts taken from the log itself."""
     sys.path.insert(0, str(ROOT))
-    from prefixplan.logs import LineErrors, ReadOptions, iter_requests
     from prefixplan.analysis.rag import ChunkCounter, reorder_content
+    from prefixplan.logs import LineErrors, ReadOptions, iter_requests
 
     counter = ChunkCounter()
     for req in iter_requests([str(src)], ReadOptions(), LineErrors()):

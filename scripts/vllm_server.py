@@ -16,6 +16,7 @@ Stdlib only: importable from the test suite (``tests/live/conftest.py``) under a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -111,7 +112,7 @@ def server_command(
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - local URL
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as err:
         return err.code, ""
@@ -166,7 +167,7 @@ def start(
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen(  # noqa: S603 - fixed argv
+        proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(), cwd=str(ROOT), start_new_session=True
         )
     deadline = t0 + timeout
@@ -220,15 +221,11 @@ def stop_process(pid: int, grace: float = 20.0) -> None:
                 break
         time.sleep(0.2)
     else:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     # The engine core runs in child processes of the same group; make sure none linger.
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

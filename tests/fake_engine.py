@@ -56,7 +56,7 @@ def _byte_encoder() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs, strict=False)}
 
 
 _BYTES = _byte_encoder()
@@ -139,10 +139,10 @@ class FakeEngine:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 engine.handle(self, "GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 engine.handle(self, "POST")
 
         class Server(ThreadingHTTPServer):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from prefixplan.api import analyze, source_options
-from prefixplan.render.stream import iter_prompts
 from prefixplan.cli.app import main
-from prefixplan.logs import LineErrors
 from prefixplan.core.granularity import reusable_prefix
+from prefixplan.logs import LineErrors
+from prefixplan.render.stream import iter_prompts
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
@@ -169,8 +169,8 @@ def test_json_to_stdout_is_clean(tmp_path, capsys):
 
 
 def test_recorded_prefixes_get_lineage_keys(tmp_path):
-    from prefixplan.store.register import register_analysis
     from prefixplan.store import open_store
+    from prefixplan.store.register import register_analysis
 
     db = str(tmp_path / "pp.db")
     system_v1 = "You are the billing assistant of Acme. Explain invoices, refunds and plans precisely. " * 12

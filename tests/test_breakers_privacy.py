@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prefixplan.api import analyze
 from prefixplan.analysis.breakers import BreakerFinder
+from prefixplan.api import analyze
 
 PRIVATE = "Private notes for Alice Smith, account 4242-SECRET. Now: 2026-01-0{d}T10:00:00Z. " + "Be helpful. " * 30
 
@@ -42,8 +42,8 @@ def test_shared_breaker_keeps_its_context(tmp_path: Path) -> None:
 
 def test_finder_threshold_is_configurable(tmp_path: Path) -> None:
     from prefixplan.api import source_options
-    from prefixplan.render.stream import iter_prompts
     from prefixplan.logs import LineErrors
+    from prefixplan.render.stream import iter_prompts
 
     opts = source_options(str(_log(tmp_path, ["alice", "bob", "carol"])))
     finders = {m: BreakerFinder(min_tenants=m) for m in (3, 4)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -10,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.analysis.candidates import UNLABELLED, clip_segments, find_candidates, label_for
-from prefixplan.errors import UsageError
 from prefixplan.analysis.radix import RadixTree
 from prefixplan.core.granularity import aligned, reusable_prefix
 from prefixplan.core.types import Segment
+from prefixplan.errors import UsageError
 
 
 def toks(start: int, n: int) -> list[int]:
@@ -194,7 +195,7 @@ def test_marginals_equal_oracle_block_prefix_reuse(seqs, block, min_hits) -> Non
             assert plen < c.length and prefix[:plen] == ppath
             assert c.marginal_tokens == (c.hits - 1) * (c.length - plen)
     assert [c.id for c in cands] == list(range(len(cands)))
-    assert all(a.marginal_tokens >= b.marginal_tokens for a, b in zip(cands, cands[1:]))
+    assert all(a.marginal_tokens >= b.marginal_tokens for a, b in itertools.pairwise(cands))
 
 
 @settings(max_examples=150, deadline=None)
@@ -204,13 +205,13 @@ def test_last_token_rule(seqs, block) -> None:
     they are equal when no prompt is a prefix of an earlier one (here: a unique end token)."""
     tree, returns = build(seqs)
     cands = find_candidates(tree, block_size=block, min_tokens=1)
-    engine = sum(reusable_prefix(r, len(s), block) for r, s in zip(returns, seqs))
+    engine = sum(reusable_prefix(r, len(s), block) for r, s in zip(returns, seqs, strict=False))
     assert engine <= sum(c.marginal_tokens for c in cands)
 
     unique = [s + [100 + i] for i, s in enumerate(seqs)]
     tree, returns = build(unique)
     cands = find_candidates(tree, block_size=block, min_tokens=1)
-    engine = sum(reusable_prefix(r, len(s), block) for r, s in zip(returns, unique))
+    engine = sum(reusable_prefix(r, len(s), block) for r, s in zip(returns, unique, strict=False))
     assert engine == sum(c.marginal_tokens for c in cands)
 
 
@@ -222,7 +223,7 @@ def test_docs_example_runs() -> None:
     code = re.search(r"```python\n(.*?)```", doc, re.S)
     assert code is not None
     ns: dict = {}
-    exec(code.group(1), ns)  # noqa: S102 - our own documentation
+    exec(code.group(1), ns)
     c = ns["c"]
     assert (c.length, c.raw_length, c.hits, c.reusable_tokens, c.marginal_tokens) == (64, 70, 4, 192, 192)
     assert (ns["tree"].n_nodes, ns["tree"].arena_tokens) == (6, 110)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.gate.check import run_check
-from prefixplan.gate.lock import lock_recipes
 from prefixplan.cli.app import main
 from prefixplan.errors import ExitCode, KeyConflictError
+from prefixplan.gate.check import run_check
+from prefixplan.gate.lock import lock_recipes
 from prefixplan.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixplan.errors import UsageError
-from prefixplan.keys import CacheKey, content_hash, parse_key, part_hash, token_hash, token_ids_from_bytes, token_ids_to_bytes
+from prefixplan.keys import (
+    CacheKey,
+    content_hash,
+    parse_key,
+    part_hash,
+    token_hash,
+    token_ids_from_bytes,
+    token_ids_to_bytes,
+)
 
 # Golden values: if one of these changes, the pp1 contract was broken. Never update them;
 # introduce a new scheme tag instead.

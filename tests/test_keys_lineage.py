@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from prefixplan.keys import content_hash
-from prefixplan.keys.lineage import assign_lineage, lineage_data, normalise_text
-from prefixplan.keys.lineage import LineageRow
+from prefixplan.keys.lineage import LineageRow, assign_lineage, lineage_data, normalise_text
 from prefixplan.store import open_store
 
 SUPPORT = (

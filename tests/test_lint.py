@@ -154,7 +154,7 @@ def test_example_log_planted_date_is_reported() -> None:
     assert f.line == 1 and f.offset < 40  # the date sits on the first line of the prompt
     assert f.cost_tokens == math.ceil((len(text) - f.offset) / 4) > 50
     # all dated variants differ only there: the divergence check reports it too
-    variants = dict(list((f"v{i}", t) for i, t in enumerate(dated))[:5])
+    variants = dict([(f"v{i}", t) for i, t in enumerate(dated)][:5])
     if len(variants) > 1:
         div = lint_variants(variants)
         assert div and all(d.line == 1 for d in div)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import zstandard
 
+from prefixplan.core.types import Breakpoint, Request
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests, parse_time
-from prefixplan.core.types import Breakpoint, Request
 
 CHAT = {
     "model": "qwen3",

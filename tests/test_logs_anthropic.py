@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixplan.logs.anthropic import convert
 from prefixplan.core.types import Breakpoint
+from prefixplan.logs.anthropic import convert
 
 USER_BLOCK = st.sampled_from(["text", "text", "tool_result", "image"])
 ASSISTANT_BLOCK = st.sampled_from(["text", "tool_use", "thinking"])

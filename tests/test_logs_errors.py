@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixplan.core.types import Request
 from prefixplan.errors import ExitCode, LogLineError
 from prefixplan.logs import LineErrors, ReadOptions, iter_requests
 from prefixplan.logs.open import iter_lines
-from prefixplan.core.types import Request
 
 GOOD = json.dumps({"model": "m", "messages": [{"role": "user", "content": "ok"}]})
 

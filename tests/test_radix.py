@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixplan.errors import UsageError
 from prefixplan.analysis.radix import RadixTree
 from prefixplan.core.granularity import aligned, reusable_prefix
+from prefixplan.errors import UsageError
 
 
 def lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -102,9 +102,9 @@ def test_tree_matches_oracle(items, queries) -> None:
 )
 def test_reusable_prefix_is_largest_full_block_prefix_before_last_token(match_len, prompt_len, block) -> None:
     r = reusable_prefix(match_len, prompt_len, block)
-    assert r % block == 0 and 0 <= r
+    assert r % block == 0 and r >= 0
     assert r <= match_len and (r <= prompt_len - 1 or r == 0)
-    best = max(k * block for k in range(0, 301) if k * block <= max(0, min(match_len, prompt_len - 1)))
+    best = max(k * block for k in range(301) if k * block <= max(0, min(match_len, prompt_len - 1)))
     assert r == best
 
 

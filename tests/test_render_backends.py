@@ -3,17 +3,18 @@ default, tiktoken (approximate), the --tokenizer-map routing, and vLLM token-str
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
-
 from chat_cases import cases
+
 from prefixplan.api import analyze
+from prefixplan.core.types import Request
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.render import load_renderer, parse_template_kwargs, parse_tokenizer_map
 from prefixplan.render.vllm_remote import _byte_decoder, token_strs_to_bytes
-from prefixplan.core.types import Request
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +26,7 @@ def _req(i: int, case: dict) -> Request:
 
 def _tiles(prompt) -> bool:
     segs = prompt.segments
-    return segs[0].start == 0 and segs[-1].end == len(prompt) and all(a.end == b.start for a, b in zip(segs, segs[1:]))
+    return segs[0].start == 0 and segs[-1].end == len(prompt) and all(a.end == b.start for a, b in itertools.pairwise(segs))
 
 
 def test_mistral_default_equals_mistral_common():
@@ -111,7 +112,7 @@ def test_byte_level_token_strings_map_back_to_bytes():
 def test_vllm_renderer_tokenizes_through_the_server_and_hides_secrets(monkeypatch, capsys):
     """vllm:URL renders through /tokenize (a fake server with vLLM's response shapes); the key
     comes from the environment and neither it nor URL credentials reach specs or errors."""
-    from fake_engine import FakeEngine, chat_text, char_tokenize
+    from fake_engine import FakeEngine, char_tokenize, chat_text
 
     from prefixplan.errors import EndpointError
     from prefixplan.render.vllm_remote import VLLMRenderer

@@ -7,11 +7,13 @@ piece cache) and with whole-request encoding.
 
 from __future__ import annotations
 
-import pytest
+import itertools
 
+import pytest
 from chat_cases import cases
-from prefixplan.render.hf import HFRenderer
+
 from prefixplan.core.types import Request
+from prefixplan.render.hf import HFRenderer
 
 CASES = cases()
 
@@ -45,7 +47,7 @@ def test_equals_apply_chat_template(renderers, i):
     # segments tile the prompt exactly
     segs = got_split.segments
     assert segs[0].start == 0 and segs[-1].end == len(expected)
-    assert all(a.end == b.start for a, b in zip(segs, segs[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(segs))
     assert got_split.segments == got_whole.segments
 
 
@@ -53,7 +55,7 @@ def test_batch_rendering_equals_single(renderers):
     split, _ = renderers
     reqs = [_request(i, c) for i, c in enumerate(CASES)]
     batch = split.render_many(reqs)
-    for req, prompt in zip(reqs, batch):
+    for req, prompt in zip(reqs, batch, strict=False):
         assert prompt.tokens.tolist() == split.render(req).tokens.tolist()
     assert split.cache.hits > 0  # shared system/tool pieces were reused
 
@@ -98,8 +100,8 @@ def test_example_log_requests_equal_apply_chat_template(qwen3_path):
     if not log.is_file():
         pytest.skip("examples/agent_log.jsonl.gz missing")
     renderer = HFRenderer(qwen3_path)
-    reqs = [r for _, r in zip(range(80), iter_requests([str(log)], ReadOptions(), LineErrors()))]
-    for req, prompt in zip(reqs, renderer.render_many(reqs)):
+    reqs = [r for _, r in zip(range(80), iter_requests([str(log)], ReadOptions(), LineErrors()), strict=False)]
+    for req, prompt in zip(reqs, renderer.render_many(reqs), strict=False):
         expected = renderer.tokenizer.apply_chat_template(list(req.messages), tools=list(req.tools) if req.tools else None,
                                                           add_generation_prompt=True, tokenize=True, return_dict=False)
         assert prompt.tokens.tolist() == list(expected), f"line {req.line_no}"

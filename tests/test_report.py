@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import gzip
+import itertools
 import json
 import math
 import random
@@ -63,8 +63,8 @@ SIM = {
     "persistent": "radix cache, unbounded (generation b)",
     "runs": [_run("in-batch sharing (generation a)", "in-batch", None, 0.125),
              _run("radix cache, unbounded (generation b)", "infinite", None, 0.5)]
-    + [_run(f"{p} {c:.0e} tok".replace("e+0", "e+0"), p, float(c), r) for p, rs in RATES.items() for c, r in zip(CAPS, rs)],
-    "curves": {p: [{"capacity_tokens": float(c), "hit_rate_tokens": r, "hit_rate_requests": r} for c, r in zip(CAPS, rs)]
+    + [_run(f"{p} {c:.0e} tok".replace("e+0", "e+0"), p, float(c), r) for p, rs in RATES.items() for c, r in zip(CAPS, rs, strict=False)],
+    "curves": {p: [{"capacity_tokens": float(c), "hit_rate_tokens": r, "hit_rate_requests": r} for c, r in zip(CAPS, rs, strict=False)]
                for p, rs in RATES.items()},
     "savings": {"profile": "h100-8b", "profile_is_assumption": True, "gpu_seconds_without": 100.0,
                 "gpu_seconds_with": 87.5, "gpu_seconds_saved": 12.5, "ttft_p50_without_s": 0.8,
@@ -190,13 +190,13 @@ def test_embedded_data_equal_the_record(analyzed):
     assert kinds == {k: (x["tokens"], x["reused"]) for k, x in analyzed["kinds"].items()}
     assert [k["kind"] for k in data["kinds"]] == [k for k in views.KIND_ORDER if k in kinds] + sorted(
         k for k in kinds if k not in views.KIND_ORDER)
-    assert data["sweep"] == {p: [[float(c), r] for c, r in zip(CAPS, rates)] for p, rates in RATES.items()}
+    assert data["sweep"] == {p: [[float(c), r] for c, r in zip(CAPS, rates, strict=False)] for p, rates in RATES.items()}
     assert data["configured_capacity"] == 1_000_000
     assert data["generations"]["in_batch"]["hit_rate"] == 0.125
     assert [c["rank"] for c in data["candidates"]] == [c["rank"] for c in analyzed["candidates"]]
     assert data["summary"]["prompt_tokens"] == analyzed["summary"]["prompt_tokens"]
     # bar segments drawn to scale
-    segs = [a for t, a in doc.elements if t == "rect" and "pp-kind" == a.get("class")]
+    segs = [a for t, a in doc.elements if t == "rect" and a.get("class") == "pp-kind"]
     total = sum(int(a["data-tokens"]) for a in segs)
     assert total == analyzed["summary"]["prompt_tokens"]
     for a in segs:
@@ -238,7 +238,7 @@ def test_simulation_views():
     assert {k: g["hit_rate"] for k, g in gens.items()} == {"in_batch": 0.125, "persistent": 0.5, "headline": 0.4}
     assert views.configured_capacity(SIM) == 1_000_000
     shuffled = {**SIM, "curves": {p: list(reversed(pts)) for p, pts in reversed(list(SIM["curves"].items()))}}
-    assert views.sweep(shuffled) == views.sweep(SIM) == {p: [(float(c), r) for c, r in zip(CAPS, rs)] for p, rs in RATES.items()}
+    assert views.sweep(shuffled) == views.sweep(SIM) == {p: [(float(c), r) for c, r in zip(CAPS, rs, strict=False)] for p, rs in RATES.items()}
     assert list(views.sweep(shuffled)) == ["lru", "lfu"]
     assert views.sweep({"curves": {"lru": [{"capacity_tokens": None, "hit_rate_tokens": 0.5}]}}) == {}
     assert views.sweep(None) == {} and views.generations(None) == {} and views.savings(None) == []

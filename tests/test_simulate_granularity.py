@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 from prefixplan.errors import UsageError
 from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate
-from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 
 
 def _toks(seed: int, n: int) -> np.ndarray:

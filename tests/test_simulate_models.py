@@ -57,7 +57,7 @@ def reference(reqs, block, policy, cap, *, ttl=None, pins=(), pin_cap=0, auto=No
     last_hit: dict = {}
     auto_pinned: set = set()
     out = []
-    for r, (req, (path, capr)) in enumerate(zip(reqs, _paths(reqs, block))):
+    for r, (req, (path, capr)) in enumerate(zip(reqs, _paths(reqs, block), strict=False)):
         now = req.time
         if auto is not None:
             for k in sorted(auto_pinned, key=lambda k: -len(k[1])):
@@ -127,7 +127,7 @@ def reference_tiers(reqs, block, caps):
 
     Tiers are one recency order: a lower tier with free space takes the most recent blocks
     of the tiers below it (see prefixplan.simulation.models)."""
-    tiers: list[dict] = [dict() for _ in caps]  # key -> last use
+    tiers: list[dict] = [{} for _ in caps]  # key -> last use
     out = []
     for r, (path, capr) in enumerate(_paths(reqs, block)):
         present = 0
@@ -172,7 +172,7 @@ def reference_tiers(reqs, block, caps):
                 below = [(t[k], -len(k[1]), j, k) for j in range(i + 1, len(tiers)) for t in [tiers[j]] for k in t]
                 if not below:
                     break
-                last, _, j, k = max(below)
+                _last, _, j, k = max(below)
                 tiers[i][k] = tiers[j].pop(k)
     return out
 
@@ -285,7 +285,7 @@ def test_tiers_match_reference(reqs, block, gpu, cpu, disk):
         zip(
             (out.hit_blocks - out.tier_blocks["cpu"] - out.tier_blocks["disk"]).tolist(),
             out.tier_blocks["cpu"].tolist(),
-            out.tier_blocks["disk"].tolist(),
+            out.tier_blocks["disk"].tolist(), strict=False,
         )
     )
     assert got == ref
@@ -334,7 +334,7 @@ def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prew
     )
     pin_cap = data.draw(st.integers(0, 4))
     pins = choose_pins(trace, pins_src, pin_cap)
-    kw = dict(ttl_s=ttl, pinned_blocks=pins, priorities=prios, prewarm_pins=prewarm)
+    kw = {"ttl_s": ttl, "pinned_blocks": pins, "priorities": prios, "prewarm_pins": prewarm}
     fast = NodeCache(trace, policy, cap, **kw).run()
     slow = GenericCache(trace, policy, cap, pinned_capacity=pin_cap, **kw).run()
     assert fast.hit_blocks.tolist() == slow.hit_blocks.tolist()

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from prefixplan.api import source_options
-from prefixplan.render.stream import iter_prompts
 from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
+from prefixplan.render.stream import iter_prompts
 from prefixplan.savings.kvsize import lookup_builtin
 from prefixplan.simulation.options import build_config
 

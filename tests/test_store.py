@@ -156,10 +156,9 @@ def test_unusable_store_path_is_a_store_error(tmp_path: Path) -> None:
 
 def test_sqlite_failure_inside_a_write_is_a_store_error_and_rolls_back(tmp_path: Path) -> None:
     with open_store(tmp_path / "s.db") as store:
-        with pytest.raises(StoreError, match="write failed"):
-            with store.write() as c:
-                c.execute("INSERT INTO profiles(name, created, a_s, b_s_per_token, c_s_per_token2) "
-                          "VALUES ('p', 'now', 0, 0, 0)")
-                c.execute("INSERT INTO no_such_table VALUES (1)")
+        with pytest.raises(StoreError, match="write failed"), store.write() as c:
+            c.execute("INSERT INTO profiles(name, created, a_s, b_s_per_token, c_s_per_token2) "
+                      "VALUES ('p', 'now', 0, 0, 0)")
+            c.execute("INSERT INTO no_such_table VALUES (1)")
         assert not store.conn.in_transaction
         assert store.profiles() == []

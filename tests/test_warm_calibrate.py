@@ -17,6 +17,8 @@ from fake_engine import FakeEngine, free_port_url
 from prefixplan.cli.app import main
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import ExitCode, InputError, UsageError
+from prefixplan.savings.prefill import load_profile
+from prefixplan.store import resolve_profile
 from prefixplan.warming.calibrate import (
     TimingSample,
     calibrate_endpoint,
@@ -24,8 +26,6 @@ from prefixplan.warming.calibrate import (
     save_profile,
 )
 from prefixplan.warming.keepalive import keepalive, parse_duration
-from prefixplan.savings.prefill import load_profile
-from prefixplan.store import resolve_profile
 from prefixplan.warming.status import replica_status
 
 
@@ -172,6 +172,7 @@ def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.
 
 def test_stop_event_skips_remaining_prefixes() -> None:
     from records import plan_from_record
+
     from prefixplan.warming.run import WarmOptions, run_warm
 
     rec = {"granularity": {"block_size": 16}, "candidates": [

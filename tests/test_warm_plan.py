@@ -8,11 +8,11 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from records import plan_from_record
 
 from prefixplan.errors import UsageError
 from prefixplan.savings.prefill import PrefillProfile
 from prefixplan.warming.plan import estimate_prefill, select_within_budget
-from records import plan_from_record
 
 
 def cand(rank: int, ids: list[int] | None, value: int, parent: int | None = None, key: str | None = None) -> dict:

@@ -26,9 +26,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from prefixplan.analysis import dynamic as lint
-from prefixplan.render.spans import message_text
-from prefixplan.core.types import Prompt
 from prefixplan.core.hashes import segment_hash
+from prefixplan.core.types import Prompt
+from prefixplan.render.spans import message_text
+
 
 def find_dynamic(text: str) -> list[tuple[str, int, int]]:
     """Dynamic spans in ``text`` as ``(code, start, end)`` (the recipe lint's patterns)."""

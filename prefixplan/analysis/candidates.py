@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from prefixplan.errors import UsageError
 from prefixplan.analysis.radix import NodeView, RadixTree
 from prefixplan.core.granularity import aligned
 from prefixplan.core.types import Segment
+from prefixplan.errors import UsageError
 
 UNLABELLED = "unknown"
 """Label used when :func:`find_candidates` gets no ``segments_of``."""

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.errors import UsageError
 from prefixplan.core.types import TOKEN_DTYPE, TokenIds, as_token_ids
+from prefixplan.errors import UsageError
 
 DEFAULT_TENANT_CAP = 1024
 """Distinct tenants remembered per node; beyond it a node reports "at least" this many."""
@@ -73,20 +73,20 @@ class _Node:
     """Mutable node record (one per branch/end point)."""
 
     __slots__ = (
+        "capped",
+        "children",
+        "depth",
+        "ends",
+        "first_seen",
+        "hits",
         "id",
+        "last_seen",
+        "length",
         "ns",
         "parent",
-        "start",
-        "length",
-        "depth",
-        "children",
-        "hits",
-        "ends",
-        "tenants",
-        "capped",
-        "first_seen",
-        "last_seen",
         "request_index",
+        "start",
+        "tenants",
     )
 
     def __init__(

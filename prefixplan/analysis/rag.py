@@ -19,14 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
+from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Request
 from prefixplan.errors import TokenizerError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
+from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
 from prefixplan.render.stream import SourceOptions, iter_prompts
-
-from prefixplan.core.hashes import segment_hash
 
 if TYPE_CHECKING:
     from prefixplan.analysis.previews import RequestInfo
@@ -74,7 +73,7 @@ def reorder_content(content: str, counts: Mapping[str, int], min_requests: int =
             pos = b
     rest.append(content[pos:])
     remainder = "".join(rest).strip()
-    ordered = sorted({p: n for p, n in docs}.items(), key=lambda item: (-item[1], segment_hash(item[0])))
+    ordered = sorted(dict(docs).items(), key=lambda item: (-item[1], segment_hash(item[0])))
     new = "\n\n".join(p for p, _ in ordered)
     if remainder:
         new += "\n\n" + remainder

@@ -80,7 +80,7 @@ def _capacity(text: str | None) -> float | None:
     return parse_capacity(text, None)
 
 
-class common_progress:  # noqa: N801 - used as a context manager
+class common_progress:
     """A transient rich progress line counting requests (disabled when not a terminal)."""
 
     def __init__(self, console, disabled: bool) -> None:

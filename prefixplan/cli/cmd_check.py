@@ -41,9 +41,9 @@ def check(
     Exit codes: 0 clean; 1 content changed / lock hand-edited / lint at --fail-on level;
     2 malformed recipe or lock; 3 version bumped but `prefixplan lock` not run.
     """
+    from prefixplan.errors import UsageError
     from prefixplan.gate.annotations import github_annotations
     from prefixplan.gate.check import run_check
-    from prefixplan.errors import UsageError
 
     if fmt not in ("human", "github", "json"):
         raise UsageError(f"--format must be human, github or json, got {fmt!r}")

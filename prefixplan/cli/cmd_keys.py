@@ -31,8 +31,9 @@ def _emit_json(target: str, data: object) -> None:
 
 
 def _table(records: list, title: str) -> None:  # type: ignore[type-arg]
-    from prefixplan.cli.output import report_console
     from rich.table import Table
+
+    from prefixplan.cli.output import report_console
 
     t = Table(title=title)
     for col in (

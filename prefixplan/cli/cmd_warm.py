@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-
 DEFAULT_RECIPES = "recipes"
 
 
@@ -77,7 +76,8 @@ def warm(
     """
     from prefixplan.warming.keepalive import parse_duration
     from prefixplan.warming.run import WarmOptions
-    from prefixplan.warming.service import WarmRequest, warm as run
+    from prefixplan.warming.service import WarmRequest
+    from prefixplan.warming.service import warm as run
 
     req = WarmRequest(
         endpoints=tuple(endpoint or ()), endpoints_file=str(endpoints_file) if endpoints_file else None,

@@ -6,6 +6,7 @@ A path that cannot be written (missing permission, a folder, a read-only file sy
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -47,10 +48,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         if isinstance(exc, OSError):
             raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise

@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from prefixplan.errors import EndpointError, UsageError
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported for adapters' callers)
 from prefixplan.core.urls import display_url
+from prefixplan.errors import EndpointError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -149,7 +149,7 @@ class EngineAdapter:
         self._model = model
         self._block_size_override = block_size
         self._secret = endpoint.api_key()
-        headers = {k: v for k, v in endpoint.headers}
+        headers = dict(endpoint.headers)
         if self._secret:
             headers["Authorization"] = f"Bearer {self._secret}"
         self._client = httpx.Client(
@@ -206,7 +206,7 @@ class EngineAdapter:
             return
         try:
             body = resp.read().decode("utf-8", "replace")
-        except Exception:  # noqa: BLE001 - body is only for the message
+        except Exception:
             body = ""
         body = " ".join(self.redact(body).split())[:200]
         retryable = resp.status_code >= 500 or resp.status_code == 429

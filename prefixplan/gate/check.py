@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prefixplan.errors import ExitCode, InputError, RecipeError, UsageError
 from prefixplan.gate.content import content_findings
 from prefixplan.gate.findings import FAIL_LEVELS, CheckResult, Finding, exit_code_of
 from prefixplan.gate.git import git_ref_exists, git_show
 from prefixplan.gate.lint import recipe_lint_findings
-from prefixplan.errors import ExitCode, InputError, RecipeError, UsageError
 from prefixplan.keys.lockfile import Lock, parse_lock_text, read_lock
 from prefixplan.keys.recipes import display_path, load_recipes
 

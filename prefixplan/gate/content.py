@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import difflib
 
+from prefixplan.errors import RecipeError
 from prefixplan.gate.findings import Finding
 from prefixplan.gate.git import git_show
-from prefixplan.errors import RecipeError
 from prefixplan.keys import part_hash
 from prefixplan.keys.lockfile import LockEntry
 from prefixplan.keys.recipes import Part, Recipe, display_path, parse_recipe_text

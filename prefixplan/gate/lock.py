@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prefixplan.gate.findings import LockResult
 from prefixplan.errors import KeyConflictError
+from prefixplan.gate.findings import LockResult
 from prefixplan.keys.lockfile import LockEntry, read_lock, render_lock, write_lock
 from prefixplan.keys.recipes import Recipe, display_path, load_recipes
 

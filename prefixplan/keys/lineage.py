@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-
 HEAD_CHARS = 160
 COMPARE_CHARS = 2000
 SIMILARITY = 0.8

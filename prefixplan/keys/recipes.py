@@ -243,7 +243,7 @@ def chunk_text(text: str, by: str = "none", max_chars: int | None = None) -> lis
                     starts.append(offset)
                 prev_blank = not stripped
             else:
-                if stripped.startswith("```") or stripped.startswith("~~~"):
+                if stripped.startswith(("```", "~~~")):
                     in_fence = not in_fence
                 elif not in_fence and re.match(r"#{1,6}(\s|$)", line) and offset > 0:
                     starts.append(offset)

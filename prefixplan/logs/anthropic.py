@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prefixplan.logs.badline import BadLine, jtype
 from prefixplan.core.types import Breakpoint
+from prefixplan.logs.badline import BadLine, jtype
 
 ANTHROPIC_BLOCK_MARKERS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 

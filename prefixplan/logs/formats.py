@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from prefixplan.core.types import Request
 from prefixplan.logs.anthropic import anthropic_tool, convert, looks_anthropic
 from prefixplan.logs.badline import BadLine, jtype
 from prefixplan.logs.times import find_time, timestamp_value
-from prefixplan.core.types import Request
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 

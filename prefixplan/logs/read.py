@@ -16,11 +16,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefixplan.core.types import FORMATS, Request
 from prefixplan.errors import InputError, LogLineError, UsageError
 from prefixplan.logs.badline import BadLine
 from prefixplan.logs.formats import LineContext, parse_object
 from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
-from prefixplan.core.types import FORMATS, Request
 
 MAX_SAMPLES = 100
 _BOM = b"\xef\xbb\xbf"
@@ -179,7 +179,7 @@ def _decode(data: bytes, ctx: LineContext, fmt: str) -> list[Request]:
         raise
     except RecursionError:
         raise BadLine("nesting too deep: record nested deeper than the reader allows") from None
-    except Exception as exc:  # noqa: BLE001 - a shape no rule foresaw: count it, never crash
+    except Exception as exc:
         raise BadLine(f"invalid record: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
@@ -278,7 +278,7 @@ def iter_objects(
             except RecursionError:
                 bad(i, "nesting too deep: record nested deeper than the reader allows")
                 continue
-            except Exception as exc:  # noqa: BLE001 - a shape no rule foresaw: count it, never crash
+            except Exception as exc:
                 bad(i, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
         for req in requests:

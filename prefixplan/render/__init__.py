@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from prefixplan.errors import TokenizerError, UsageError
+from prefixplan.core.hashes import segment_hash
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported)
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
-from prefixplan.core.hashes import segment_hash
+from prefixplan.errors import TokenizerError, UsageError
 
 DEFAULT_TOKENIZER = "mistral:nemo"
 
@@ -176,7 +176,7 @@ class RenderSet:
                         results.append(r.render(batch[i]))
                     except TokenizerError as exc:
                         results.append(exc)
-            for i, p in zip(idxs, results):
+            for i, p in zip(idxs, results, strict=False):
                 out[i] = p
         return out  # type: ignore[return-value]
 
@@ -199,7 +199,7 @@ class RenderSet:
         for req in requests:
             pending.append(req)
             if len(pending) >= batch:
-                yield from zip(pending, self.render_batch(pending))
+                yield from zip(pending, self.render_batch(pending), strict=False)
                 pending = []
         if pending:
-            yield from zip(pending, self.render_batch(pending))
+            yield from zip(pending, self.render_batch(pending), strict=False)

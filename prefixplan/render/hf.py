@@ -27,11 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from prefixplan.core.hashes import segment_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
-from prefixplan.core.hashes import segment_hash
-
 
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
 PARAGRAPH_SPLIT_MIN_CHARS = 1024
@@ -233,7 +232,7 @@ class HFRenderer:
         joint = self.backend.encode_batch([a + b for a, b in pairs], add_special_tokens=False)
         left = self.backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)
         right = self.backend.encode_batch([b for _, b in pairs], add_special_tokens=False)
-        return all(j.ids == l.ids + r.ids for j, l, r in zip(joint, left, right))
+        return all(j.ids == a.ids + b.ids for j, a, b in zip(joint, left, right, strict=False))
 
     def _encode_pieces(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Encode several texts, sharing the piece cache and batching cache misses."""
@@ -260,7 +259,7 @@ class HFRenderer:
         if missing:
             pieces = list(missing)
             encs = self.backend.encode_batch(pieces, add_special_tokens=False)
-            for piece, enc in zip(pieces, encs):
+            for piece, enc in zip(pieces, encs, strict=False):
                 item = self._encode_one(enc, piece)
                 fresh[piece] = item
                 self.cache.put(piece, item)
@@ -292,7 +291,7 @@ class HFRenderer:
         chat = [i for i, req in enumerate(requests) if req.messages is not None]
         texts = {i: self.render_text(requests[i]) for i in chat}
         if self.split_pieces and self._split_re is not None:
-            encoded = dict(zip(chat, self._encode_pieces([texts[i] for i in chat])))
+            encoded = dict(zip(chat, self._encode_pieces([texts[i] for i in chat]), strict=False))
         else:
             encoded = {}
             for i in chat:

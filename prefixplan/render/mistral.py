@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from prefixplan.core.hashes import segment_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.hf import raw_ids_prompt
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
-from prefixplan.core.hashes import segment_hash
 
 # name -> (factory method name, kwargs, description)
 MODELS: dict[str, tuple[str, dict[str, Any], str]] = {

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.types import Chunk, Segment
 from prefixplan.core.hashes import SegmentHash, segment_hash
+from prefixplan.core.types import Chunk, Segment
 
 ROLE_KIND = {
     "system": "system",

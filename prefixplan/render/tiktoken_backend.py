@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from prefixplan.core.hashes import segment_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.hf import PieceCache, raw_ids_prompt
 from prefixplan.render.spans import ROLE_KIND, message_text, tool_name
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
-from prefixplan.core.hashes import segment_hash
 
 KNOWN = ("cl100k_base", "o200k_base", "p50k_base", "r50k_base")
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from prefixplan.core.hashes import segment_hash
+from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.urls import display_url, redact
 from prefixplan.errors import EndpointError, TokenizerError
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
-from prefixplan.core.urls import display_url, redact
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
-from prefixplan.core.hashes import segment_hash
 
 
 @lru_cache(maxsize=1)
@@ -36,7 +36,7 @@ def _byte_decoder() -> dict[str, int]:
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
+    return {chr(c): b for b, c in zip(printable, chars, strict=False)}
 
 
 def token_strs_to_bytes(strs: Sequence[str]) -> list[bytes] | None:

@@ -55,9 +55,8 @@ def model_price(table: dict, provider: str, model: str) -> tuple[str, dict[str, 
     name = model.lower()
     best = None
     for key in models:
-        if name == key.lower() or name.startswith(key.lower()):
-            if best is None or len(key) > len(best):
-                best = key
+        if (name == key.lower() or name.startswith(key.lower())) and (best is None or len(key) > len(best)):
+            best = key
     if best is None:
         raise UsageError(f"no {provider} price for model {model!r}",
                          hint="add it to a --prices YAML file (layout: prefixplan/data/prices.yaml)")

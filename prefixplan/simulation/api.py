@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from prefixplan.core.granularity import (
+    Granularity,
+)
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape
 from prefixplan.savings.prefill import (
-    PrefillProfile,
     TimeSavings,
     load_profile,
     time_savings,
@@ -30,12 +32,7 @@ from prefixplan.savings.pricing import (
     self_hosted_saving,
 )
 from prefixplan.simulation.batch import in_batch_hits, service_times
-from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
-from prefixplan.core.granularity import (
-    Granularity,
-    engine_granularity,
-    provider_granularity,
-)
+from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.hosted import AnthropicCache
 from prefixplan.simulation.models import (
     POLICIES,

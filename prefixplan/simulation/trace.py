@@ -243,7 +243,7 @@ class TraceBuilder:
         else:
             start = len(self._parent)
             new = nb - known
-            ids.update(zip(keys[known:], range(start, start + new)))
+            ids.update(zip(keys[known:], range(start, start + new), strict=False))
             self._parent.append(ids[keys[known - 1]] if known else -1)
             self._parent.extend(range(start, start + new - 1))
             end = start + new - 1

@@ -16,9 +16,9 @@ __all__ = [
     "Store",
     "VersionRecord",
     "find_profile",
-    "resolve_profile",
-    "stored_profile",
     "iso",
     "open_store",
     "resolve_db_path",
+    "resolve_profile",
+    "stored_profile",
 ]

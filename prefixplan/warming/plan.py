@@ -17,7 +17,7 @@ Selection rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ class WarmPlan:
         est = estimate_prefill(self, profile)
         return {
             "block_size": self.block_size,
-            "items": [dict(item.to_dict(), est_prefill_s=round(t, 4)) for item, t in zip(self.items, est)],
+            "items": [dict(item.to_dict(), est_prefill_s=round(t, 4)) for item, t in zip(self.items, est, strict=False)],
             "selected": list(self.selected),
             "skipped": [{"rank": r, "reason": why} for r, why in self.skipped],
             "memory_tokens": self.memory_tokens,

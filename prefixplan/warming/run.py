@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from prefixplan.analysis.record import TokenizerInfo
+from prefixplan.core.granularity import aligned
 from prefixplan.engines.base import (
     TOKENIZER_PROBE_TEXT,
     CacheCounters,
@@ -44,8 +46,6 @@ from prefixplan.engines.base import (
     EngineRequestError,
     with_retries,
 )
-from prefixplan.analysis.record import TokenizerInfo
-from prefixplan.core.granularity import aligned
 from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
 from prefixplan.warming.plan import WarmItem, WarmPlan
 from prefixplan.warming.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
@@ -186,7 +186,7 @@ def _describe_tokenizer(tokenizer: TokenizerInfo | None) -> str:
 
 
 def _first_diff(a: Sequence[int], b: Sequence[int]) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"first difference at token {i}: server {x} vs analysis {y}"
     return f"lengths differ: server {len(a)} vs analysis {len(b)} tokens"

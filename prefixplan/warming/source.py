@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, TokenizerInfo, load_record
 from prefixplan.engines.base import Endpoint

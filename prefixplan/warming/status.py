@@ -110,7 +110,7 @@ def replica_status(
     if window_s > 0 and any(a is not None for a in adapters):
         sleep(window_s)
     result: list[ReplicaStatus] = []
-    for ep, pair, c0, done in zip(endpoints, adapters, first, out):
+    for ep, pair, c0, done in zip(endpoints, adapters, first, out, strict=False):
         if done is not None:
             result.append(done)
             continue

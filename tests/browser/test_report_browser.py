@@ -8,8 +8,8 @@ to test-artifacts/report.png.
 from __future__ import annotations
 
 import copy
-import math
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -99,7 +99,7 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
         cells: Array.from(r.cells).map(c => c.textContent)}));""")
     assert [(r["rank"], r["length"], r["hits"], r["withheld"]) for r in rows] == [
         (c["rank"], c["length"], c["hits"], c["withheld"]) for c in record["candidates"]]
-    for r, c in zip(rows, record["candidates"]):
+    for r, c in zip(rows, record["candidates"], strict=False):
         assert r["cells"][2] == f"{c['length']:,}" and r["cells"][5] == f"{c['reusable_tokens']:,}"
     # the embedded JSON is what was drawn
     data = js("return JSON.parse(document.getElementById('pp-data').textContent)")

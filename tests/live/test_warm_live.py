@@ -39,8 +39,8 @@ def _summary(key: str, value: object) -> None:
 def test_chat_cases_equal_server_tokenize(vllm_server) -> None:
     from chat_cases import cases
 
-    from prefixplan.render.hf import HFRenderer
     from prefixplan.core.types import Request
+    from prefixplan.render.hf import HFRenderer
 
     renderer = HFRenderer(str(vllm_server.model_dir))
     all_cases = cases()
@@ -115,13 +115,13 @@ def _predict(record: dict, lines: list[dict], model_dir: Path, block: int, top: 
     """prefixplan's per-request prediction: simulate the warm-ups + probes, then the log, in an
     infinite cache at the server's block size."""
     import numpy as np
+    from records import plan_from_record
 
-    from prefixplan.render import load_renderer
     from prefixplan.core.granularity import engine_granularity
+    from prefixplan.core.types import Request
+    from prefixplan.render import load_renderer
     from prefixplan.simulation.models import infinite_hits
     from prefixplan.simulation.trace import SimRequest, build_trace
-    from prefixplan.core.types import Request
-    from records import plan_from_record
     from prefixplan.warming.run import probe_prompt, warm_prompt
 
     renderer = load_renderer(f"hf:{model_dir}")
@@ -172,7 +172,7 @@ def test_end_to_end_analyze_warm_replay_matches_prediction(vllm_server, tmp_path
             usage = r.json()["usage"]
             reported.append(usage["prompt_tokens_details"]["cached_tokens"])
             prompt_tokens.append(usage["prompt_tokens"])
-    mismatches = [(i, p, r) for i, (p, r) in enumerate(zip(predicted, reported)) if p != r]
+    mismatches = [(i, p, r) for i, (p, r) in enumerate(zip(predicted, reported, strict=False)) if p != r]
     ttft = [{"key": r["key"], "tokens": r["tokens"], "cold_ms": round(1000 * r["cold_ttft_s"], 2),
              "probe_ms": round(1000 * r["warm_ttft_s"], 2), "cached": r["cached_tokens"]} for r in warm["results"]]
     _summary("end_to_end", {

@@ -1,0 +1,157 @@
+"""What one cache model is (:class:`CacheSpec`: policy, capacity, TTL, pins, tiers) and the
+block-level helpers every model shares (capacity in blocks, pin selection, unbounded hits)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixplan.errors import UsageError
+from prefixplan.simulation.trace import BlockTrace
+
+POLICIES = ("lru", "lfu", "fifo", "priority")
+TTL_PRESETS = {"5m": 300.0, "1h": 3600.0, "24h": 86400.0}
+
+
+def parse_ttl(value: str | float | None) -> float | None:
+    """``5m``, ``1h``, ``24h``, ``90s`` or seconds -> seconds (None = no expiry)."""
+    if value is None or value == "" or value == "none":
+        return None
+    text = str(value).strip().lower()
+    if text in TTL_PRESETS:
+        return TTL_PRESETS[text]
+    from prefixplan.core.durations import parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except ValueError:
+        raise UsageError(f"bad cache TTL {value!r}", hint="use 5m, 1h, 24h or seconds (>= 0)") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A lower cache tier (CPU memory, local disk) below the GPU cache.
+
+    Attributes:
+        name: label, e.g. ``cpu`` or ``disk``.
+        capacity_tokens: tokens the tier holds.
+        bandwidth_bytes_per_s: load bandwidth into GPU memory (0 = free).
+        latency_s: fixed latency per request that loads from this tier.
+    """
+
+    name: str
+    capacity_tokens: float
+    bandwidth_bytes_per_s: float = 0.0
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AutoPromote:
+    """Auto-promotion into the pinned partition.
+
+    A cached block is pinned once it was reused in at least ``min_hits`` requests during
+    the last ``window_s`` seconds (and its parent is pinned, and the partition has room);
+    a pinned block not reused for ``cold_after_s`` seconds goes back to the regular area.
+    """
+
+    min_hits: int = 3
+    window_s: float = 3600.0
+    cold_after_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """One cache model.
+
+    Attributes:
+        policy: ``infinite``, ``lru``, ``lfu``, ``fifo`` or ``priority``.
+        capacity_tokens: GPU cache capacity in tokens (None = unbounded).
+        ttl_s: hosted-cache expiry after last use (None = none).
+        pinned_fraction: share of the capacity reserved for pinned prefixes.
+        pins: pinned prefixes as ``(namespace, token ids)``, admitted in order while they fit.
+        auto_promote: promote hot blocks into the pinned partition instead of fixed pins.
+        tiers: lower tiers (LRU only).
+        prewarm_pins: pinned prefixes are resident from the start (warmed).
+    """
+
+    policy: str = "lru"
+    capacity_tokens: float | None = None
+    ttl_s: float | None = None
+    pinned_fraction: float = 0.0
+    pins: tuple[tuple[str, np.ndarray], ...] = field(default=(), compare=False)
+    auto_promote: AutoPromote | None = None
+    tiers: tuple[Tier, ...] = ()
+    prewarm_pins: bool = False
+
+    def label(self, total_tokens: float | None = None, pinned_share: float | None = None,
+              running_share: float = 0.0) -> str:
+        """Short human label, e.g. ``lru 1e+06 tok (20% pinned / 60% lru / 20% running)``.
+
+        ``total_tokens``, ``pinned_share`` and ``running_share`` describe the whole capacity
+        when part of it is held by running requests (this spec then covers the cache part).
+        """
+        total = self.capacity_tokens if total_tokens is None else total_tokens
+        pinned = self.pinned_fraction if pinned_share is None else pinned_share
+        if self.policy == "infinite" or total is None:
+            text = "infinite" if self.policy in ("infinite", "lru") else f"{self.policy} unbounded"
+        else:
+            text = f"{self.policy} {total:.3g} tok"
+        if pinned > 0 or running_share > 0:
+            parts = []
+            if pinned > 0:
+                parts.append(f"{pinned:.0%} {'auto-promoted' if self.auto_promote else 'pinned'}")
+            parts.append(f"{1 - pinned - running_share:.0%} {self.policy}")
+            if running_share > 0:
+                parts.append(f"{running_share:.0%} running")
+            text += f" ({' / '.join(parts)})"
+        for tier in self.tiers:
+            text += f" + {tier.name} {tier.capacity_tokens:.3g}"
+        if self.ttl_s is not None:
+            text += f", ttl {self.ttl_s:g}s"
+        return text
+
+
+@dataclass(slots=True)
+class CacheOutcome:
+    """Block-level outcome of one model (converted to tokens by the caller).
+
+    Attributes:
+        hit_blocks: reused blocks per request.
+        tier_blocks: per lower tier, reused blocks per request loaded from it.
+        evictions: blocks evicted from the GPU cache (demoted or dropped).
+        pinned_blocks: blocks held by the pinned partition at the end.
+    """
+
+    hit_blocks: np.ndarray
+    tier_blocks: dict[str, np.ndarray]
+    evictions: int
+    pinned_blocks: int = 0
+
+
+def capacity_blocks(trace: BlockTrace, tokens: float | None) -> float:
+    """Capacity in blocks (floor); ``inf`` when unbounded."""
+    if tokens is None or math.isinf(tokens):
+        return math.inf
+    bt = int(trace.block_tokens.max()) if trace.n_requests else trace.granularity.block_size
+    return float(int(tokens // max(1, bt)))
+
+
+def choose_pins(trace: BlockTrace, pins, budget_blocks: float) -> list[int]:
+    """Block ids of the pinned prefixes that fit in ``budget_blocks`` (in order given)."""
+    chosen: dict[int, None] = {}
+    for namespace, tokens in pins:
+        ids = trace.resolve(np.asarray(tokens, dtype=np.uint32), namespace)
+        for b in ids:
+            if b in chosen:
+                continue
+            if len(chosen) + 1 > budget_blocks:
+                return list(chosen)
+            chosen[b] = None
+    return list(chosen)
+
+
+def infinite_hits(trace: BlockTrace) -> np.ndarray:
+    """Reused blocks per request with an unbounded persistent cache."""
+    return np.minimum(trace.known_blocks, trace.cap_blocks)
