@@ -51,8 +51,9 @@ def child_naive(log: Path, n: int) -> dict:
     count = tokens = 0
     for line in _lines(log, n):
         req = json.loads(line)["request"]
-        ids = tok.apply_chat_template(req["messages"], tools=req.get("tools"), add_generation_prompt=True,
-                                      tokenize=True, return_dict=False)
+        ids = tok.apply_chat_template(
+            req["messages"], tools=req.get("tools"), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         tokens += len(ids)
         count += 1
     return {"seconds": time.perf_counter() - t0, "requests": count, "tokens": tokens}
@@ -73,7 +74,9 @@ def child_batch(log: Path, n: int) -> dict:
 
     for line in _lines(log, n):
         req = json.loads(line)["request"]
-        texts.append(tok.apply_chat_template(req["messages"], tools=req.get("tools"), add_generation_prompt=True, tokenize=False))
+        texts.append(
+            tok.apply_chat_template(req["messages"], tools=req.get("tools"), add_generation_prompt=True, tokenize=False)
+        )
         count += 1
         if len(texts) == 256:
             tokens += flush()
@@ -90,8 +93,13 @@ def child_analyze(log: Path, whatif: bool, record: Path | None) -> dict:
     if record is not None:
         record.write_text(json.dumps(result.record))
     s = result.record["summary"]
-    return {"seconds": time.perf_counter() - t0, "requests": s["requests"], "tokens": s["prompt_tokens"],
-            "hit_rate_tokens": s["hit_rate_tokens"], "candidates": s["candidates"]}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "requests": s["requests"],
+        "tokens": s["prompt_tokens"],
+        "hit_rate_tokens": s["hit_rate_tokens"],
+        "candidates": s["candidates"],
+    }
 
 
 def run_child(kind: str, log: Path, arg: str, record: Path | None = None) -> dict:
@@ -111,8 +119,11 @@ def main() -> int:
     ap.add_argument("--record", type=Path, help="also write the plain analysis record here (for bench_report.py)")
     args = ap.parse_args()
     if args.child:
-        fn = {"naive": lambda: child_naive(args.log, int(args.arg)), "batch": lambda: child_batch(args.log, int(args.arg)),
-              "analyze": lambda: child_analyze(args.log, args.arg == "whatif", args.record)}[args.child]
+        fn = {
+            "naive": lambda: child_naive(args.log, int(args.arg)),
+            "batch": lambda: child_batch(args.log, int(args.arg)),
+            "analyze": lambda: child_analyze(args.log, args.arg == "whatif", args.record),
+        }[args.child]
         res = fn()
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(res))
@@ -120,7 +131,9 @@ def main() -> int:
     if not (QWEN3 / "tokenizer.json").is_file():
         subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_tokenizers.py"), "qwen3"], check=True)
     if not args.log.is_file():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_logs.py"), "bench", "--out", str(args.log)], check=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "make_logs.py"), "bench", "--out", str(args.log)], check=True
+        )
     results = {
         "analyze": run_child("analyze", args.log, "plain", args.record),
         "analyze+whatif": run_child("analyze", args.log, "whatif"),
@@ -134,8 +147,10 @@ def main() -> int:
     for name, r in results.items():
         secs = r["seconds"] * (total / r["requests"]) if "sampled" in name else r["seconds"]
         label = f"{secs:,.1f}" + ("*" if "sampled" in name else "")
-        print(f"{name:<18}{label:>16}{r['requests'] / r['seconds']:>10,.0f}{r['tokens'] / r['seconds'] / 1e6:>9.2f}"
-              f"{r['peak_rss_mb']:>13,.0f}{secs / base:>11.1f}x")
+        print(
+            f"{name:<18}{label:>16}{r['requests'] / r['seconds']:>10,.0f}{r['tokens'] / r['seconds'] / 1e6:>9.2f}"
+            f"{r['peak_rss_mb']:>13,.0f}{secs / base:>11.1f}x"
+        )
     print(f"* measured on the first {args.sample:,} requests and extrapolated linearly to {total:,}")
     return 0
 

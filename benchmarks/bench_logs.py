@@ -22,7 +22,13 @@ from pathlib import Path
 
 def make_log(path: Path, lines: int, compress: bool) -> None:
     system = "You are a support agent for ACME. " * 60
-    tool = {"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup_order",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+        },
+    }
     opener = gzip.open if compress else open
     with opener(path, "wt", encoding="utf-8") as f:
         for i in range(lines):
@@ -39,7 +45,13 @@ def make_log(path: Path, lines: int, compress: bool) -> None:
                         {"role": "user", "content": f"Thanks, also order {i + 1}."},
                     ],
                 },
-                "response": {"usage": {"prompt_tokens": 600, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 512}}},
+                "response": {
+                    "usage": {
+                        "prompt_tokens": 600,
+                        "completion_tokens": 20,
+                        "prompt_tokens_details": {"cached_tokens": 512},
+                    }
+                },
             }
             f.write(json.dumps(row) + "\n")
 

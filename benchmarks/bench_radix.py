@@ -77,12 +77,16 @@ def bench_tree(n: int, seed: int) -> float:
     allocated = tree.arena_bytes
     peak_build = peak_rss_mib()
     tree.trim()
-    print(f"  arena            {tree.arena_tokens / 1e6:.2f}M tokens used, {allocated / 2**20:.0f} MiB allocated"
-          f" ({tree.arena_bytes / 2**20:.0f} MiB after trim())")
+    print(
+        f"  arena            {tree.arena_tokens / 1e6:.2f}M tokens used, {allocated / 2**20:.0f} MiB allocated"
+        f" ({tree.arena_bytes / 2**20:.0f} MiB after trim())"
+    )
     print(f"  prefix reuse     {reused / total_tokens:.1%} of tokens (infinite cache, token granularity)")
     print(f"  candidates       {len(cands)} at block 16 in {cand_time:.2f} s")
-    print(f"  peak RSS         {peak_build:.0f} MiB after inserts, {peak_rss_mib():.0f} MiB incl. trim copy"
-          " (whole process)")
+    print(
+        f"  peak RSS         {peak_build:.0f} MiB after inserts, {peak_rss_mib():.0f} MiB incl. trim copy"
+        " (whole process)"
+    )
     return elapsed
 
 
@@ -108,8 +112,10 @@ def bench_naive(n_sub: int, n: int, seed: int) -> float:
     print(f"naive dict-of-dicts trie: {n_sub} prompts (subset)")
     print(f"  insert time      {elapsed:.2f} s measured; EXTRAPOLATED to {n}: {est:.1f} s")
     grew = peak_rss_mib() - rss0
-    print(f"  peak RSS         {peak_rss_mib():.0f} MiB (trie: {grew:.0f} MiB on the subset; "
-          f"EXTRAPOLATED to {n}: ~{grew * n / n_sub / 1024:.1f} GiB)")
+    print(
+        f"  peak RSS         {peak_rss_mib():.0f} MiB (trie: {grew:.0f} MiB on the subset; "
+        f"EXTRAPOLATED to {n}: ~{grew * n / n_sub / 1024:.1f} GiB)"
+    )
     return est
 
 
@@ -128,8 +134,18 @@ def main() -> None:
         return
     results = {}
     for phase in ("tree", "naive"):
-        cmd = [sys.executable, __file__, "--phase", phase, "--n", str(args.n),
-               "--baseline-n", str(args.baseline_n), "--seed", str(args.seed)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--phase",
+            phase,
+            "--n",
+            str(args.n),
+            "--baseline-n",
+            str(args.baseline_n),
+            "--seed",
+            str(args.seed),
+        ]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         for line in out.splitlines():
             if line.startswith("RESULT "):

@@ -45,9 +45,17 @@ def main() -> int:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-              f"--user-data-dir={tempfile.mkdtemp()}"):
+    for a in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        f"--user-data-dir={tempfile.mkdtemp()}",
+    ):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
@@ -58,19 +66,34 @@ def main() -> int:
             t = time.perf_counter()
             drv.get(out.resolve().as_uri())  # returns after the load event
             walls.append(time.perf_counter() - t)
-            loads.append(drv.execute_script(
-                "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;") / 1000)
+            loads.append(
+                drv.execute_script(
+                    "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"
+                )
+                / 1000
+            )
         errors = [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]
         n_points = drv.execute_script("return document.querySelectorAll('circle.pp-pt, rect.pp-kind, g.pp-ice').length")
     finally:
         drv.quit()
-    print(f"load (navigation start -> load event, browser clock): median {statistics.median(loads):.3f} s, "
-          f"max {max(loads):.3f} s over {args.runs} runs")
+    print(
+        f"load (navigation start -> load event, browser clock): median {statistics.median(loads):.3f} s, "
+        f"max {max(loads):.3f} s over {args.runs} runs"
+    )
     print(f"load (driver.get wall clock): median {statistics.median(walls):.3f} s")
     print(f"plotted elements: {n_points}; console errors: {len(errors)}")
     ok = size < 5e6 and max(loads) < 3.0 and not errors
-    print(json.dumps({"html_bytes": size, "load_s_median": statistics.median(loads), "load_s_max": max(loads),
-                      "render_s": render_s, "ok": ok}))
+    print(
+        json.dumps(
+            {
+                "html_bytes": size,
+                "load_s_median": statistics.median(loads),
+                "load_s_max": max(loads),
+                "render_s": render_s,
+                "ok": ok,
+            }
+        )
+    )
     return 0 if ok else 1
 
 

@@ -105,13 +105,20 @@ def main(argv: list[str] | None = None) -> int:
         rates.append(float((out.hit_blocks * trace.block_tokens).sum()) / prompt_tokens)
     t3 = time.perf_counter() - gen_s
     bt = trace.block_tokens
-    print(f"requests {trace.n_requests:,}  prompt tokens {prompt_tokens:,}  distinct blocks {trace.n_distinct_blocks:,}"
-          f"  tree nodes {tree.n_nodes:,}")
+    print(
+        f"requests {trace.n_requests:,}  prompt tokens {prompt_tokens:,}  distinct blocks {trace.n_distinct_blocks:,}"
+        f"  tree nodes {tree.n_nodes:,}"
+    )
     print(f"input generation {gen_s:7.2f} s (not counted)")
     print(f"trace build      {t1 - t0:7.2f} s")
-    print(f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
-          f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
-    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates, strict=False)))
+    print(
+        f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
+        f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}"
+    )
+    print(
+        f"LRU x{len(caps)}          {t3 - t2:7.2f} s   "
+        + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates, strict=False))
+    )
     print(f"total            {t3 - t0:7.2f} s   peak RSS {peak_rss_mb():.0f} MB (generator alone: {gen_rss:.0f} MB)")
     return 0
 
@@ -136,8 +143,11 @@ class _Timed:
             self.seconds += time.perf_counter() - t
         self.count += 1
         if self.progress and self.count % self.progress == 0:
-            print(f"  ... {self.count:,} requests, read + render {self.seconds:.1f} s, "
-                  f"peak RSS {peak_rss_mb():.0f} MB", file=sys.stderr, flush=True)
+            print(
+                f"  ... {self.count:,} requests, read + render {self.seconds:.1f} s, peak RSS {peak_rss_mb():.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
         return item
 
 
@@ -181,22 +191,35 @@ def replay_log(args) -> int:
     if args.auto_promote:
         s = time.perf_counter()
         out = run_model(trace, CacheSpec("lru", args.other_capacity, pinned_fraction=0.2, auto_promote=AutoPromote()))
-        others.append(("lru+auto-promote 20%", time.perf_counter() - s, float((out.hit_blocks * bt).sum()) / prompt_tokens))
+        others.append(
+            ("lru+auto-promote 20%", time.perf_counter() - s, float((out.hit_blocks * bt).sum()) / prompt_tokens)
+        )
     touches = int(trace.n_blocks.sum())
     print(f"log {args.log}  tokenizer {args.tokenizer or 'default'}  block {args.block_size}")
-    print(f"requests {trace.n_requests:,} (line errors {errors.count})  prompt tokens {prompt_tokens:,}  "
-          f"block touches {touches:,}  distinct blocks {trace.n_distinct_blocks:,}  tree nodes {tree.n_nodes:,}")
+    print(
+        f"requests {trace.n_requests:,} (line errors {errors.count})  prompt tokens {prompt_tokens:,}  "
+        f"block touches {touches:,}  distinct blocks {trace.n_distinct_blocks:,}  tree nodes {tree.n_nodes:,}"
+    )
     print(f"read + render    {read_s:7.2f} s")
     print(f"trace build      {t1 - t0 - read_s:7.2f} s")
-    print(f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
-          f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}")
-    print(f"LRU x{len(caps)}          {t3 - t2:7.2f} s   " + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates, strict=False)))
-    print(f"simulation       {t3 - t0 - read_s:7.2f} s (trace build + infinite + in-batch + LRU x{len(caps)})"
-          f"   peak RSS so far {main_rss:.0f} MB")
+    print(
+        f"infinite+batch   {t2 - t1:7.2f} s   infinite {float((inf.hit_blocks * bt).sum()) / prompt_tokens:.3f}"
+        f"  in-batch {float((batch * bt).sum()) / prompt_tokens:.3f}"
+    )
+    print(
+        f"LRU x{len(caps)}          {t3 - t2:7.2f} s   "
+        + "  ".join(f"{c:.0e}:{r:.3f}" for c, r in zip(caps, rates, strict=False))
+    )
+    print(
+        f"simulation       {t3 - t0 - read_s:7.2f} s (trace build + infinite + in-batch + LRU x{len(caps)})"
+        f"   peak RSS so far {main_rss:.0f} MB"
+    )
     for pol, secs, rate in others:
         print(f"{pol:<16} {secs:7.2f} s   at {args.other_capacity:.0e}: {rate:.3f}")
-    print(f"total            {t3 - t0:7.2f} s (+ {sum(o[1] for o in others):.2f} s other policies)   "
-          f"peak RSS {peak_rss_mb():.0f} MB")
+    print(
+        f"total            {t3 - t0:7.2f} s (+ {sum(o[1] for o in others):.2f} s other policies)   "
+        f"peak RSS {peak_rss_mb():.0f} MB"
+    )
     return 0
 
 

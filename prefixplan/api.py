@@ -165,22 +165,23 @@ def run_analyze(
     if headline is not None:
         from prefixplan.simulation.source import headline_simulation
 
-        sim = headline_simulation(options.engine, options.granularity, headline.capacities,
-                                  headline.configured_capacity)
+        sim = headline_simulation(
+            options.engine, options.granularity, headline.capacities, headline.configured_capacity
+        )
         sinks.append(sim.add_prompt)
     analysis = run_pipeline(options, progress, sinks=sinks)
     if sim is not None and headline is not None:
         from prefixplan.simulation.source import headline_json
 
-        analysis.record = replace(analysis.record,
-                                  simulation=headline_json(sim.result(), headline.configured_capacity))
+        analysis.record = replace(analysis.record, simulation=headline_json(sim.result(), headline.configured_capacity))
     outcome = AnalyzeOutcome(analysis)
     if outputs.store:
         from prefixplan.store.register import register_analysis
 
         record_path = outputs.json if outputs.json not in (None, "-") else None
-        analysis.record, outcome.analysis_id = register_analysis(analysis.record, db=outputs.db,
-                                                                 record_path=record_path)
+        analysis.record, outcome.analysis_id = register_analysis(
+            analysis.record, db=outputs.db, record_path=record_path
+        )
     if outputs.emit_recipes is not None:
         from prefixplan.keys.emit import emit_recipes
 
@@ -251,12 +252,30 @@ def analyze(
 
     if top < 0:
         raise UsageError("top must be >= 0 (0 keeps every candidate)")
-    source = source_options(inputs, tokenizer=tokenizer, tokenizer_map=tokenizer_map, chat_template=chat_template,
-                            template_kwargs=template_kwargs, log_format=log_format, since=since, until=until,
-                            sample=sample, strict=strict, trace_block_size=trace_block_size)
-    options = AnalyzeOptions(source=source, engine=engine, block_size=block_size, min_tokens=min_tokens,
-                             min_hits=min_hits, top=top, min_tenants=min_tenants, show_user_text=show_user_text,
-                             rag_whatif=rag_whatif)
+    source = source_options(
+        inputs,
+        tokenizer=tokenizer,
+        tokenizer_map=tokenizer_map,
+        chat_template=chat_template,
+        template_kwargs=template_kwargs,
+        log_format=log_format,
+        since=since,
+        until=until,
+        sample=sample,
+        strict=strict,
+        trace_block_size=trace_block_size,
+    )
+    options = AnalyzeOptions(
+        source=source,
+        engine=engine,
+        block_size=block_size,
+        min_tokens=min_tokens,
+        min_hits=min_hits,
+        top=top,
+        min_tenants=min_tenants,
+        show_user_text=show_user_text,
+        rag_whatif=rag_whatif,
+    )
     headline = HeadlineOptions(tuple(capacities), configured_capacity) if simulate else None
     return run_analyze(options, headline=headline, outputs=AnalyzeOutputs(store=store, db=db)).analysis
 
@@ -312,8 +331,9 @@ def simulate(
     from prefixplan.simulation.api import SimConfig
     from prefixplan.simulation.source import simulate_source
 
-    result, errors = simulate_source(source_options(inputs, **source), config or SimConfig(),
-                                     pins_from=pins_from, pin_top=pin_top)
+    result, errors = simulate_source(
+        source_options(inputs, **source), config or SimConfig(), pins_from=pins_from, pin_top=pin_top
+    )
     return Simulation(result, errors.count)
 
 
@@ -327,16 +347,27 @@ def simulation_config(*, profile: str | None = None, db: str | None = None, **op
     return build_config(profile=resolve_profile(profile, db) if profile else None, **options)
 
 
-def lock(recipes: str | os.PathLike[str] = "recipes", lock_path: str | os.PathLike[str] = "prefixplan.lock", *,
-         db: str | None = None, store: bool = True) -> LockResult:
+def lock(
+    recipes: str | os.PathLike[str] = "recipes",
+    lock_path: str | os.PathLike[str] = "prefixplan.lock",
+    *,
+    db: str | None = None,
+    store: bool = True,
+) -> LockResult:
     """Write ``prefixplan.lock`` from the recipes and register each ``name@vN`` (``prefixplan lock``)."""
     from prefixplan.gate.lock import lock_recipes
 
     return lock_recipes(recipes, lock_path, db=db, register=store)
 
 
-def check(recipes: str | os.PathLike[str] = "recipes", lock_path: str | os.PathLike[str] = "prefixplan.lock", *,
-          base_ref: str | None = None, fail_on: str = "error", lint: bool = True) -> CheckResult:
+def check(
+    recipes: str | os.PathLike[str] = "recipes",
+    lock_path: str | os.PathLike[str] = "prefixplan.lock",
+    *,
+    base_ref: str | None = None,
+    fail_on: str = "error",
+    lint: bool = True,
+) -> CheckResult:
     """Compare recipes with the lock (and the lock with ``base_ref``'s), lint them (``prefixplan check``).
     ``result.exit_code`` is what the command exits with."""
     from prefixplan.gate.check import run_check
@@ -371,9 +402,15 @@ def warm(
     run_fields = {f.name for f in fields(WarmOptions)}
     run_opts = WarmOptions(**{k: v for k, v in options.items() if k in run_fields})
     req = WarmRequest(
-        endpoints=tuple(endpoints), endpoints_file=os.fspath(endpoints_file) if endpoints_file else None,
-        analysis=os.fspath(analysis) if analysis else None, recipes=os.fspath(recipes) if recipes else None,
-        top=top, keys=tuple(keys), dry_run=dry_run, db=db, options=run_opts,
+        endpoints=tuple(endpoints),
+        endpoints_file=os.fspath(endpoints_file) if endpoints_file else None,
+        analysis=os.fspath(analysis) if analysis else None,
+        recipes=os.fspath(recipes) if recipes else None,
+        top=top,
+        keys=tuple(keys),
+        dry_run=dry_run,
+        db=db,
+        options=run_opts,
         **{k: v for k, v in options.items() if k not in run_fields},
     )
     return run_warm(req)

@@ -32,13 +32,73 @@ SHARED = ROOT.parent / "shared" / "data"
 
 PRESETS = {
     # requests, systems, (min,max) system chars, tool sets, multi-turn share, rag share, user chars
-    "example": {"requests": 400, "systems": 4, "system_chars": (6000, 16000), "toolsets": 4, "multi": 0.3, "rag": 0.4,
-                    "user_chars": (150, 1200), "users": 14, "malformed": True, "plant_breakers": True, "seed": 20261129},
-    "bench": {"requests": 100_000, "systems": 20, "system_chars": (8000, 32000), "toolsets": 5, "multi": 0.3, "rag": 0.4,
-                  "user_chars": (200, 3200), "users": 2000, "malformed": False, "plant_breakers": False, "seed": 7},
+    "example": {
+        "requests": 400,
+        "systems": 4,
+        "system_chars": (6000, 16000),
+        "toolsets": 4,
+        "multi": 0.3,
+        "rag": 0.4,
+        "user_chars": (150, 1200),
+        "users": 14,
+        "malformed": True,
+        "plant_breakers": True,
+        "seed": 20261129,
+    },
+    "bench": {
+        "requests": 100_000,
+        "systems": 20,
+        "system_chars": (8000, 32000),
+        "toolsets": 5,
+        "multi": 0.3,
+        "rag": 0.4,
+        "user_chars": (200, 3200),
+        "users": 2000,
+        "malformed": False,
+        "plant_breakers": False,
+        "seed": 7,
+    },
 }
 
-WORDS = ["account", "billing", "invoice", "router", "firmware", "reset", "password", "network", "latency", "cache", "token", "prompt", "deploy", "replica", "cluster", "region", "storage", "volume", "snapshot", "backup", "restore", "quota", "limit", "upgrade", "plan", "refund", "order", "shipment", "tracking", "warranty", "device", "sensor", "battery", "update", "release", "policy", "escalate"]
+WORDS = [
+    "account",
+    "billing",
+    "invoice",
+    "router",
+    "firmware",
+    "reset",
+    "password",
+    "network",
+    "latency",
+    "cache",
+    "token",
+    "prompt",
+    "deploy",
+    "replica",
+    "cluster",
+    "region",
+    "storage",
+    "volume",
+    "snapshot",
+    "backup",
+    "restore",
+    "quota",
+    "limit",
+    "upgrade",
+    "plan",
+    "refund",
+    "order",
+    "shipment",
+    "tracking",
+    "warranty",
+    "device",
+    "sensor",
+    "battery",
+    "update",
+    "release",
+    "policy",
+    "escalate",
+]
 
 
 @dataclass
@@ -63,17 +123,29 @@ def _own_toolset(rng: random.Random, name: str, n: int) -> list[dict]:
     tools = []
     for i in range(n):
         fname = f"{name}_{rng.choice(WORDS)}_{i}"
-        props = {w: {"type": rng.choice(["string", "integer", "boolean"]), "description": _words(rng, 40)}
-                 for w in rng.sample(WORDS, rng.randint(2, 5))}
-        tools.append({"type": "function", "function": {"name": fname, "description": _words(rng, 120),
-                      "parameters": {"type": "object", "properties": props, "required": list(props)[:1]}}})
+        props = {
+            w: {"type": rng.choice(["string", "integer", "boolean"]), "description": _words(rng, 40)}
+            for w in rng.sample(WORDS, rng.randint(2, 5))
+        }
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": fname,
+                    "description": _words(rng, 120),
+                    "parameters": {"type": "object", "properties": props, "required": list(props)[:1]},
+                },
+            }
+        )
     return tools
 
 
 def load_content(rng: random.Random, preset: dict) -> Content:
     n_sys, (lo, hi) = preset["systems"], preset["system_chars"]
-    support = ("You are the Acme Cloud support assistant. Be precise, cite the relevant policy section, "
-               "and never promise refunds without checking the order.\n\n")
+    support = (
+        "You are the Acme Cloud support assistant. Be precise, cite the relevant policy section, "
+        "and never promise refunds without checking the order.\n\n"
+    )
     if SHARED.is_dir():
         prompts = sorted((SHARED / "system_prompts").glob("*.txt"))
         texts = [p.read_text(encoding="utf-8") for p in prompts]
@@ -81,16 +153,33 @@ def load_content(rng: random.Random, preset: dict) -> Content:
         for i in range(1, n_sys):
             base = texts[i % len(texts)]
             size = rng.randint(lo, hi)
-            text = base[:size] if i < len(texts) + 1 else f"Deployment {i}.\n\n" + base[: size]
+            text = base[:size] if i < len(texts) + 1 else f"Deployment {i}.\n\n" + base[:size]
             if i >= len(texts):
                 text = f"[{prompts[i % len(prompts)].stem} variant {i}]\n" + text
-            systems.append((prompts[i % len(prompts)].stem.split("__")[0].lower() + (f"-{i}" if i >= len(texts) else ""), text))
+            systems.append(
+                (prompts[i % len(prompts)].stem.split("__")[0].lower() + (f"-{i}" if i >= len(texts) else ""), text)
+            )
         mcp = json.loads((SHARED / "mcp_tools" / "github_mcp_tools_list.json").read_text())
-        gh = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-               "parameters": t.get("inputSchema", {})}} for t in mcp]
-        bfcl = [json.loads(line) for line in (SHARED / "bfcl" / "BFCL_v4_live_multiple.first100.json").read_text().splitlines()]
-        fsets = [[{"type": "function", "function": _json_schema_types(f)} for f in item["function"]]
-                 for item in bfcl if len(item["function"]) >= 3]
+        gh = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t.get("inputSchema", {}),
+                },
+            }
+            for t in mcp
+        ]
+        bfcl = [
+            json.loads(line)
+            for line in (SHARED / "bfcl" / "BFCL_v4_live_multiple.first100.json").read_text().splitlines()
+        ]
+        fsets = [
+            [{"type": "function", "function": _json_schema_types(f)} for f in item["function"]]
+            for item in bfcl
+            if len(item["function"]) >= 3
+        ]
         toolsets = [("github-mcp", gh[:14]), ("github-mcp-wide", gh[14:40])]
         toolsets += [(f"bfcl-{k}", fsets[k]) for k in range(len(fsets))][: max(0, preset["toolsets"] - 2)]
         chunks = []
@@ -98,11 +187,16 @@ def load_content(rng: random.Random, preset: dict) -> Content:
             for para in md.read_text(encoding="utf-8").split("\n\n"):
                 if 300 <= len(para) <= 1500 and not para.startswith(("```", "<", "|")):
                     chunks.append(para.strip())
-        questions = [json.loads(line)["prompt"] for line in (SHARED / "user_questions" / "arena_hard_v0.1_question.jsonl").read_text().splitlines()]
+        questions = [
+            json.loads(line)["prompt"]
+            for line in (SHARED / "user_questions" / "arena_hard_v0.1_question.jsonl").read_text().splitlines()
+        ]
         source = "shared/data (system_prompts, mcp_tools, bfcl, rag_docs/rust_book, user_questions)"
     else:
         systems = [("support-bot", support + _words(rng, lo))]
-        systems += [(f"agent-{i}", f"You are agent {i}.\n\n" + _words(rng, rng.randint(lo, hi))) for i in range(1, n_sys)]
+        systems += [
+            (f"agent-{i}", f"You are agent {i}.\n\n" + _words(rng, rng.randint(lo, hi))) for i in range(1, n_sys)
+        ]
         toolsets = [(f"tools-{k}", _own_toolset(rng, f"t{k}", rng.randint(4, 12))) for k in range(preset["toolsets"])]
         chunks = [_words(rng, rng.randint(300, 1200)) for _ in range(60)]
         questions = [_words(rng, rng.randint(60, 400)) for _ in range(300)]
@@ -112,10 +206,21 @@ def load_content(rng: random.Random, preset: dict) -> Content:
 
 def _json_schema_types(obj):
     """BFCL writes Python type names ("dict", "float", "tuple"); servers expect JSON Schema."""
-    names = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "int": "integer", "bool": "boolean",
-             "str": "string", "any": "string"}
+    names = {
+        "dict": "object",
+        "float": "number",
+        "tuple": "array",
+        "list": "array",
+        "int": "integer",
+        "bool": "boolean",
+        "str": "string",
+        "any": "string",
+    }
     if isinstance(obj, dict):
-        return {k: (names.get(v, v) if k == "type" and isinstance(v, str) else _json_schema_types(v)) for k, v in obj.items()}
+        return {
+            k: (names.get(v, v) if k == "type" and isinstance(v, str) else _json_schema_types(v))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [_json_schema_types(v) for v in obj]
     return obj
@@ -151,8 +256,12 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
     rng.shuffle(popular)
     popular = popular[:24]
     weights = [1 / (k + 1) for k in range(len(popular))]
-    bad = ['{"timestamp": 1795856500, "request": {"model": "acme-chat", "messages": [', '["not", "an", "object"]',
-           '{"request": {"model": "acme-chat", "messages": "hello"}}', '{"request": {"model": "acme-chat"}}']
+    bad = [
+        '{"timestamp": 1795856500, "request": {"model": "acme-chat", "messages": [',
+        '["not", "an", "object"]',
+        '{"request": {"model": "acme-chat", "messages": "hello"}}',
+        '{"request": {"model": "acme-chat"}}',
+    ]
     bad_at = {37 * (k + 1) + 1: b for k, b in enumerate(bad)} if preset["malformed"] else {}  # 1-based line numbers
     out.parent.mkdir(parents=True, exist_ok=True)
     sink = _Sink(out)
@@ -182,7 +291,12 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
                 docs = rng.choices(popular, weights=weights, k=3)
                 question = f"{question}\n\nUse these documents:\n\n" + "\n\n".join(dict.fromkeys(docs))
             messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-            body = {"model": "acme-chat", "messages": messages, "user": user, "max_tokens": rng.choice([256, 512, 1024])}
+            body = {
+                "model": "acme-chat",
+                "messages": messages,
+                "user": user,
+                "max_tokens": rng.choice([256, 512, 1024]),
+            }
             if rng.random() < 0.7:
                 ti = si % len(content.toolsets)
                 tools = content.toolsets[ti][1]
@@ -190,8 +304,15 @@ def generate(preset_name: str, out: Path, *, requests: int | None = None) -> dic
                     tools = _shuffle_keys(tools)
                 body["tools"] = tools
             if rng.random() < preset["multi"]:
-                convs.append({"model": body["model"], "messages": messages, "user": user, "tools": body.get("tools"),
-                              "turns_left": rng.randint(1, 3)})
+                convs.append(
+                    {
+                        "model": body["model"],
+                        "messages": messages,
+                        "user": user,
+                        "tools": body.get("tools"),
+                        "turns_left": rng.randint(1, 3),
+                    }
+                )
         while sink.lines + 1 in bad_at:
             sink.write(bad_at[sink.lines + 1])
         sink.write(json.dumps({"timestamp": round(t, 3), "request": body}, ensure_ascii=False))
@@ -254,7 +375,11 @@ def _write_docs_first(src: Path, dst: Path) -> None:
                 continue
             if isinstance(msgs, list):
                 for m in msgs:
-                    if isinstance(m, dict) and m.get("role") in ("user", "tool", "function") and isinstance(m.get("content"), str):
+                    if (
+                        isinstance(m, dict)
+                        and m.get("role") in ("user", "tool", "function")
+                        and isinstance(m.get("content"), str)
+                    ):
                         new = reorder_content(m["content"], counts)
                         if new is not None:
                             m["content"] = new
@@ -268,7 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--requests", type=int)
     args = parser.parse_args(argv)
-    out = args.out or (ROOT / "examples" / "agent_log.jsonl.gz" if args.preset == "example" else ROOT / "benchmarks" / "out" / "bench.jsonl.gz")
+    out = args.out or (
+        ROOT / "examples" / "agent_log.jsonl.gz"
+        if args.preset == "example"
+        else ROOT / "benchmarks" / "out" / "bench.jsonl.gz"
+    )
     print(json.dumps(generate(args.preset, out, requests=args.requests), indent=1))
     return 0
 

@@ -33,8 +33,9 @@ def char_tokenize(text: str) -> list[int]:
     return [ord(c) % 50_000 + 10 for c in text]
 
 
-def chat_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-              add_generation_prompt: bool = True) -> str:
+def chat_text(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True
+) -> str:
     """The fake's chat template: ``<tools>..</tools>`` then ``<role>content</role>`` per message."""
     out = []
     if tools:
@@ -229,16 +230,30 @@ class FakeEngine:
             return self._send(h, 401, {"error": "unauthorized"})
         owned = {"vllm": "vllm", "sglang": "sglang"}.get(self.flavor, "someone")
         if method == "GET" and path == "/v1/models":
-            return self._send(h, 200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "owned_by": owned, "max_model_len": 4096}]})
+            return self._send(
+                h,
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": self.model, "object": "model", "owned_by": owned, "max_model_len": 4096}],
+                },
+            )
         if method == "GET" and path == "/metrics" and self.with_metrics and self.flavor in ("vllm", "sglang"):
             return self._send(h, 200, self._metrics_text(), "text/plain; version=0.0.4")
         if method == "GET" and path == "/version" and self.flavor == "vllm":
             return self._send(h, 200, {"version": "0.0-fake"})
         if self.flavor == "sglang" and method == "GET" and path == "/get_server_info":
-            return self._send(h, 200, {"page_size": self.block_size, "served_model_name": self.model,
-                                       "model_path": "/models/" + self.model, "version": "0.0-fake",
-                                       "context_length": 4096})
+            return self._send(
+                h,
+                200,
+                {
+                    "page_size": self.block_size,
+                    "served_model_name": self.model,
+                    "model_path": "/models/" + self.model,
+                    "version": "0.0-fake",
+                    "context_length": 4096,
+                },
+            )
         if self.flavor == "sglang" and method == "GET" and path == "/get_model_info":
             return self._send(h, 200, {"model_path": "/models/" + self.model, "is_generation": True})
         if method == "POST" and path == "/tokenize" and self.with_tokenize:
@@ -298,12 +313,20 @@ class FakeEngine:
             a, b, c = self.ttft_model
             new = len(ids) - cached
             time.sleep(a + b * new + c * new * (cached + new / 2))
-        max_tokens = (body.get("sampling_params") or {}).get("max_new_tokens") if self.flavor == "sglang" else body.get("max_tokens")
+        max_tokens = (
+            (body.get("sampling_params") or {}).get("max_new_tokens")
+            if self.flavor == "sglang"
+            else body.get("max_tokens")
+        )
         produced = 50 if self.fault == "ignore_max_tokens" else int(max_tokens or 16)
         stream = bool(body.get("stream"))
         if self.flavor == "sglang":
-            meta = {"id": "req-1", "prompt_tokens": len(ids), "completion_tokens": produced,
-                    "finish_reason": {"type": "length", "length": produced}}
+            meta = {
+                "id": "req-1",
+                "prompt_tokens": len(ids),
+                "completion_tokens": produced,
+                "finish_reason": {"type": "length", "length": produced},
+            }
             if self.report_cached:
                 meta["cached_tokens"] = cached
             if not stream:
@@ -319,28 +342,50 @@ class FakeEngine:
                     time.sleep(0.01)
             h.wfile.write(b"data: [DONE]\n\n")
             return None
-        usage: dict[str, Any] = {"prompt_tokens": len(ids), "completion_tokens": produced,
-                                 "total_tokens": len(ids) + produced}
+        usage: dict[str, Any] = {
+            "prompt_tokens": len(ids),
+            "completion_tokens": produced,
+            "total_tokens": len(ids) + produced,
+        }
         if self.report_cached:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         if not stream:
             choice: dict[str, Any] = {"index": 0, "text": "x" * produced, "finish_reason": "length"}
             if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": "x" * produced},
-                          "finish_reason": "length"}
-            return self._send(h, 200, {"id": "cmpl-1", "object": "chat.completion" if chat else "text_completion",
-                                       "model": self.model, "choices": [choice], "usage": usage})
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "x" * produced},
+                    "finish_reason": "length",
+                }
+            return self._send(
+                h,
+                200,
+                {
+                    "id": "cmpl-1",
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": self.model,
+                    "choices": [choice],
+                    "usage": usage,
+                },
+            )
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
         if chat:  # role chunk first, as OpenAI-style chat streams do
-            ev = {"id": "chat-1", "object": "chat.completion.chunk",
-                  "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+            ev = {
+                "id": "chat-1",
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+            }
             h.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
         for _ in range(produced):
             ev = {"id": "cmpl-1", "object": "text_completion", "choices": [{"index": 0, "text": "x"}]}
             if chat:
-                ev = {"id": "chat-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x"}}]}
+                ev = {
+                    "id": "chat-1",
+                    "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": {"content": "x"}}],
+                }
             h.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
             h.wfile.flush()
             if self.fault == "ignore_max_tokens":

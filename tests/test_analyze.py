@@ -26,12 +26,24 @@ def _write(path: Path, rows: list) -> Path:
 
 
 SYSTEM = "You are the Acme assistant. " * 40
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find an order by id.",
-          "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find an order by id.",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+        },
+    }
+]
 
 
 def _chat(user: str, who: str, *, system: str = SYSTEM, tools=TOOLS, model: str = "m") -> dict:
-    body = {"model": model, "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}], "user": who}
+    body = {
+        "model": model,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        "user": who,
+    }
     if tools:
         body["tools"] = tools
     return body
@@ -140,7 +152,9 @@ def test_rag_whatif_matches_reordered_log(example):
 
 
 def test_cli_reports_malformed_lines_and_strict(tmp_path, capsys):
-    log = _write(tmp_path / "log.jsonl", [_chat("q1", "u1"), "{not json", _chat("q2", "u2"), "\xff\xfe garbage", "[1,2]"])
+    log = _write(
+        tmp_path / "log.jsonl", [_chat("q1", "u1"), "{not json", _chat("q2", "u2"), "\xff\xfe garbage", "[1,2]"]
+    )
     out = tmp_path / "rec.json"
     assert main(["analyze", str(log), "--no-record", "--json", str(out)]) == 0
     rec = json.loads(out.read_text())

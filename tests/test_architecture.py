@@ -19,8 +19,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "prefixplan"
-LAYERS = ("errors", "core", "logs", "render", "analysis", "savings", "simulation", "keys", "store", "gate",
-          "engines", "warming", "report", "api", "cli")
+LAYERS = (
+    "errors",
+    "core",
+    "logs",
+    "render",
+    "analysis",
+    "savings",
+    "simulation",
+    "keys",
+    "store",
+    "gate",
+    "engines",
+    "warming",
+    "report",
+    "api",
+    "cli",
+)
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["errors"] = RANK["core"] = 0  # one bottom layer: the error hierarchy and shared records
 
@@ -45,7 +60,12 @@ def _imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("prefixplan"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith("prefixplan")
+        ):
             out.append((node.lineno, node.module, tuple(a.name for a in node.names)))
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -110,9 +130,6 @@ def test_help_imports_no_heavy_library() -> None:
 
 
 def test_importing_the_package_is_light() -> None:
-    code = (
-        "import sys, json\nimport prefixplan\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
+    code = f"import sys, json\nimport prefixplan\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

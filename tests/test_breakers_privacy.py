@@ -15,8 +15,10 @@ PRIVATE = "Private notes for Alice Smith, account 4242-SECRET. Now: 2026-01-0{d}
 def _log(tmp_path: Path, users: list[str | None]) -> Path:
     rows = []
     for i, who in enumerate(users):
-        row = {"model": "m", "messages": [{"role": "system", "content": PRIVATE.format(d=i + 1)},
-                                          {"role": "user", "content": f"q{i}"}]}
+        row = {
+            "model": "m",
+            "messages": [{"role": "system", "content": PRIVATE.format(d=i + 1)}, {"role": "user", "content": f"q{i}"}],
+        }
         if who:
             row["user"] = who
         rows.append(json.dumps(row))

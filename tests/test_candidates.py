@@ -148,8 +148,12 @@ def test_clip_segments_overlap_rule() -> None:
 
 def test_bad_parameters() -> None:
     tree = RadixTree()
-    for kwargs in ({"block_size": 0}, {"block_size": 16, "min_tokens": 0}, {"block_size": 16, "min_hits": 0},
-                   {"block_size": 16, "top": -1}):
+    for kwargs in (
+        {"block_size": 0},
+        {"block_size": 16, "min_tokens": 0},
+        {"block_size": 16, "min_hits": 0},
+        {"block_size": 16, "top": -1},
+    ):
         with pytest.raises(UsageError):
             find_candidates(tree, **kwargs)
 

@@ -35,7 +35,10 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "commit.gpgsign=false", *args],
-        cwd=cwd, check=True, capture_output=True, text=True,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
@@ -69,7 +72,9 @@ def _mutate(root: Path, rng: random.Random) -> tuple[str, Path, str]:
     """Apply one random single edit; return (kind, recipe file to bump, edited file)."""
     kind = rng.choice(["system-char", "tool-field", "tool-key-order", "document-byte"])
     if kind == "system-char":
-        recipe, f = rng.choice([("agent.yaml", "parts/agent/system.md"), ("support-bot.yaml", "parts/support/system.md")])
+        recipe, f = rng.choice(
+            [("agent.yaml", "parts/agent/system.md"), ("support-bot.yaml", "parts/support/system.md")]
+        )
         path = root / "recipes" / f
         data = bytearray(path.read_bytes())
         i = rng.randrange(len(data))
@@ -90,7 +95,9 @@ def _mutate(root: Path, rng: random.Random) -> tuple[str, Path, str]:
             o.update(items)
             assert json.loads(json.dumps(obj)) == json.loads(path.read_text())  # same schema, new order
         else:
-            o = rng.choice([o for o in objs if any(isinstance(v, (str, int)) and not isinstance(v, bool) for v in o.values())])
+            o = rng.choice(
+                [o for o in objs if any(isinstance(v, (str, int)) and not isinstance(v, bool) for v in o.values())]
+            )
             k = rng.choice([k for k, v in o.items() if isinstance(v, (str, int)) and not isinstance(v, bool)])
             o[k] = o[k] + rng.choice(["!", " please", "s"]) if isinstance(o[k], str) else o[k] + rng.randint(1, 5)
         path.write_text(json.dumps(obj, indent=2) + "\n")
@@ -132,7 +139,8 @@ def test_every_random_single_edit_fails_until_bump_and_lock(tmp_path: Path, monk
         with open_store(work / "mut.db") as store:  # each mutation is its own branch
             lock_recipes("recipes", "prefixplan.lock", store=store)
             assert [str(r.key) for r in store.list_keys("active")] == sorted(
-                str(k) for k in run_check("recipes", "prefixplan.lock", lint=False, diff_ref=None).keys)
+                str(k) for k in run_check("recipes", "prefixplan.lock", lint=False, diff_ref=None).keys
+            )
         assert run_check("recipes", "prefixplan.lock", diff_ref=None, lint=False).exit_code == ExitCode.OK
         shutil.rmtree(work)
     assert set(kinds) == {"system-char", "tool-field", "tool-key-order", "document-byte"}
@@ -207,7 +215,13 @@ def test_lint_warnings_fail_only_with_fail_on_warning(repo: Path) -> None:
     res = run_check("recipes", "prefixplan.lock")
     assert res.exit_code == ExitCode.OK
     (w,) = res.findings
-    assert (w.code, w.severity, w.file, w.line, w.column) == ("date-time", "warning", "recipes/parts/support/system.md", 1, 10)
+    assert (w.code, w.severity, w.file, w.line, w.column) == (
+        "date-time",
+        "warning",
+        "recipes/parts/support/system.md",
+        1,
+        10,
+    )
     assert w.cost_tokens and w.cost_tokens > 400  # the whole prompt and three tools follow it
     assert run_check("recipes", "prefixplan.lock", fail_on="warning").exit_code == ExitCode.FINDINGS
 
@@ -268,7 +282,10 @@ def test_cli_json_and_github_annotations(repo: Path, capsys: pytest.CaptureFixtu
     (repo / "recipes/broken.yaml").write_text("prefixes:\n  - name: x\n    version: 1\n    tools: [missing.json]\n")
     assert main(["check", "--format", "github"]) == 2
     out = capsys.readouterr().out
-    assert "::error file=recipes/broken.yaml,line=4,title=recipe-invalid::recipes/broken.yaml: prefixes[0].tools[0]: file not found: missing.json" in out
+    assert (
+        "::error file=recipes/broken.yaml,line=4,title=recipe-invalid::recipes/broken.yaml: prefixes[0].tools[0]: file not found: missing.json"
+        in out
+    )
 
 
 def test_cli_keys_commands(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

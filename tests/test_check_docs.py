@@ -22,8 +22,12 @@ def _blocks(lang: str) -> list[str]:
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "commit.gpgsign=false", *args],
-                   cwd=cwd, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture()
@@ -66,7 +70,7 @@ def test_documented_failing_output_is_what_check_prints(repo: Path, capsys: pyte
     assert main(["check"]) == 1
     printed = [ln.rstrip() for ln in capsys.readouterr().out.splitlines()]
     console = _blocks("console")[0].splitlines()
-    documented = console[1:console.index("check: 3 keys, 1 errors, 0 warnings, 0 notices: failed (exit 1)") + 1]
+    documented = console[1 : console.index("check: 3 keys, 1 errors, 0 warnings, 0 notices: failed (exit 1)") + 1]
     assert printed == [ln.rstrip() for ln in documented]
     assert main(["check", "--format", "github"]) == 1
     line = capsys.readouterr().out.strip()

@@ -145,11 +145,20 @@ def harness_env(tmp: Path) -> dict[str, str]:
     bindir = Path(sys.executable).parent
     exe = shutil.which("prefixplan", path=str(bindir)) or shutil.which("prefixplan")
     assert exe, "the prefixplan entry point is not installed (pip install -e .)"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFIXPLAN_") or k in (
-        "PREFIXPLAN_QWEN3_DIR", "PREFIXPLAN_TOKENIZER_DIR")}
-    env.update(PATH=os.pathsep.join(dict.fromkeys([str(bindir), str(Path(exe).parent), env.get("PATH", "")])),
-               PREFIXPLAN_DB=str(tmp / "docs.db"), COLUMNS="160", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               NO_COLOR="1", TERM="dumb")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PREFIXPLAN_") or k in ("PREFIXPLAN_QWEN3_DIR", "PREFIXPLAN_TOKENIZER_DIR")
+    }
+    env.update(
+        PATH=os.pathsep.join(dict.fromkeys([str(bindir), str(Path(exe).parent), env.get("PATH", "")])),
+        PREFIXPLAN_DB=str(tmp / "docs.db"),
+        COLUMNS="160",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        NO_COLOR="1",
+        TERM="dumb",
+    )
     return env
 
 
@@ -163,21 +172,35 @@ def run_page(doc: Path, tmp: Path) -> list[str]:
     env = harness_env(tmp)
     failures = []
     for ex in page.examples:
-        proc = subprocess.run(["bash", "-c", ex.command], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
+        proc = subprocess.run(
+            ["bash", "-c", ex.command],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         missing = missing_lines(ex.expected, proc.stdout)
         if proc.returncode != ex.exit_code or missing:
-            failures.append(f"{ex.doc}:{ex.line}: $ {ex.command}\n  exit {proc.returncode} (documented {ex.exit_code})"
-                            + "".join(f"\n  missing: {m}" for m in missing)
-                            + "\n  --- output (tail) ---\n" + "\n".join(proc.stdout.splitlines()[-25:]))
+            failures.append(
+                f"{ex.doc}:{ex.line}: $ {ex.command}\n  exit {proc.returncode} (documented {ex.exit_code})"
+                + "".join(f"\n  missing: {m}" for m in missing)
+                + "\n  --- output (tail) ---\n"
+                + "\n".join(proc.stdout.splitlines()[-25:])
+            )
     return failures
 
 
 @pytest.fixture(scope="module")
 def page_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[Path, Future]:
     """Start every selected page with examples at once (pages are independent; each runs in order)."""
-    selected = {item.callspec.params["doc"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_doc_examples_run" and hasattr(item, "callspec")}
+    selected = {
+        item.callspec.params["doc"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_doc_examples_run" and hasattr(item, "callspec")
+    }
     pages = [p for p in PAGES if p in selected and parse_page(p.read_text(encoding="utf-8")).examples]
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(pages), os.cpu_count() or 2)))
     request.addfinalizer(pool.shutdown)
@@ -248,8 +271,10 @@ def test_parser_follows_the_convention() -> None:
         ("prefixplan report missing.json", ["error: analysis record missing.json: no such file"], 2),
     ]
     assert page.examples[1].line == 10
-    assert [why for _, why in page.skipped] == ["console-live: needs a live server or the network",
-                                                "tested in tests/test_check_docs.py"]
+    assert [why for _, why in page.skipped] == [
+        "console-live: needs a live server or the network",
+        "tested in tests/test_check_docs.py",
+    ]
     with pytest.raises(AssertionError, match="output before any"):
         parse_page("```console\nhello\n```\n")
 

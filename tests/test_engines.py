@@ -39,7 +39,9 @@ def test_metrics_parsing_labels_suffixes_and_escapes() -> None:
     assert first_label(samples, "vllm:cache_config_info", "note") == 'a "quoted", b'
 
 
-@pytest.mark.parametrize("flavor,cls", [("vllm", VLLMAdapter), ("sglang", SGLangAdapter), ("openai", OpenAICompatAdapter)])
+@pytest.mark.parametrize(
+    "flavor,cls", [("vllm", VLLMAdapter), ("sglang", SGLangAdapter), ("openai", OpenAICompatAdapter)]
+)
 def test_detect_engine_from_server_endpoints(flavor: str, cls: type) -> None:
     with FakeEngine(flavor) as fake:
         adapter = connect(Endpoint(fake.url))
@@ -59,7 +61,12 @@ def test_detect_refused_names_endpoint() -> None:
 def test_vllm_adapter_info_tokenize_completions_counters() -> None:
     with FakeEngine("vllm", block_size=16) as fake, VLLMAdapter(Endpoint(fake.url)) as a:
         info = a.server_info()
-        assert (info.engine, info.model, info.block_size, info.block_size_source) == ("vllm", "fake-model", 16, "metrics")
+        assert (info.engine, info.model, info.block_size, info.block_size_source) == (
+            "vllm",
+            "fake-model",
+            16,
+            "metrics",
+        )
         assert info.kv_bytes_per_token == 1048576 / 2048
         assert a.tokenize_text("héllo") == char_tokenize("héllo")
         cold = a.complete_ids(IDS, max_tokens=1)
@@ -76,7 +83,12 @@ def test_vllm_adapter_info_tokenize_completions_counters() -> None:
 def test_sglang_adapter_generate_shape_meta_info_and_priority() -> None:
     with FakeEngine("sglang", block_size=8) as fake, SGLangAdapter(Endpoint(fake.url)) as a:
         info = a.server_info()
-        assert (info.engine, info.model, info.block_size, info.block_size_source) == ("sglang", "fake-model", 8, "server_info")
+        assert (info.engine, info.model, info.block_size, info.block_size_source) == (
+            "sglang",
+            "fake-model",
+            8,
+            "server_info",
+        )
         a.complete_ids(IDS, max_tokens=1, priority=5)
         _, path, body, _ = fake.requests[-1]
         assert path == "/generate"

@@ -36,8 +36,11 @@ GOLDEN_CONTENT = [
 GOLDEN_TOKENS = [
     ("fp", [1, 2, 3], "pp1:tok:sha256:916ed1b530cd819c2d02e76f9c859cd922d459c55c8a7cc61cc832d3da4cb5eb"),
     ("fp", [], "pp1:tok:sha256:83c2343999148254f868859487e30fcb0627c4cb8c670998fb6a19e8a1904947"),
-    ("qwen3|sha256:abc", [151644, 8948, 198, 2610],
-     "pp1:tok:sha256:b5980eef616acf0b7020ef522e9673473cf45a10ff98190b9fab861671ea08f9"),
+    (
+        "qwen3|sha256:abc",
+        [151644, 8948, 198, 2610],
+        "pp1:tok:sha256:b5980eef616acf0b7020ef522e9673473cf45a10ff98190b9fab861671ea08f9",
+    ),
 ]
 
 
@@ -114,7 +117,9 @@ def test_cache_key_parse_and_str() -> None:
     assert CacheKey.parse(str(CacheKey("rag.manual_2", 12))) == CacheKey("rag.manual_2", 12)
 
 
-@pytest.mark.parametrize("bad", ["support-bot", "support-bot@3", "support-bot@v0", "@v1", "a b@v1", "x@v-1", "x@v1x", ""])
+@pytest.mark.parametrize(
+    "bad", ["support-bot", "support-bot@3", "support-bot@v0", "@v1", "a b@v1", "x@v-1", "x@v1x", ""]
+)
 def test_parse_key_rejects(bad: str) -> None:
     with pytest.raises(UsageError):
         parse_key(bad)

@@ -18,8 +18,13 @@ def _register(store, kind: str, text: str | None, tools: list[str]) -> str:  # t
     """What analyze does per candidate: name by lineage, record the version."""
     name = assign_lineage(kind, system_text=text, tool_names=tools, existing=store.lineage_names())
     data = (text or "").encode() + "\x00".join(sorted(tools)).encode()
-    rec = store.record_version(name, content_hash=content_hash([("system", data)]), kind=kind,
-                               source="analysis", lineage=lineage_data(text, tools))
+    rec = store.record_version(
+        name,
+        content_hash=content_hash([("system", data)]),
+        kind=kind,
+        source="analysis",
+        lineage=lineage_data(text, tools),
+    )
     return str(rec.key)
 
 
@@ -49,12 +54,17 @@ def test_unrelated_prompt_gets_new_name() -> None:
 
 def test_tools_lineage_by_name_set() -> None:
     rows = [LineageRow("tools-lookup-refund", "tools", 2, tool_names=("lookup", "refund"))]
-    assert assign_lineage("tools", system_text=None, tool_names=["refund", "lookup"], existing=rows) == "tools-lookup-refund"
+    assert (
+        assign_lineage("tools", system_text=None, tool_names=["refund", "lookup"], existing=rows)
+        == "tools-lookup-refund"
+    )
     new = assign_lineage("tools", system_text=None, tool_names=["lookup", "refund", "escalate"], existing=rows)
     assert new == "tools-escalate-lookup-refund"
     many = assign_lineage("tools", system_text=None, tool_names=[f"t{i}" for i in range(9)], existing=[])
     assert many.startswith("tools-t0-t1-and-7-more-") and len(many) < 60
-    assert many == assign_lineage("tools", system_text=None, tool_names=[f"t{i}" for i in reversed(range(9))], existing=[])
+    assert many == assign_lineage(
+        "tools", system_text=None, tool_names=[f"t{i}" for i in reversed(range(9))], existing=[]
+    )
 
 
 def test_kind_and_collisions() -> None:
@@ -62,8 +72,12 @@ def test_kind_and_collisions() -> None:
     # same text but a different kind is a different lineage, and the name is de-duplicated
     assert assign_lineage("system", system_text=SUPPORT, tool_names=[], existing=rows) == "system-you-are-pia-the-2"
     # system+tools must also match the tool set
-    assert assign_lineage("system+tools", system_text=SUPPORT, tool_names=["a"], existing=rows) == "system-you-are-pia-the"
-    assert assign_lineage("system+tools", system_text=SUPPORT, tool_names=["b"], existing=rows) != "system-you-are-pia-the"
+    assert (
+        assign_lineage("system+tools", system_text=SUPPORT, tool_names=["a"], existing=rows) == "system-you-are-pia-the"
+    )
+    assert (
+        assign_lineage("system+tools", system_text=SUPPORT, tool_names=["b"], existing=rows) != "system-you-are-pia-the"
+    )
     rag = assign_lineage("rag", system_text=None, tool_names=[], existing=[])
     assert rag.startswith("rag-") and rag == assign_lineage("rag", system_text=None, tool_names=[], existing=[])
 

@@ -69,7 +69,9 @@ def test_patterns(text: str, code: str) -> None:
     assert [f.code for f in lint_text(text)] == [code]
 
 
-@pytest.mark.parametrize("text", ["Use version 2.4.1 of the API.", "Keep 30 days; call 10 times.", "sha of the empty string"])
+@pytest.mark.parametrize(
+    "text", ["Use version 2.4.1 of the API.", "Keep 30 days; call 10 times.", "sha of the empty string"]
+)
 def test_no_false_positives(text: str) -> None:
     assert lint_text(text) == []
 

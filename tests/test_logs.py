@@ -226,7 +226,11 @@ def test_anthropic_conversion(tmp_path: Path) -> None:
             "role": "assistant",
             "content": "Reading.",
             "tool_calls": [
-                {"id": "tu_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "main.py"}'}}
+                {
+                    "id": "tu_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "main.py"}'},
+                }
             ],
             "reasoning_content": "look at main.py",
         },
@@ -234,7 +238,10 @@ def test_anthropic_conversion(tmp_path: Path) -> None:
         {"role": "user", "content": "Now fix it"},
     )
     assert req.tools == (
-        {"type": "function", "function": {"name": "read_file", "description": "Read a file", "parameters": {"type": "object"}}},
+        {
+            "type": "function",
+            "function": {"name": "read_file", "description": "Read a file", "parameters": {"type": "object"}},
+        },
         {"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}},
     )
     assert req.breakpoints == (
@@ -267,7 +274,14 @@ def test_anthropic_usage_and_message_batch(tmp_path: Path) -> None:
     }
     wrapped = {
         "request": {"model": "claude", "system": "S", "messages": [{"role": "user", "content": "q"}]},
-        "response": {"usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20, "output_tokens": 7}},
+        "response": {
+            "usage": {
+                "input_tokens": 5,
+                "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 20,
+                "output_tokens": 7,
+            }
+        },
     }
     (batch, logged), errors = read_rows(tmp_path, [row, wrapped])
     assert errors.count == 0
@@ -413,14 +427,19 @@ def test_http_style_record_with_nested_body(tmp_path: Path) -> None:
             "start_time": 1714564800,
             "user": "bob",
             "request": {"method": "POST", "url": "https://api.example.com/v1/chat/completions", "body": CHAT},
-            "response": {"status_code": 200, "body": {"id": "cmpl-9", "usage": {"prompt_tokens": 40, "completion_tokens": 2}}},
+            "response": {
+                "status_code": 200,
+                "body": {"id": "cmpl-9", "usage": {"prompt_tokens": 40, "completion_tokens": 2}},
+            },
         },
         {"request": {"url": "/v1/embeddings", "body": {"input": "x"}}},
     ]
     (req,), errors = read_rows(tmp_path, rows)
     assert (req.format, req.tenant, req.time, req.id) == ("openai-chat", "bob", 1714564800.0, "cmpl-9")
     assert req.logged_prompt_tokens == 40 and req.output_length == 2
-    assert errors.samples[0].reason == "unsupported: url '/v1/embeddings' is not a chat, completion or messages endpoint"
+    assert (
+        errors.samples[0].reason == "unsupported: url '/v1/embeddings' is not a chat, completion or messages endpoint"
+    )
 
 
 def test_forced_batch_rejects_plain_lines(tmp_path: Path) -> None:

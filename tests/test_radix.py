@@ -97,9 +97,7 @@ def test_tree_matches_oracle(items, queries) -> None:
     assert edge_total == tree.arena_tokens == len(oracle_prefixes)
 
 
-@given(
-    match_len=st.integers(0, 300), prompt_len=st.integers(0, 300), block=st.integers(1, 64)
-)
+@given(match_len=st.integers(0, 300), prompt_len=st.integers(0, 300), block=st.integers(1, 64))
 def test_reusable_prefix_is_largest_full_block_prefix_before_last_token(match_len, prompt_len, block) -> None:
     r = reusable_prefix(match_len, prompt_len, block)
     assert r % block == 0 and r >= 0

@@ -64,29 +64,50 @@ BASE = """prefixes:
 @pytest.mark.parametrize(
     "body, expected",
     [
-        (BASE % "parts/agent/tools/missing.json",
-         "recipes/agent.yaml: prefixes[0].tools[2]: file not found: parts/agent/tools/missing.json"),
-        (BASE % "{file: parts/agent/tools/restart_service.json, extra: 1}",
-         "recipes/agent.yaml: prefixes[0].tools[2].extra: unknown field"),
-        (BASE.replace("version: 1", "version: 0") % "parts/agent/tools/restart_service.json",
-         "recipes/agent.yaml: prefixes[0].version: required: an integer >= 1"),
-        (BASE.replace("version: 1", "version: 1\n    colour: red") % "parts/agent/tools/restart_service.json",
-         "recipes/agent.yaml: prefixes[0].colour: unknown field"),
-        (BASE.replace("version: 1", "version: 1\n    retain: soon") % "parts/agent/tools/restart_service.json",
-         "recipes/agent.yaml: prefixes[0].retain: invalid duration 'soon'"),
-        (BASE.replace("version: 1", "version: 1\n    render: html") % "parts/agent/tools/restart_service.json",
-         "recipes/agent.yaml: prefixes[0].render: expected one of chat, completion"),
+        (
+            BASE % "parts/agent/tools/missing.json",
+            "recipes/agent.yaml: prefixes[0].tools[2]: file not found: parts/agent/tools/missing.json",
+        ),
+        (
+            BASE % "{file: parts/agent/tools/restart_service.json, extra: 1}",
+            "recipes/agent.yaml: prefixes[0].tools[2].extra: unknown field",
+        ),
+        (
+            BASE.replace("version: 1", "version: 0") % "parts/agent/tools/restart_service.json",
+            "recipes/agent.yaml: prefixes[0].version: required: an integer >= 1",
+        ),
+        (
+            BASE.replace("version: 1", "version: 1\n    colour: red") % "parts/agent/tools/restart_service.json",
+            "recipes/agent.yaml: prefixes[0].colour: unknown field",
+        ),
+        (
+            BASE.replace("version: 1", "version: 1\n    retain: soon") % "parts/agent/tools/restart_service.json",
+            "recipes/agent.yaml: prefixes[0].retain: invalid duration 'soon'",
+        ),
+        (
+            BASE.replace("version: 1", "version: 1\n    render: html") % "parts/agent/tools/restart_service.json",
+            "recipes/agent.yaml: prefixes[0].render: expected one of chat, completion",
+        ),
         (BASE % "{glob: 'parts/nothing/*.json'}", "recipes/agent.yaml: prefixes[0].tools[2].glob: unknown field"),
-        ("prefixes:\n  - name: a\n    version: 1\n    documents: [{glob: 'parts/none/*.md'}]\n",
-         "recipes/agent.yaml: prefixes[0].documents[0].glob: no files match parts/none/*.md"),
-        ("prefixes:\n  - name: a\n    version: 1\n    documents: [{file: parts/manual/02-setup.md, chunk: pages}]\n",
-         "recipes/agent.yaml: prefixes[0].documents[0].chunk: unknown chunk mode 'pages'"),
+        (
+            "prefixes:\n  - name: a\n    version: 1\n    documents: [{glob: 'parts/none/*.md'}]\n",
+            "recipes/agent.yaml: prefixes[0].documents[0].glob: no files match parts/none/*.md",
+        ),
+        (
+            "prefixes:\n  - name: a\n    version: 1\n    documents: [{file: parts/manual/02-setup.md, chunk: pages}]\n",
+            "recipes/agent.yaml: prefixes[0].documents[0].chunk: unknown chunk mode 'pages'",
+        ),
         ("prefixes:\n  - name: a\n    version: 1\n", "recipes/agent.yaml: prefixes[0]: a prefix needs at least one of"),
-        ("prefixes:\n  - name: a\n    version: 1\n    version: 2\n    system: x\n",
-         "recipes/agent.yaml: prefixes[0].version: duplicate key"),
+        (
+            "prefixes:\n  - name: a\n    version: 1\n    version: 2\n    system: x\n",
+            "recipes/agent.yaml: prefixes[0].version: duplicate key",
+        ),
         ("prefix: []\n", "recipes/agent.yaml: prefix: unknown field"),
         ("prefixes: [\n", "recipes/agent.yaml: invalid YAML"),
-        ("prefixes:\n  - name: 'has space'\n    version: 1\n    system: x\n", "recipes/agent.yaml: prefixes[0].name: required"),
+        (
+            "prefixes:\n  - name: 'has space'\n    version: 1\n    system: x\n",
+            "recipes/agent.yaml: prefixes[0].name: required",
+        ),
     ],
 )
 def test_field_path_errors(parts: Path, monkeypatch: pytest.MonkeyPatch, body: str, expected: str) -> None:
@@ -112,13 +133,17 @@ def test_duplicate_names_across_files(parts: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.chdir(parts)
     _write(parts, "prefixes:\n  - name: a\n    version: 1\n    system: x\n", "one.yaml")
     _write(parts, "prefixes:\n  - name: a\n    version: 2\n    system: y\n", "two.yaml")
-    with pytest.raises(RecipeError, match=r"recipes/two.yaml: prefixes\[0\].name: duplicate name 'a' \(also recipes/one.yaml"):
+    with pytest.raises(
+        RecipeError, match=r"recipes/two.yaml: prefixes\[0\].name: duplicate name 'a' \(also recipes/one.yaml"
+    ):
         load_recipes("recipes")
 
 
 def test_inline_parts_and_yaml_tool(parts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(parts)
-    _write(parts, """prefixes:
+    _write(
+        parts,
+        """prefixes:
   - name: inline
     version: 2
     retain: 36h
@@ -126,7 +151,8 @@ def test_inline_parts_and_yaml_tool(parts: Path, monkeypatch: pytest.MonkeyPatch
     tools:
       - inline: {type: function, function: {name: b_tool, parameters: {z: 1, a: 2}}}
       - parts/agent/tools/page_oncall.yaml
-""")
+""",
+    )
     (r,) = load_recipes("recipes")
     assert r.parts[0].data == b"Be brief."
     # inline tools are compact JSON in the key order written
@@ -137,7 +163,14 @@ def test_inline_parts_and_yaml_tool(parts: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_durations() -> None:
     assert [parse_duration(x) for x in ("7d", "12h", "90m", "3600s", "2w", 60, "0")] == [
-        604800, 43200, 5400, 3600, 1209600, 60, 0]
+        604800,
+        43200,
+        5400,
+        3600,
+        1209600,
+        60,
+        0,
+    ]
     for bad in ("-1d", "1y", True, -5, 1.5):
         with pytest.raises(ValueError):
             parse_duration(bad)
@@ -159,7 +192,9 @@ def test_chunks_are_exact_slices(text: str, by: str, max_chars: int | None) -> N
 def test_chunk_modes() -> None:
     md = "# A\npara one\n\npara two\n```\n# not a heading\n```\n## B\nlast\n"
     assert [c for _, c in chunk_text(md, "headings")] == [
-        "# A\npara one\n\npara two\n```\n# not a heading\n```\n", "## B\nlast\n"]
+        "# A\npara one\n\npara two\n```\n# not a heading\n```\n",
+        "## B\nlast\n",
+    ]
     assert [c for _, c in chunk_text("a\n\n\nb\nc\n\nd", "blank-lines")] == ["a\n\n\n", "b\nc\n\n", "d"]
 
 
@@ -168,16 +203,33 @@ def test_emit_recipe_roundtrip(tmp_path: Path) -> None:
 
     system = "You are the Acme support assistant.\r\nKeep answers short.  \n"
     tools = ['{"type": "function", "function": {"name": "lookup order"}}', b'{"name":"refund"}']
-    path = emit_recipe(tmp_path / "out", "support-bot", version=4, system_text=system, tools=tools,
-                       documents=["chunk one\n"], model="acme-chat", retain=3 * 86400)
+    path = emit_recipe(
+        tmp_path / "out",
+        "support-bot",
+        version=4,
+        system_text=system,
+        tools=tools,
+        documents=["chunk one\n"],
+        model="acme-chat",
+        retain=3 * 86400,
+    )
     (r,) = load_recipes(tmp_path / "out")
     assert path == tmp_path / "out" / "support-bot.yaml"
     assert (str(r.key), r.model, r.retain) == ("support-bot@v4", "acme-chat", 3 * 86400)
     assert [p.source for p in r.parts] == [
-        "parts/support-bot/system.txt", "parts/support-bot/tools/00-lookup-order.json",
-        "parts/support-bot/tools/01-refund.json", "parts/support-bot/documents/00.txt"]
-    expected = content_hash([("system", system.encode()), ("tool", tools[0].encode()), ("tool", tools[1]),  # type: ignore[union-attr]
-                             ("document", b"chunk one\n")])
+        "parts/support-bot/system.txt",
+        "parts/support-bot/tools/00-lookup-order.json",
+        "parts/support-bot/tools/01-refund.json",
+        "parts/support-bot/documents/00.txt",
+    ]
+    expected = content_hash(
+        [
+            ("system", system.encode()),
+            ("tool", tools[0].encode()),
+            ("tool", tools[1]),  # type: ignore[union-attr]
+            ("document", b"chunk one\n"),
+        ]
+    )
     assert r.content_hash == expected
     with pytest.raises(RecipeError):
         emit_recipe(tmp_path / "out", "bad name", system_text="x")

@@ -20,13 +20,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _req(i: int, case: dict) -> Request:
-    return Request(source="cases", line_no=i + 1, id=str(i), format="openai-chat",
-                   messages=tuple(case["messages"]), tools=tuple(case["tools"]) if case["tools"] else None)
+    return Request(
+        source="cases",
+        line_no=i + 1,
+        id=str(i),
+        format="openai-chat",
+        messages=tuple(case["messages"]),
+        tools=tuple(case["tools"]) if case["tools"] else None,
+    )
 
 
 def _tiles(prompt) -> bool:
     segs = prompt.segments
-    return segs[0].start == 0 and segs[-1].end == len(prompt) and all(a.end == b.start for a, b in itertools.pairwise(segs))
+    return (
+        segs[0].start == 0
+        and segs[-1].end == len(prompt)
+        and all(a.end == b.start for a, b in itertools.pairwise(segs))
+    )
 
 
 def test_mistral_default_equals_mistral_common():
@@ -43,8 +53,13 @@ def test_mistral_default_equals_mistral_common():
             prompt = renderer.render(req)
         except TokenizerError:
             continue  # mistral-common rejects some conversations (e.g. no user turn last); so would vLLM
-        chat = ChatCompletionRequest(messages=[{k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "tool_call_id")}
-                                               for m in case["messages"]], tools=case["tools"])
+        chat = ChatCompletionRequest(
+            messages=[
+                {k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "tool_call_id")}
+                for m in case["messages"]
+            ],
+            tools=case["tools"],
+        )
         assert prompt.tokens.tolist() == reference.encode_chat_completion(chat).tokens
         assert _tiles(prompt)
         checked += 1
@@ -53,10 +68,18 @@ def test_mistral_default_equals_mistral_common():
 
 def test_mistral_spans_find_system_moved_to_last_turn():
     renderer = load_renderer("mistral:nemo")
-    req = _req(0, {"messages": [{"role": "system", "content": "Be terse and exact."},
-                                {"role": "user", "content": "first question"},
-                                {"role": "assistant", "content": "first answer"},
-                                {"role": "user", "content": "second question"}], "tools": None})
+    req = _req(
+        0,
+        {
+            "messages": [
+                {"role": "system", "content": "Be terse and exact."},
+                {"role": "user", "content": "first question"},
+                {"role": "assistant", "content": "first answer"},
+                {"role": "user", "content": "second question"},
+            ],
+            "tools": None,
+        },
+    )
     prompt = renderer.render(req)
     kinds = [s.kind for s in prompt.segments if s.kind != "template"]
     assert kinds == ["user", "assistant", "system", "user"]  # v3 puts the system text in the last turn
@@ -77,9 +100,14 @@ def test_tiktoken_is_labelled_approximate():
 
 
 def test_tokenizer_map_routes_models(tmp_path, qwen3_path):
-    rows = [{"model": m, "user": f"u{i}", "messages": [{"role": "system", "content": "You help. " * 30},
-                                                       {"role": "user", "content": f"q{i}"}]}
-            for i, m in enumerate(["a", "b", "a", "b"])]
+    rows = [
+        {
+            "model": m,
+            "user": f"u{i}",
+            "messages": [{"role": "system", "content": "You help. " * 30}, {"role": "user", "content": f"q{i}"}],
+        }
+        for i, m in enumerate(["a", "b", "a", "b"])
+    ]
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     rec = analyze(str(log), tokenizer_map={"b": f"hf:{qwen3_path}"}, rag_whatif=False).to_json()
@@ -105,7 +133,11 @@ def test_byte_level_token_strings_map_back_to_bytes():
     text = "héllo 世界\n"
     data = text.encode()
     table = {b: ch for ch, b in _byte_decoder().items()}
-    pieces = ["".join(table[b] for b in data[:3]), "".join(table[b] for b in data[3:8]), "".join(table[b] for b in data[8:])]
+    pieces = [
+        "".join(table[b] for b in data[:3]),
+        "".join(table[b] for b in data[3:8]),
+        "".join(table[b] for b in data[8:]),
+    ]
     assert b"".join(token_strs_to_bytes(pieces)) == data
 
 

@@ -19,8 +19,14 @@ CASES = cases()
 
 
 def _request(i: int, case: dict) -> Request:
-    return Request(source="cases", line_no=i + 1, id=str(i), format="openai-chat",
-                   messages=tuple(case["messages"]), tools=tuple(case["tools"]) if case["tools"] else None)
+    return Request(
+        source="cases",
+        line_no=i + 1,
+        id=str(i),
+        format="openai-chat",
+        messages=tuple(case["messages"]),
+        tools=tuple(case["tools"]) if case["tools"] else None,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,29 +68,45 @@ def test_batch_rendering_equals_single(renderers):
 
 def test_segments_name_their_sources(renderers):
     split, _ = renderers
-    case = {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
-            "tools": None}
+    case = {
+        "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
+        "tools": None,
+    }
     p = split.render(_request(0, case))
     kinds = [s.kind for s in p.segments]
     assert kinds == ["template", "system", "template", "user", "template"]
-    text = split.tokenizer.decode(p.tokens[p.segments[1].start:p.segments[1].end].tolist())
+    text = split.tokenizer.decode(p.tokens[p.segments[1].start : p.segments[1].end].tolist())
     assert text == "You are terse."
 
 
 def test_paragraph_split_pieces_equal_whole_encoding(qwen3_path):
     """Long pieces are split after blank lines; ids and spans must not change."""
-    paras = ["Intro paragraph with words.", "```python\nprint('x')\n```", "- bullet one\n- bullet two", "# Heading",
-             "日本語の段落です。", "'quoted start", "12345 numbers", "<tag attr='1'>", "é accented start",
-             "  indented start", "\ttab start", "e\u0301 combining start"]
+    paras = [
+        "Intro paragraph with words.",
+        "```python\nprint('x')\n```",
+        "- bullet one\n- bullet two",
+        "# Heading",
+        "日本語の段落です。",
+        "'quoted start",
+        "12345 numbers",
+        "<tag attr='1'>",
+        "é accented start",
+        "  indented start",
+        "\ttab start",
+        "e\u0301 combining start",
+    ]
     body = "\n\n".join(p * 12 for p in paras) + "\n\n\n\ntrailing" + "\n\n"
     split = HFRenderer(qwen3_path)
     assert split._paragraph_split
     whole = HFRenderer(qwen3_path, split_pieces=False)
     for content in (body, body.replace("\n\n", "\r\n\r\n"), "x" * 2000 + "\n\n" + body):
-        case = {"messages": [{"role": "system", "content": content}, {"role": "user", "content": content + " question"}],
-                "tools": None}
-        expected = split.tokenizer.apply_chat_template(case["messages"], add_generation_prompt=True, tokenize=True,
-                                                       return_dict=False)
+        case = {
+            "messages": [{"role": "system", "content": content}, {"role": "user", "content": content + " question"}],
+            "tools": None,
+        }
+        expected = split.tokenizer.apply_chat_template(
+            case["messages"], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         a, b = split.render(_request(0, case)), whole.render(_request(0, case))
         assert a.tokens.tolist() == list(expected) == b.tokens.tolist()
         assert a.segments == b.segments and a.chunks == b.chunks
@@ -102,6 +124,11 @@ def test_example_log_requests_equal_apply_chat_template(qwen3_path):
     renderer = HFRenderer(qwen3_path)
     reqs = [r for _, r in zip(range(80), iter_requests([str(log)], ReadOptions(), LineErrors()), strict=False)]
     for req, prompt in zip(reqs, renderer.render_many(reqs), strict=False):
-        expected = renderer.tokenizer.apply_chat_template(list(req.messages), tools=list(req.tools) if req.tools else None,
-                                                          add_generation_prompt=True, tokenize=True, return_dict=False)
+        expected = renderer.tokenizer.apply_chat_template(
+            list(req.messages),
+            tools=list(req.tools) if req.tools else None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
         assert prompt.tokens.tolist() == list(expected), f"line {req.line_no}"

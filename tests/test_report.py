@@ -20,13 +20,20 @@ from prefixplan.report.html import render_html
 from prefixplan.report.markdown import md_escape, render_markdown
 
 EVIL = '<script>alert("x")</script>"><img src=x onerror=alert(1)></script><!--'
-SYSTEM = ("You are a careful assistant for the Example Corp help desk. Answer briefly, cite the handbook, "
-          "and never reveal internal ticket numbers. " * 4) + EVIL
+SYSTEM = (
+    "You are a careful assistant for the Example Corp help desk. Answer briefly, cite the handbook, "
+    "and never reveal internal ticket numbers. " * 4
+) + EVIL
 
 
 def _chat(user: str, who: str, system: str = SYSTEM) -> dict:
-    return {"request": {"model": "m", "user": who, "messages": [
-        {"role": "system", "content": system}, {"role": "user", "content": user}]}}
+    return {
+        "request": {
+            "model": "m",
+            "user": who,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        }
+    }
 
 
 @pytest.fixture(scope="module")
@@ -50,27 +57,66 @@ RATES = {"lru": [0.1, 0.2, 0.4, 0.5, 0.54], "lfu": [0.12, 0.25, 0.41, 0.5, 0.54]
 
 
 def _run(label, policy, cap, rate):
-    return {"label": label, "policy": policy, "capacity_tokens": cap, "granularity": "vllm: full 16-token blocks",
-            "prompt_tokens": 8000, "hit_tokens": int(rate * 8000), "prefill_tokens_computed": 8000 - int(rate * 8000),
-            "hit_rate_tokens": rate, "hit_rate_requests": min(1.0, rate * 1.5), "requests_hit": 3, "evictions_blocks": 0}
+    return {
+        "label": label,
+        "policy": policy,
+        "capacity_tokens": cap,
+        "granularity": "vllm: full 16-token blocks",
+        "prompt_tokens": 8000,
+        "hit_tokens": int(rate * 8000),
+        "prefill_tokens_computed": 8000 - int(rate * 8000),
+        "hit_rate_tokens": rate,
+        "hit_rate_requests": min(1.0, rate * 1.5),
+        "requests_hit": 3,
+        "evictions_blocks": 0,
+    }
 
 
 # shaped like prefixplan.simulation.to_json output (test_real_simulation_renders checks the real one)
 SIM = {
     "granularity": "vllm: full 16-token blocks only, last prompt token never reused",
-    "requests": 9, "prompt_tokens": 8000,
-    "headline": "lru 1e+06 tok", "in_batch": "in-batch sharing (generation a)",
+    "requests": 9,
+    "prompt_tokens": 8000,
+    "headline": "lru 1e+06 tok",
+    "in_batch": "in-batch sharing (generation a)",
     "persistent": "radix cache, unbounded (generation b)",
-    "runs": [_run("in-batch sharing (generation a)", "in-batch", None, 0.125),
-             _run("radix cache, unbounded (generation b)", "infinite", None, 0.5)]
-    + [_run(f"{p} {c:.0e} tok".replace("e+0", "e+0"), p, float(c), r) for p, rs in RATES.items() for c, r in zip(CAPS, rs, strict=False)],
-    "curves": {p: [{"capacity_tokens": float(c), "hit_rate_tokens": r, "hit_rate_requests": r} for c, r in zip(CAPS, rs, strict=False)]
-               for p, rs in RATES.items()},
-    "savings": {"profile": "h100-8b", "profile_is_assumption": True, "gpu_seconds_without": 100.0,
-                "gpu_seconds_with": 87.5, "gpu_seconds_saved": 12.5, "ttft_p50_without_s": 0.8,
-                "ttft_p95_without_s": 2.1, "ttft_p50_with_s": 0.3, "ttft_p95_with_s": 1.2, "queueing_modelled": False},
-    "money": {"provider": "openai", "model": "gpt-4.1", "prices_as_of": "2025-06-01", "usd_without": 5.0,
-              "usd_with": 1.8, "usd_saved": 3.2, "detail": {}},
+    "runs": [
+        _run("in-batch sharing (generation a)", "in-batch", None, 0.125),
+        _run("radix cache, unbounded (generation b)", "infinite", None, 0.5),
+    ]
+    + [
+        _run(f"{p} {c:.0e} tok".replace("e+0", "e+0"), p, float(c), r)
+        for p, rs in RATES.items()
+        for c, r in zip(CAPS, rs, strict=False)
+    ],
+    "curves": {
+        p: [
+            {"capacity_tokens": float(c), "hit_rate_tokens": r, "hit_rate_requests": r}
+            for c, r in zip(CAPS, rs, strict=False)
+        ]
+        for p, rs in RATES.items()
+    },
+    "savings": {
+        "profile": "h100-8b",
+        "profile_is_assumption": True,
+        "gpu_seconds_without": 100.0,
+        "gpu_seconds_with": 87.5,
+        "gpu_seconds_saved": 12.5,
+        "ttft_p50_without_s": 0.8,
+        "ttft_p95_without_s": 2.1,
+        "ttft_p50_with_s": 0.3,
+        "ttft_p95_with_s": 1.2,
+        "queueing_modelled": False,
+    },
+    "money": {
+        "provider": "openai",
+        "model": "gpt-4.1",
+        "prices_as_of": "2025-06-01",
+        "usd_without": 5.0,
+        "usd_with": 1.8,
+        "usd_saved": 3.2,
+        "detail": {},
+    },
     "self_hosted_usd_saved": 0.0087,
     "kv_bytes_per_token": 131072,
     "risk": [],
@@ -127,8 +173,12 @@ def embedded(doc: _Doc) -> dict:
 def test_page_is_self_contained(analyzed):
     page = render_html({**analyzed, "simulation": SIM})
     doc = parse(page)
-    urls = [(tag, k, val) for tag, attrs in doc.elements for k, val in attrs.items()
-            if k in ("src", "href", "xlink:href", "action", "srcset", "poster", "data")]
+    urls = [
+        (tag, k, val)
+        for tag, attrs in doc.elements
+        for k, val in attrs.items()
+        if k in ("src", "href", "xlink:href", "action", "srcset", "poster", "data")
+    ]
     assert urls == [("link", "href", "data:,")]  # the empty favicon, so the browser fetches none
     assert not re.search(r"@import|url\(|https?://", page)
     assert sum(tag == "script" for tag, _ in doc.elements) == 2  # the data block and the inline script
@@ -141,12 +191,33 @@ def test_log_text_cannot_inject_html(analyzed):
     rec["inputs"]["paths"] = [EVIL]
     rec["tokenizer"]["label"] = EVIL
     rec["candidates"][0]["label"] = EVIL
-    rec["breakers"] = [{"kind": EVIL, "pattern": EVIL, "requests": 3, "variants": 2, "line": 1, "column": 2,
-                        "token_offset": 0, "cost_tokens": 10, "example": EVIL, "preview": EVIL}]
+    rec["breakers"] = [
+        {
+            "kind": EVIL,
+            "pattern": EVIL,
+            "requests": 3,
+            "variants": 2,
+            "line": 1,
+            "column": 2,
+            "token_offset": 0,
+            "cost_tokens": 10,
+            "example": EVIL,
+            "preview": EVIL,
+        }
+    ]
     rec["findings"] = [{"severity": "warning", "code": EVIL, "message": EVIL, "file": EVIL, "line": 3}]
     rec["kinds"][EVIL] = {"tokens": 5, "reused": 1}
-    page = render_html({**rec, "simulation": {**SIM, "curves": {EVIL: [{"capacity_tokens": 1, "hit_rate_tokens": 0.1}]},
-                                              "notes": [EVIL], "money": {**SIM["money"], "model": EVIL}}})
+    page = render_html(
+        {
+            **rec,
+            "simulation": {
+                **SIM,
+                "curves": {EVIL: [{"capacity_tokens": 1, "hit_rate_tokens": 0.1}]},
+                "notes": [EVIL],
+                "money": {**SIM["money"], "model": EVIL},
+            },
+        }
+    )
     doc = parse(page)
     tags = [t for t, _ in doc.elements]
     assert "img" not in tags and tags.count("script") == 2
@@ -189,8 +260,11 @@ def test_embedded_data_equal_the_record(analyzed):
     kinds = {k["kind"]: (k["tokens"], k["reused"]) for k in data["kinds"]}
     assert kinds == {k: (x["tokens"], x["reused"]) for k, x in analyzed["kinds"].items()}
     assert [k["kind"] for k in data["kinds"]] == [k for k in views.KIND_ORDER if k in kinds] + sorted(
-        k for k in kinds if k not in views.KIND_ORDER)
-    assert data["sweep"] == {p: [[float(c), r] for c, r in zip(CAPS, rates, strict=False)] for p, rates in RATES.items()}
+        k for k in kinds if k not in views.KIND_ORDER
+    )
+    assert data["sweep"] == {
+        p: [[float(c), r] for c, r in zip(CAPS, rates, strict=False)] for p, rates in RATES.items()
+    }
     assert data["configured_capacity"] == 1_000_000
     assert data["generations"]["in_batch"]["hit_rate"] == 0.125
     assert [c["rank"] for c in data["candidates"]] == [c["rank"] for c in analyzed["candidates"]]
@@ -229,7 +303,9 @@ def test_without_simulation_the_parts_are_left_out(analyzed):
     assert "KV memory" not in page
     with_sim = render_html({**analyzed, "simulation": SIM})
     assert "KV memory" in with_sim and "800 ms → 300 ms" in with_sim and "$3.20 (openai gpt-4.1 prices)" in with_sim
-    assert "prefill profile h100-8b (an assumption, not measured)" in with_sim and "queueing is not modelled" in with_sim
+    assert (
+        "prefill profile h100-8b (an assumption, not measured)" in with_sim and "queueing is not modelled" in with_sim
+    )
     assert "12.50 s (100.00 s → 87.50 s)" in with_sim and "3,200 of 8,000" in with_sim
 
 
@@ -238,7 +314,11 @@ def test_simulation_views():
     assert {k: g["hit_rate"] for k, g in gens.items()} == {"in_batch": 0.125, "persistent": 0.5, "headline": 0.4}
     assert views.configured_capacity(SIM) == 1_000_000
     shuffled = {**SIM, "curves": {p: list(reversed(pts)) for p, pts in reversed(list(SIM["curves"].items()))}}
-    assert views.sweep(shuffled) == views.sweep(SIM) == {p: [(float(c), r) for c, r in zip(CAPS, rs, strict=False)] for p, rs in RATES.items()}
+    assert (
+        views.sweep(shuffled)
+        == views.sweep(SIM)
+        == {p: [(float(c), r) for c, r in zip(CAPS, rs, strict=False)] for p, rs in RATES.items()}
+    )
     assert list(views.sweep(shuffled)) == ["lru", "lfu"]
     assert views.sweep({"curves": {"lru": [{"capacity_tokens": None, "hit_rate_tokens": 0.5}]}}) == {}
     assert views.sweep(None) == {} and views.generations(None) == {} and views.savings(None) == []
@@ -254,26 +334,35 @@ def test_real_simulation_renders(analyzed):
 
     rng = np.random.default_rng(3)
     shared = rng.integers(0, 50_000, 160, dtype=np.uint32)
-    reqs = [SimRequest(float(i), "m", np.concatenate([shared, rng.integers(0, 50_000, 40, dtype=np.uint32)]), index=i)
-            for i in range(30)]
-    sim = to_json(simulate(reqs, SimConfig(cache=CacheModel(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo")))))
+    reqs = [
+        SimRequest(float(i), "m", np.concatenate([shared, rng.integers(0, 50_000, 40, dtype=np.uint32)]), index=i)
+        for i in range(30)
+    ]
+    sim = to_json(
+        simulate(reqs, SimConfig(cache=CacheModel(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo"))))
+    )
     doc = parse(render_html({**analyzed, "simulation": sim}))
     data = embedded(doc)
-    assert data["sweep"] == {p: [[pt["capacity_tokens"], pt["hit_rate_tokens"]] for pt in pts] for p, pts in sim["curves"].items()}
+    assert data["sweep"] == {
+        p: [[pt["capacity_tokens"], pt["hit_rate_tokens"]] for pt in pts] for p, pts in sim["curves"].items()
+    }
     assert data["generations"]["persistent"]["hit_rate"] == next(
-        r["hit_rate_tokens"] for r in sim["runs"] if r["label"] == sim["persistent"])
+        r["hit_rate_tokens"] for r in sim["runs"] if r["label"] == sim["persistent"]
+    )
     assert len([a for t, a in doc.elements if t == "circle"]) == 6
     md = render_markdown({**analyzed, "simulation": sim})
     assert "hit rate, in-batch sharing only" in md and "TTFT p50" in md
 
 
 def test_icicle_children_sit_inside_their_parents():
-    cands = [{"rank": 1, "parent": None, "hits": 50, "length": 100, "label": "system"},
-             {"rank": 2, "parent": 1, "hits": 30, "length": 200, "label": "system+tools"},
-             {"rank": 3, "parent": 1, "hits": 15, "length": 300, "label": "system+tools"},
-             {"rank": 4, "parent": 2, "hits": 10, "length": 400, "label": "history"},
-             {"rank": 5, "parent": 99, "hits": 20, "length": 64, "label": "tools"},  # parent not listed
-             {"rank": 6, "parent": None, "hits": 40, "length": 64, "label": "tools"}]
+    cands = [
+        {"rank": 1, "parent": None, "hits": 50, "length": 100, "label": "system"},
+        {"rank": 2, "parent": 1, "hits": 30, "length": 200, "label": "system+tools"},
+        {"rank": 3, "parent": 1, "hits": 15, "length": 300, "label": "system+tools"},
+        {"rank": 4, "parent": 2, "hits": 10, "length": 400, "label": "history"},
+        {"rank": 5, "parent": 99, "hits": 20, "length": 64, "label": "tools"},  # parent not listed
+        {"rank": 6, "parent": None, "hits": 40, "length": 64, "label": "tools"},
+    ]
     nodes = views.icicle({"summary": {"requests": 200}, "candidates": cands})
     by = {nd["rank"]: nd for nd in nodes}
     assert by[None]["x0"] == 0 and by[None]["x1"] == 1
@@ -287,16 +376,29 @@ def test_icicle_children_sit_inside_their_parents():
     level1 = sorted((nd for nd in nodes if nd["depth"] == 1), key=lambda nd: nd["x0"])
     assert all(a["x1"] <= b["x0"] + 1e-12 for a, b in itertools.pairwise(level1))
     # children wider than the parent allows are scaled down to fit
-    over = views.icicle({"summary": {"requests": 10}, "candidates": [
-        {"rank": 1, "parent": None, "hits": 10}, {"rank": 2, "parent": 1, "hits": 8}, {"rank": 3, "parent": 1, "hits": 8}]})
+    over = views.icicle(
+        {
+            "summary": {"requests": 10},
+            "candidates": [
+                {"rank": 1, "parent": None, "hits": 10},
+                {"rank": 2, "parent": 1, "hits": 8},
+                {"rank": 3, "parent": 1, "hits": 8},
+            ],
+        }
+    )
     assert max(nd["x1"] for nd in over) <= 1 + 1e-12
 
 
 def test_markdown_is_stable_and_ordered(analyzed):
-    rec = {**analyzed, "simulation": SIM,
-           "findings": [{"severity": "warning", "code": "PP201", "message": "b", "file": "r.yaml", "line": 2},
-                        {"severity": "error", "code": "PP101", "message": "a", "file": "r.yaml", "line": 9},
-                        {"severity": "warning", "code": "PP200", "message": "c", "file": "a.yaml", "line": 1}]}
+    rec = {
+        **analyzed,
+        "simulation": SIM,
+        "findings": [
+            {"severity": "warning", "code": "PP201", "message": "b", "file": "r.yaml", "line": 2},
+            {"severity": "error", "code": "PP101", "message": "a", "file": "r.yaml", "line": 9},
+            {"severity": "warning", "code": "PP200", "message": "c", "file": "a.yaml", "line": 1},
+        ],
+    }
     md = render_markdown(rec)
     assert md == render_markdown(copy.deepcopy(rec))
     shuffled = copy.deepcopy(rec)
@@ -306,8 +408,13 @@ def test_markdown_is_stable_and_ordered(analyzed):
     shuffled["summary"]["elapsed_s"] = 99.0
     assert render_markdown(shuffled) == md
     heads = [line for line in md.splitlines() if line.startswith("### ")]
-    assert [h.split(" (")[0] for h in heads] == ["### Summary", "### Top shared prefixes", "### Cache breakers",
-                                                 "### Check and lint findings", "### Malformed lines"]
+    assert [h.split(" (")[0] for h in heads] == [
+        "### Summary",
+        "### Top shared prefixes",
+        "### Cache breakers",
+        "### Check and lint findings",
+        "### Malformed lines",
+    ]
     codes = re.findall(r"\| (PP\d+) \|", md)
     assert codes == ["PP101", "PP200", "PP201"]  # errors first, then by file and line
     assert "| hit rate, in-batch sharing only | 12.5% |" in md
@@ -335,9 +442,24 @@ def _write(tmp: Path, name: str, data) -> Path:
 
 def test_report_command(analyzed, tmp_path, capsys):
     rec = _write(tmp_path, "a.json", analyzed)
-    check = _write(tmp_path, "check.json", {"exit_code": 1, "ok": False, "findings": [
-        {"severity": "error", "code": "PP-LOCK", "message": "system prompt changed without a version bump",
-         "file": "recipes/support.yaml", "line": 4, "cost_tokens": 300}]})
+    check = _write(
+        tmp_path,
+        "check.json",
+        {
+            "exit_code": 1,
+            "ok": False,
+            "findings": [
+                {
+                    "severity": "error",
+                    "code": "PP-LOCK",
+                    "message": "system prompt changed without a version bump",
+                    "file": "recipes/support.yaml",
+                    "line": 4,
+                    "cost_tokens": 300,
+                }
+            ],
+        },
+    )
     html_out, md_out = tmp_path / "out" / "r.html", tmp_path / "out" / "r.md"
     assert main(["report", str(rec), "--html", str(html_out), "--markdown", str(md_out), "--check", str(check)]) == 0
     assert "wrote html report" in capsys.readouterr().out
@@ -359,8 +481,22 @@ def test_analyze_writes_reports(tmp_path, capsys):
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(json.dumps(_chat(f"question {i}", f"u{i % 2}")) for i in range(4)) + "\n")
     html_out, md_out = tmp_path / "a.html", tmp_path / "a.md"
-    assert main(["analyze", str(log), "--no-record", "-q", "--no-rag-whatif", "--html", str(html_out),
-                 "--markdown", str(md_out)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(log),
+                "--no-record",
+                "-q",
+                "--no-rag-whatif",
+                "--html",
+                str(html_out),
+                "--markdown",
+                str(md_out),
+            ]
+        )
+        == 0
+    )
     assert embedded(parse(html_out.read_text()))["summary"]["requests"] == 4
     assert "| requests | 4 |" in md_out.read_text()
 
@@ -373,4 +509,6 @@ def test_many_candidates_keep_the_page_bounded(analyzed):
     doc = parse(render_html({**analyzed, "candidates": many}))
     drawn = [a for t, a in doc.elements if t == "g" and a.get("class") == "pp-ice"]
     assert 1 < len(drawn) <= ICICLE_MAX + 1 and all(int(a["data-rank"] or 0) <= ICICLE_MAX for a in drawn)
-    assert len([a for t, a in doc.elements if t == "tr" and a.get("data-rank")]) == 2 * ICICLE_MAX  # the table keeps all
+    assert (
+        len([a for t, a in doc.elements if t == "tr" and a.get("data-rank")]) == 2 * ICICLE_MAX
+    )  # the table keeps all

@@ -45,13 +45,25 @@ def test_config_json_defaults(tmp_path):
     assert (shape.kv_heads, shape.head_dim, shape.dtype_bytes) == (8, 64, 4)
     assert shape.bytes_per_token == 2 * 4 * 8 * 64 * 4
     # Qwen3-style explicit head_dim wins over hidden/heads
-    q3 = {"num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
-          "hidden_size": 5120, "torch_dtype": "bfloat16"}
+    q3 = {
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "hidden_size": 5120,
+        "torch_dtype": "bfloat16",
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(q3))
     assert load_config(tmp_path).bytes_per_token == 262_144
-    mla = {"num_hidden_layers": 61, "num_attention_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-           "hidden_size": 7168, "torch_dtype": "bfloat16"}
+    mla = {
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "hidden_size": 7168,
+        "torch_dtype": "bfloat16",
+    }
     assert from_config({"text_config": mla}).bytes_per_token == 70_272
     with pytest.raises(InputError):
         from_config({"hidden_size": 3})
@@ -96,8 +108,10 @@ def test_profile_yaml_round_trip(tmp_path):
         load_profile("nope")
     # a calibrate-style file (extra keys ignored) is read as measured
     cal = tmp_path / "cal.yaml"
-    cal.write_text("kind: prefixplan/prefill-profile\nversion: 1\na_s: 0.01\nb_s_per_token: 1.0e-4\n"
-                   "c_s_per_token2: 1.0e-8\ncreated: '2026-01-01'\nstderr: {a_s: 0.001}\nsamples: [[1, 0, 0.1]]\n")
+    cal.write_text(
+        "kind: prefixplan/prefill-profile\nversion: 1\na_s: 0.01\nb_s_per_token: 1.0e-4\n"
+        "c_s_per_token2: 1.0e-8\ncreated: '2026-01-01'\nstderr: {a_s: 0.001}\nsamples: [[1, 0, 0.1]]\n"
+    )
     got = load_profile(cal)
     assert (got.a, got.b, got.c, got.assumed) == (0.01, 1e-4, 1e-8, False)
     assert got.seconds(1000, 0) == pytest.approx(0.115)

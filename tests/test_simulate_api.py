@@ -29,8 +29,10 @@ def _toks(seed, n):
 
 def test_two_generations_batch_window():
     sys_ = _toks(1, 160)
-    reqs = [SimRequest(float(t), "m", np.concatenate([sys_, _toks(10 + i, 20)]), index=i)
-            for i, t in enumerate([0.0, 1.0, 10.0, 12.0, 30.0])]
+    reqs = [
+        SimRequest(float(t), "m", np.concatenate([sys_, _toks(10 + i, 20)]), index=i)
+        for i, t in enumerate([0.0, 1.0, 10.0, 12.0, 30.0])
+    ]
     res = simulate(reqs, SimConfig(workload=Workload(batch_window=5.0)))
     batch = res.run(res.in_batch).cached.tolist()
     persist = res.run(res.persistent).cached.tolist()
@@ -56,8 +58,10 @@ def test_estimated_service_time():
 def test_capacity_curve_monotone_and_json():
     rng = np.random.default_rng(3)
     systems = [_toks(100 + k, 256) for k in range(6)]
-    reqs = [SimRequest(float(i), "m", np.concatenate([systems[int(rng.integers(0, 6))], _toks(1000 + i, 40)]),
-                       index=i) for i in range(300)]
+    reqs = [
+        SimRequest(float(i), "m", np.concatenate([systems[int(rng.integers(0, 6))], _toks(1000 + i, 40)]), index=i)
+        for i in range(300)
+    ]
     caps = (300, 1000, 2000, 5000)
     curves = sweep(reqs, caps, ("lru", "lfu", "fifo"))
     for pol, pts in curves.items():
@@ -85,7 +89,9 @@ def test_risk_pinned_protects_hot_prefix():
         else:  # a burst of unrelated long prompts
             toks = _toks(5000 + i, 600)
         reqs.append(SimRequest(float(i), "m", toks, index=i))
-    cfg = SimConfig(cache=CacheModel(capacities=(2000,), pinned_fraction=0.3), workload=Workload(hot_prefixes=(("hot", "m", hot),)))
+    cfg = SimConfig(
+        cache=CacheModel(capacities=(2000,), pinned_fraction=0.3), workload=Workload(hot_prefixes=(("hot", "m", hot),))
+    )
     res = simulate(reqs, cfg)
     (r,) = res.risk
     assert r.uses == 20 and r.tokens == 512
@@ -113,7 +119,9 @@ def test_tiers_and_bytes_capacity():
     reqs = [SimRequest(float(i), "m", x, index=i) for i, x in enumerate([a, b, a])]
     tier = Tier("cpu", 1000, bandwidth_bytes_per_s=131_072 * 1000, latency_s=0.01)
     prof = PrefillProfile("t", a=0.0, b=0.0, c=0.0, source="measured")
-    res = simulate(reqs, SimConfig(cache=CacheModel(capacities=(320,), tiers=(tier,)), savings=SavingsModel(kv=kv, profile=prof)))
+    res = simulate(
+        reqs, SimConfig(cache=CacheModel(capacities=(320,), tiers=(tier,)), savings=SavingsModel(kv=kv, profile=prof))
+    )
     head = res.run(res.headline)
     assert head.cached.tolist() == [0, 0, 304]  # a was demoted to CPU, then promoted
     assert head.loaded == {"cpu": 304}
@@ -124,14 +132,24 @@ def test_tiers_and_bytes_capacity():
 def test_pins_resolve_block_level_traces_at_their_scale():
     """Mooncake hash-id pins resolve at the trace block size the namespace's requests used."""
     hot = np.arange(1, 9, dtype=np.uint32)  # 8 hash ids = 8 blocks of 512 tokens
-    reqs = [SimRequest(float(i), "m", np.concatenate([hot, np.asarray([100 + i], dtype=np.uint32)]),
-                       block_scale=512, index=i) for i in range(3)]
+    reqs = [
+        SimRequest(
+            float(i), "m", np.concatenate([hot, np.asarray([100 + i], dtype=np.uint32)]), block_scale=512, index=i
+        )
+        for i in range(3)
+    ]
     from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulation.trace import build_trace
 
     trace = build_trace(reqs, engine_granularity("vllm", 16))
     assert len(trace.resolve(hot, "m")) == 8
     assert trace.resolve(hot, "m", 1) == []  # the same ids read as 1-token units are other blocks
-    res = simulate(reqs, SimConfig(cache=CacheModel(capacities=(512 * 9,), pins=(("m", hot),), pinned_fraction=0.5), workload=Workload(hot_prefixes=(("hot", "m", hot),))))
+    res = simulate(
+        reqs,
+        SimConfig(
+            cache=CacheModel(capacities=(512 * 9,), pins=(("m", hot),), pinned_fraction=0.5),
+            workload=Workload(hot_prefixes=(("hot", "m", hot),)),
+        ),
+    )
     (risk,) = res.risk
     assert risk.uses == 3 and risk.tokens == 8 * 512

@@ -67,6 +67,10 @@ def test_option_parsing():
     t = parse_tier("cpu:1GiB:25:0.5", kv)
     assert (t.name, t.capacity_tokens, t.bandwidth_bytes_per_s, t.latency_s) == ("cpu", 8192.0, 25e9, 0.0005)
     cfg = build_config(capacity="1GiB,2GiB", model="Llama-3.1-8B-Instruct", auto_promote=3, policy="lru,lfu")
-    assert cfg.cache.capacities == (8192.0, 16384.0) and cfg.cache.pinned_fraction == 0.2 and cfg.cache.policies == ("lru", "lfu")
+    assert (
+        cfg.cache.capacities == (8192.0, 16384.0)
+        and cfg.cache.pinned_fraction == 0.2
+        and cfg.cache.policies == ("lru", "lfu")
+    )
     with pytest.raises(UsageError):
         build_config(tiers=["cpu:1e6"])  # tiers need --capacity

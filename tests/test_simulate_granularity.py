@@ -20,8 +20,15 @@ def _toks(seed: int, n: int) -> np.ndarray:
 def _reqs(*prompts, times=None, ns="m", breakpoints=None):
     out = []
     for i, p in enumerate(prompts):
-        out.append(SimRequest(time=float(times[i] if times else i), namespace=ns, tokens=np.asarray(p, np.uint32),
-                              breakpoints=tuple(breakpoints[i]) if breakpoints else (), index=i))
+        out.append(
+            SimRequest(
+                time=float(times[i] if times else i),
+                namespace=ns,
+                tokens=np.asarray(p, np.uint32),
+                breakpoints=tuple(breakpoints[i]) if breakpoints else (),
+                index=i,
+            )
+        )
     return out
 
 
@@ -45,7 +52,10 @@ def test_last_token_rule():
     a = _toks(3, 32)
     assert _cached(simulate(_reqs(a, a), SimConfig(cache=CacheModel(engine="vllm")))) == [0, 16]  # not 32
     c = _toks(4, 10)
-    assert _cached(simulate(_reqs(c, c), SimConfig(cache=CacheModel(engine="sglang")))) == [0, 9]  # page 1: all but last
+    assert _cached(simulate(_reqs(c, c), SimConfig(cache=CacheModel(engine="sglang")))) == [
+        0,
+        9,
+    ]  # page 1: all but last
 
 
 def test_openai_1024_128_rule():
@@ -63,7 +73,9 @@ def test_openai_1024_128_rule():
 
 def test_openai_ttl_expiry():
     p = _toks(7, 1500)
-    res = simulate(_reqs(p, p, p, times=[0, 100, 1000]), SimConfig(cache=CacheModel(provider="openai", model="gpt-4o", ttl="5m")))
+    res = simulate(
+        _reqs(p, p, p, times=[0, 100, 1000]), SimConfig(cache=CacheModel(provider="openai", model="gpt-4o", ttl="5m"))
+    )
     assert _cached(res) == [0, 1408, 0]  # floor(1499/128)*128 = 1408; expired after 900 s idle
 
 
@@ -94,7 +106,9 @@ def test_anthropic_auto_breakpoint_and_ttl():
     p = _toks(12, 1500)
     longer = np.concatenate([p, _toks(13, 100)])
     reqs = _reqs(p, p, longer, p, times=[0, 10, 20, 2000])
-    res = simulate(reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4", anthropic_breakpoints="auto")))
+    res = simulate(
+        reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4", anthropic_breakpoints="auto"))
+    )
     # auto: one breakpoint at the prompt end; reads up to the breakpoint (no last-token rule);
     # the 4th request comes 1980 s after the entry was last used (> 5m): expired
     assert _cached(res) == [0, 1500, 1500, 0]

@@ -89,6 +89,7 @@ def reference(reqs, block, policy, cap, *, ttl=None, pins=(), pin_cap=0, auto=No
                 auto_pinned.add(k)
                 npinned += 1
         new_reg = sum(1 for k in path[present:] if k not in pinset)
+
         def key(k):
             v = cache[k]
             return {
@@ -231,8 +232,13 @@ def test_lru_stack_matches_generic_lru_and_reference(reqs, block, cap):
 
 
 @SETTINGS
-@given(traces(), st.integers(1, 2), st.integers(0, 8), st.sampled_from([0.0, 1.0, 5.0, 40.0]),
-       st.sampled_from(["lru", "lfu", "fifo"]))
+@given(
+    traces(),
+    st.integers(1, 2),
+    st.integers(0, 8),
+    st.sampled_from([0.0, 1.0, 5.0, 40.0]),
+    st.sampled_from(["lru", "lfu", "fifo"]),
+)
 def test_ttl_matches_reference(reqs, block, cap, ttl, policy):
     spec = CacheSpec(policy=policy, capacity_tokens=cap * block, ttl_s=ttl)
     assert _run(reqs, block, spec) == reference(reqs, block, policy, cap, ttl=ttl)
@@ -246,8 +252,14 @@ def test_unbounded_ttl_matches_reference(reqs, block, cap, ttl):
 
 
 @SETTINGS
-@given(traces(), st.integers(1, 2), st.integers(1, 12), st.sampled_from([0.25, 0.5]),
-       st.sampled_from(["lru", "lfu", "fifo", "priority"]), st.data())
+@given(
+    traces(),
+    st.integers(1, 2),
+    st.integers(1, 12),
+    st.sampled_from([0.25, 0.5]),
+    st.sampled_from(["lru", "lfu", "fifo", "priority"]),
+    st.data(),
+)
 def test_pinned_partition_matches_reference(reqs, block, cap, frac, policy, data):
     pins = tuple(
         (reqs[i].namespace, reqs[i].tokens[: data.draw(st.integers(0, len(reqs[i].tokens)))])
@@ -260,8 +272,14 @@ def test_pinned_partition_matches_reference(reqs, block, cap, frac, policy, data
 
 
 @SETTINGS
-@given(traces(), st.integers(1, 2), st.integers(1, 12), st.integers(1, 3), st.sampled_from([5.0, 60.0]),
-       st.sampled_from(["lru", "lfu"]))
+@given(
+    traces(),
+    st.integers(1, 2),
+    st.integers(1, 12),
+    st.integers(1, 3),
+    st.sampled_from([5.0, 60.0]),
+    st.sampled_from(["lru", "lfu"]),
+)
 def test_auto_promotion_matches_reference(reqs, block, cap, min_hits, window, policy):
     auto = AutoPromote(min_hits=min_hits, window_s=window, cold_after_s=window)
     spec = CacheSpec(policy=policy, capacity_tokens=cap * block, pinned_fraction=0.5, auto_promote=auto)
@@ -285,7 +303,8 @@ def test_tiers_match_reference(reqs, block, gpu, cpu, disk):
         zip(
             (out.hit_blocks - out.tier_blocks["cpu"] - out.tier_blocks["disk"]).tolist(),
             out.tier_blocks["cpu"].tolist(),
-            out.tier_blocks["disk"].tolist(), strict=False,
+            out.tier_blocks["disk"].tolist(),
+            strict=False,
         )
     )
     assert got == ref
@@ -319,8 +338,15 @@ def test_infinite_equals_longest_previous_prefix(reqs, block):
 
 
 @SETTINGS
-@given(traces(max_requests=20), st.integers(1, 3), st.integers(0, 12), st.sampled_from(["lru", "lfu", "fifo", "priority"]),
-       st.sampled_from([None, 0.0, 5.0, 40.0]), st.booleans(), st.data())
+@given(
+    traces(max_requests=20),
+    st.integers(1, 3),
+    st.integers(0, 12),
+    st.sampled_from(["lru", "lfu", "fifo", "priority"]),
+    st.sampled_from([None, 0.0, 5.0, 40.0]),
+    st.booleans(),
+    st.data(),
+)
 def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prewarm, data):
     """The chain-compressed simulator replays exactly what the block-level one does (pins,
     prewarm, TTL, priorities): hits, evictions and pinned blocks."""

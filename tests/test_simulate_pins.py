@@ -18,7 +18,27 @@ from prefixplan.render.stream import iter_prompts
 from prefixplan.savings.kvsize import lookup_builtin
 from prefixplan.simulation.options import build_config
 
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "tau",
+]
 
 
 def _text(n: int, seed: int) -> str:
@@ -42,8 +62,13 @@ def hot_log(tmp_path_factory):
     rows = []
     for i in range(60):
         system = HOT if i % 6 == 0 else f"Cold {i}. " + _text(200, i)
-        rows.append({"model": "m", "messages": [{"role": "system", "content": system},
-                                                {"role": "user", "content": f"q {i}"}], "user": f"u{i % 4}"})
+        rows.append(
+            {
+                "model": "m",
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": f"q {i}"}],
+                "user": f"u{i % 4}",
+            }
+        )
     log = _write(tmp / "log.jsonl", rows)
     record = tmp / "analysis.json"
     assert main(["analyze", str(log), "--json", str(record), "-q", "--no-record"]) == 0
@@ -60,8 +85,9 @@ def test_pins_from_analysis_protect_the_hot_prefix(hot_log, capsys):
     log, record = hot_log
     top = json.loads(record.read_text())["candidates"][0]
     assert top["token_ids"] is not None and top["length"] > 300
-    code, doc, _ = _sim(capsys, str(log), "--pins-from", str(record), "--pin-top", "1",
-                          "--pinned-fraction", "0.4", "--capacity", "1000")
+    code, doc, _ = _sim(
+        capsys, str(log), "--pins-from", str(record), "--pin-top", "1", "--pinned-fraction", "0.4", "--capacity", "1000"
+    )
     assert code == 0
     (risk,) = doc["risk"]
     assert risk["label"] == f"#1 {top['key'] or top['label']}" and risk["tokens"] == top["length"]
@@ -82,8 +108,23 @@ def test_pins_from_analysis_protect_the_hot_prefix(hot_log, capsys):
     assert "partition" not in plain_head
     assert head["hit_tokens"] > plain_head["hit_tokens"]
     # the console report shows the partition and the risk table
-    assert main(["simulate", str(log), "--pins-from", str(record), "--pin-top", "1", "--pinned-fraction", "0.4",
-                 "--capacity", "1000"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(log),
+                "--pins-from",
+                str(record),
+                "--pin-top",
+                "1",
+                "--pinned-fraction",
+                "0.4",
+                "--capacity",
+                "1000",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Partition of 1,000 tokens: 40% pinned" in out and "Eviction risk of hot prefixes" in out
     assert "pinned 40%" in out and "auto-promote 40%" in out and "9 (" in out
@@ -104,8 +145,20 @@ def test_pinned_fraction_with_pins_alone_and_running_share(hot_log):
 
 def test_twenty_sixty_twenty_partition(hot_log, capsys):
     log, record = hot_log
-    code, doc, _ = _sim(capsys, str(log), "--pins-from", str(record), "--pin-top", "1", "--capacity", "2000",
-                        "--pinned-fraction", "0.2", "--running-fraction", "0.2")
+    code, doc, _ = _sim(
+        capsys,
+        str(log),
+        "--pins-from",
+        str(record),
+        "--pin-top",
+        "1",
+        "--capacity",
+        "2000",
+        "--pinned-fraction",
+        "0.2",
+        "--running-fraction",
+        "0.2",
+    )
     assert code == 0
     head = next(r for r in doc["runs"] if r["label"] == doc["headline"])
     assert "(20% pinned / 60% lru / 20% running)" in head["label"]
@@ -146,8 +199,9 @@ def test_tokenizer_fingerprint_mismatch_is_refused(hot_log, tmp_path, capsys):
 
 def test_tokenizer_mismatch_real_tokenizers(hot_log, qwen3_path, capsys):
     log, record = hot_log  # analysed with the default mistral:nemo
-    code, _, err = _sim(capsys, str(log), "--tokenizer", f"hf:{qwen3_path}", "--pins-from", str(record),
-                        "--capacity", "1000")
+    code, _, err = _sim(
+        capsys, str(log), "--tokenizer", f"hf:{qwen3_path}", "--pins-from", str(record), "--capacity", "1000"
+    )
     assert code == 2
     err = " ".join(err.split())
     assert json.loads(record.read_text())["tokenizer"]["fingerprint"] in err and f"hf:{qwen3_path}" in err
@@ -158,8 +212,10 @@ def test_tiers_and_byte_capacities_from_the_cli(tmp_path, capsys):
     in the lower tiers. LRU tiers are one recency stack cut in 23-block ranges; after C the
     stack is C's blocks (root first), then B's, then A's, so A's j-th block is at depth
     len(C) + len(B) + j."""
-    rows = [{"model": "m", "messages": [{"role": "user", "content": f"Prompt {k}. " + _text(250, 300 + ord(k))}]}
-            for k in "ABCA"]
+    rows = [
+        {"model": "m", "messages": [{"role": "user", "content": f"Prompt {k}. " + _text(250, 300 + ord(k))}]}
+        for k in "ABCA"
+    ]
     log = _write(tmp_path / "tiers.jsonl", rows)
     lengths = [len(p.tokens) for p in iter_prompts(source_options(str(log)), LineErrors())]
     kv = lookup_builtin("Qwen3-32B").bytes_per_token
@@ -175,8 +231,19 @@ def test_tiers_and_byte_capacities_from_the_cli(tmp_path, capsys):
     assert cpu and disk and cpu + disk == 16 * hit_blocks
     prof = tmp_path / "zero.yaml"
     prof.write_text("name: zero\na_s: 0\nb_s_per_token: 0\nc_s_per_token2: 0\n")
-    args = [str(log), "--model", "Qwen3-32B", "--capacity", "100MB", "--tier", "cpu:100MB:25:0.5",
-            "--tier", "disk:100MB:3:2", "--profile", str(prof)]
+    args = [
+        str(log),
+        "--model",
+        "Qwen3-32B",
+        "--capacity",
+        "100MB",
+        "--tier",
+        "cpu:100MB:25:0.5",
+        "--tier",
+        "disk:100MB:3:2",
+        "--profile",
+        str(prof),
+    ]
     code, doc, _ = _sim(capsys, *args)
     assert code == 0 and doc["kv_bytes_per_token"] == kv
     head = next(r for r in doc["runs"] if r["label"] == doc["headline"])

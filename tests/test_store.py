@@ -51,8 +51,9 @@ def test_auto_versioning_and_supersede() -> None:
         v1 = s.record_version("support-bot", content_hash=h("a"), kind="system", source="test", now=T0)
         same = s.record_version("support-bot", content_hash=h("a"), kind="system", source="test", now=T0 + 5)
         assert (v1.version, same.version, same.created) == (1, 1, v1.created)
-        v2 = s.record_version("support-bot", content_hash=h("b"), kind="system", source="test",
-                              retain_seconds=2 * DAY, now=T0 + 100)
+        v2 = s.record_version(
+            "support-bot", content_hash=h("b"), kind="system", source="test", retain_seconds=2 * DAY, now=T0 + 100
+        )
         assert v2.version == 2 and v2.status == "active"
         old = s.get("support-bot", 1)
         assert old is not None and old.status == "superseded"
@@ -77,7 +78,9 @@ def test_explicit_versions_and_conflicts() -> None:
         s.record_version("agent", version=5, content_hash=h("z"), kind="system+tools", source="recipe", now=T0 + 1)
         assert [(r.version, r.status) for r in s.versions("agent")] == [(2, "superseded"), (5, "active")]
         # an older number registered late stays superseded and does not demote v5
-        late = s.record_version("agent", version=4, content_hash=h("w"), kind="system+tools", source="recipe", now=T0 + 2)
+        late = s.record_version(
+            "agent", version=4, content_hash=h("w"), kind="system+tools", source="recipe", now=T0 + 2
+        )
         assert late.status == "superseded" and s.get("agent").version == 5  # type: ignore[union-attr]
         with pytest.raises(UsageError):
             s.record_version("bad name", content_hash=h("x"), kind="system", source="t")
@@ -107,13 +110,26 @@ def test_expire_and_gc_lifecycle() -> None:
 def test_token_ids_and_hash_stored() -> None:
     ids = [151644, 8948, 198, 2610, 525]
     with open_store() as s:
-        rec = s.record_version("sys", content_hash=h("s"), kind="system", source="analysis",
-                               token_hash=token_hash("fp", ids), token_ids=ids, tokenizer_fingerprint="fp",
-                               namespace="Qwen/Qwen3-8B")
+        rec = s.record_version(
+            "sys",
+            content_hash=h("s"),
+            kind="system",
+            source="analysis",
+            token_hash=token_hash("fp", ids),
+            token_ids=ids,
+            tokenizer_fingerprint="fp",
+            namespace="Qwen/Qwen3-8B",
+        )
         assert rec.token_count == 5 and rec.has_token_ids
         assert s.token_ids("sys", 1) == ids
-        private = s.record_version("priv", content_hash=h("p"), kind="system", source="analysis",
-                                   token_hash=token_hash("fp", ids), token_count=5)
+        private = s.record_version(
+            "priv",
+            content_hash=h("p"),
+            kind="system",
+            source="analysis",
+            token_hash=token_hash("fp", ids),
+            token_count=5,
+        )
         assert not private.has_token_ids and s.token_ids("priv", 1) is None
 
 
@@ -122,16 +138,25 @@ def test_analyses_candidates_warm_runs_lineage() -> None:
         aid = s.record_analysis(
             {"requests": 10, "schema_version": 1},
             [{"key": "support-bot@v1", "kind": "system", "tokens": 900}, {"kind": "tools", "token_count": 300}],
-            ["examples/log.jsonl"], "out.json",
+            ["examples/log.jsonl"],
+            "out.json",
         )
         assert s.analyses()[0]["summary"]["requests"] == 10
         assert [c["kind"] for c in s.analysis_candidates(aid)] == ["system", "tools"]
-        wid = s.record_warm_run(endpoint="http://a:8000", key="support-bot@v1", version=1, tokens=900,
-                                cached_tokens=896, status="verified", replica="a-0")
+        wid = s.record_warm_run(
+            endpoint="http://a:8000",
+            key="support-bot@v1",
+            version=1,
+            tokens=900,
+            cached_tokens=896,
+            status="verified",
+            replica="a-0",
+        )
         runs = s.warm_runs("support-bot@v1")
         assert runs[0]["id"] == wid and runs[0]["cached_tokens"] == 896 and runs[0]["data"] == {"replica": "a-0"}
-        s.record_version("tools-a-b", content_hash=h("t"), kind="tools", source="analysis",
-                         lineage={"tool_names": ["a", "b"]})
+        s.record_version(
+            "tools-a-b", content_hash=h("t"), kind="tools", source="analysis", lineage={"tool_names": ["a", "b"]}
+        )
         rows = s.lineage_names()
         assert [(r.name, r.kind, r.tool_names) for r in rows] == [("tools-a-b", "tools", ("a", "b"))]
 
@@ -140,8 +165,9 @@ def test_readable_with_plain_sqlite3_cli(tmp_path: Path) -> None:
     path = tmp_path / "cli.db"
     with open_store(path) as s:
         s.record_version("support-bot", content_hash=h("a"), kind="system", source="t")
-    proc = subprocess.run(["sqlite3", str(path), "SELECT name || '@v' || version, status FROM versions"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sqlite3", str(path), "SELECT name || '@v' || version, status FROM versions"], capture_output=True, text=True
+    )
     if proc.returncode == 127:  # pragma: no cover
         pytest.skip("sqlite3 CLI not installed")
     assert proc.stdout.strip() == "support-bot@v1|active"
@@ -157,8 +183,9 @@ def test_unusable_store_path_is_a_store_error(tmp_path: Path) -> None:
 def test_sqlite_failure_inside_a_write_is_a_store_error_and_rolls_back(tmp_path: Path) -> None:
     with open_store(tmp_path / "s.db") as store:
         with pytest.raises(StoreError, match="write failed"), store.write() as c:
-            c.execute("INSERT INTO profiles(name, created, a_s, b_s_per_token, c_s_per_token2) "
-                      "VALUES ('p', 'now', 0, 0, 0)")
+            c.execute(
+                "INSERT INTO profiles(name, created, a_s, b_s_per_token, c_s_per_token2) VALUES ('p', 'now', 0, 0, 0)"
+            )
             c.execute("INSERT INTO no_such_table VALUES (1)")
         assert not store.conn.in_transaction
         assert store.profiles() == []

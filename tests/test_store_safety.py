@@ -113,7 +113,9 @@ def test_kill_9_during_writes_leaves_consistent_db(tmp_path: Path) -> None:
         assert [r.version for r in rows] == list(range(1, len(rows) + 1))
         assert [r.status for r in rows].count("active") == 1
         for r in rows:  # no half-written version: every row's blob matches its own hashes
-            blob = s.conn.execute("SELECT token_ids FROM versions WHERE name='big' AND version=?", (r.version,)).fetchone()[0]
+            blob = s.conn.execute(
+                "SELECT token_ids FROM versions WHERE name='big' AND version=?", (r.version,)
+            ).fetchone()[0]
             ids = token_ids_from_bytes(blob)
             assert r.token_count == len(ids)
             assert r.token_hash == token_hash("fp", ids)

@@ -64,8 +64,17 @@ def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
     from prefixplan.warming.calibrate import Profile
 
     fit = fit_prefill(synthetic(0.01, 5e-5, 2e-9))
-    path = save_profile(Profile(fit=fit, endpoint="http://h:1", engine="vllm", model="m", block_size=16,
-                                samples=tuple(synthetic(0.01, 5e-5, 2e-9)[:3])), tmp_path / "p.yaml")
+    path = save_profile(
+        Profile(
+            fit=fit,
+            endpoint="http://h:1",
+            engine="vllm",
+            model="m",
+            block_size=16,
+            samples=tuple(synthetic(0.01, 5e-5, 2e-9)[:3]),
+        ),
+        tmp_path / "p.yaml",
+    )
     import yaml
 
     raw = yaml.safe_load(path.read_text())
@@ -81,8 +90,9 @@ def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
 def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
     # The fake sleeps a + b*new + c*new*(cached+new/2): the fit must find b within a loose margin.
     with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0)) as fake:
-        profile, path = calibrate_endpoint(fake.url, lengths=[64, 256, 512], fractions=[0.0, 0.5], repeats=2,
-                                           out=tmp_path / "prof.yaml")
+        profile, path = calibrate_endpoint(
+            fake.url, lengths=[64, 256, 512], fractions=[0.0, 0.5], repeats=2, out=tmp_path / "prof.yaml"
+        )
         sent = [b for _, p, b, _ in fake.requests if p == "/v1/completions"]
     assert path is not None and path.is_file() and profile.fit.n_samples == 12
     assert all(b["max_tokens"] == 1 for b in sent)
@@ -96,8 +106,10 @@ def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
 
 
 def test_cli_calibrate_unreachable_exit_4(tmp_path: Path) -> None:
-    assert main(["calibrate", "--endpoint", free_port_url(), "--out", str(tmp_path / "p.yaml"),
-                 "--timeout", "1"]) == ExitCode.ENDPOINT
+    assert (
+        main(["calibrate", "--endpoint", free_port_url(), "--out", str(tmp_path / "p.yaml"), "--timeout", "1"])
+        == ExitCode.ENDPOINT
+    )
     assert main(["calibrate", "--endpoint", "http://x:1", "--fractions", "1.5"]) == ExitCode.USAGE
 
 
@@ -156,8 +168,7 @@ def test_status_hit_rate_window_verdict_and_keys(tmp_path: Path, capsys: pytest.
             with VLLMAdapter(ep) as a:
                 a.complete_ids(list(range(5000, 5032)))
 
-        rows = replica_status([ep, Endpoint(sg.url), Endpoint(free_port_url())], window_s=1.0, sleep=traffic,
-                              timeout=2)
+        rows = replica_status([ep, Endpoint(sg.url), Endpoint(free_port_url())], window_s=1.0, sleep=traffic, timeout=2)
         vl, sgl, dead = rows
         assert vl.engine == "vllm" and vl.hit_rate == pytest.approx(64 / (65 + 65 + 32))
         assert vl.window_hit_rate == 0.0 and vl.window_queries == 32 and vl.verdict == "below-target"
@@ -175,9 +186,20 @@ def test_stop_event_skips_remaining_prefixes() -> None:
 
     from prefixplan.warming.run import WarmOptions, run_warm
 
-    rec = {"granularity": {"block_size": 16}, "candidates": [
-        {"rank": r, "name": f"p{r}", "length": 32, "token_ids": list(range(r * 100, r * 100 + 32)),
-         "marginal_tokens": 10, "parent": None} for r in (1, 2, 3)]}
+    rec = {
+        "granularity": {"block_size": 16},
+        "candidates": [
+            {
+                "rank": r,
+                "name": f"p{r}",
+                "length": 32,
+                "token_ids": list(range(r * 100, r * 100 + 32)),
+                "marginal_tokens": 10,
+                "parent": None,
+            }
+            for r in (1, 2, 3)
+        ],
+    }
     stop = threading.Event()
     seen = []
 
@@ -186,14 +208,16 @@ def test_stop_event_skips_remaining_prefixes() -> None:
         stop.set()  # "SIGTERM" after the first prefix
 
     with FakeEngine("vllm") as fake:
-        rep = run_warm(plan_from_record(rec, top=3), [Endpoint(fake.url)], WarmOptions(retries=0), progress=progress,
-                       stop=stop)
+        rep = run_warm(
+            plan_from_record(rec, top=3), [Endpoint(fake.url)], WarmOptions(retries=0), progress=progress, stop=stop
+        )
     assert [r.status for r in rep.results] == ["verified", "skipped", "skipped"]
     assert rep.results[1].error == "stopped (SIGTERM/SIGINT)" and rep.exit_code == ExitCode.FINDINGS
 
 
 def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from prefixplan.store import open_store, resolve_db_path
 
     # Before any store exists an unknown name is an error and creates no store file.
@@ -201,8 +225,25 @@ def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
         resolve_profile("fake-prof")
     assert not resolve_db_path().exists()
     with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0)) as fake:
-        code = main(["calibrate", "--endpoint", fake.url, "--lengths", "64,256,512", "--fractions", "0,0.5",
-                     "--repeats", "1", "-o", str(tmp_path / "p.yaml"), "--name", "fake-prof", "--json", "-"])
+        code = main(
+            [
+                "calibrate",
+                "--endpoint",
+                fake.url,
+                "--lengths",
+                "64,256,512",
+                "--fractions",
+                "0,0.5",
+                "--repeats",
+                "1",
+                "-o",
+                str(tmp_path / "p.yaml"),
+                "--name",
+                "fake-prof",
+                "--json",
+                "-",
+            ]
+        )
         data = json.loads(capsys.readouterr().out)
         url = fake.url
     assert code == 0 and data["stored_as"] == "fake-prof"
@@ -210,7 +251,10 @@ def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
         row = s.get_profile("fake-prof")
         assert [p["name"] for p in s.profiles()] == ["fake-prof"]
     assert row is not None and (row["a_s"], row["b_s_per_token"], row["c_s_per_token2"]) == (
-        data["a_s"], data["b_s_per_token"], data["c_s_per_token2"])
+        data["a_s"],
+        data["b_s_per_token"],
+        data["c_s_per_token2"],
+    )
     assert row["endpoint"] == url and row["model"] == "fake-model" and len(row["samples"]) == 6
     assert row["rmse_s"] == data["fit"]["rmse_s"] and row["r2"] == data["fit"]["r2"]
     prof = resolve_profile("fake-prof")  # simulate, warm and calibrate resolve --profile NAME this one way
@@ -219,9 +263,22 @@ def test_calibrate_stores_profile_and_simulate_profile_name_finds_it(
     with pytest.raises(UsageError, match="unknown prefill profile"):
         load_profile("fake-prof")  # without the store lookup a name is only a built-in
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps({"model": "m", "user": f"u{i % 3}", "messages": [
-        {"role": "system", "content": "You are a careful assistant. " * 20},
-        {"role": "user", "content": f"q{i}"}]}) + "\n" for i in range(6)))
+    log.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "model": "m",
+                    "user": f"u{i % 3}",
+                    "messages": [
+                        {"role": "system", "content": "You are a careful assistant. " * 20},
+                        {"role": "user", "content": f"q{i}"},
+                    ],
+                }
+            )
+            + "\n"
+            for i in range(6)
+        )
+    )
     code = main(["simulate", str(log), "--profile", "fake-prof", "--json", str(tmp_path / "sim.json")])
     assert code == 0 and "fake-prof" in (tmp_path / "sim.json").read_text()
     # Recalibrating under the same name replaces the stored profile.

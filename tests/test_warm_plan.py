@@ -16,8 +16,17 @@ from prefixplan.warming.plan import estimate_prefill, select_within_budget
 
 
 def cand(rank: int, ids: list[int] | None, value: int, parent: int | None = None, key: str | None = None) -> dict:
-    return {"rank": rank, "name": f"p{rank}", "key": key, "length": len(ids) if ids else 64, "token_ids": ids,
-            "marginal_tokens": value, "reusable_tokens": value, "parent": parent, "namespace": "m"}
+    return {
+        "rank": rank,
+        "name": f"p{rank}",
+        "key": key,
+        "length": len(ids) if ids else 64,
+        "token_ids": ids,
+        "marginal_tokens": value,
+        "reusable_tokens": value,
+        "parent": parent,
+        "namespace": "m",
+    }
 
 
 SYS = list(range(64))
@@ -27,8 +36,13 @@ OTHER = list(range(2000, 2048))
 RECORD = {
     "tokenizer": {"spec": "hf:x", "fingerprint": "fp1", "label": "x"},
     "granularity": {"block_size": 16},
-    "candidates": [cand(1, SYS, 1000, key="sys@v2"), cand(2, TOOLS, 600, parent=1), cand(3, OTHER, 300),
-                   cand(4, RAG, 100, parent=2), cand(5, None, 50)],
+    "candidates": [
+        cand(1, SYS, 1000, key="sys@v2"),
+        cand(2, TOOLS, 600, parent=1),
+        cand(3, OTHER, 300),
+        cand(4, RAG, 100, parent=2),
+        cand(5, None, 50),
+    ],
 }
 
 
@@ -126,7 +140,13 @@ def test_estimates_reuse_shared_prefix_and_profile_formula() -> None:
 def test_kv_bytes_from_config() -> None:
     from prefixplan.savings.kvsize import from_config
 
-    cfg = {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
-           "hidden_size": 64, "torch_dtype": "float32"}
+    cfg = {
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "hidden_size": 64,
+        "torch_dtype": "float32",
+    }
     assert from_config(cfg).bytes_per_token == 512  # vLLM reported 512 for the tiny model
     assert from_config({**cfg, "torch_dtype": "bfloat16"}).bytes_per_token == 256

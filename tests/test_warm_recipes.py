@@ -30,8 +30,14 @@ from prefixplan.warming.recipes import recipe_form, render_recipe, source_from_r
 from prefixplan.warming.run import WarmOptions, run_warm
 
 SYSTEM = "You are the Acme assistant. " + "Answer briefly and cite the policy section. " * 4
-TOOL = {"type": "function", "function": {"name": "lookup_order", "description": "Find an order by number.",
-                                          "parameters": {"type": "object", "properties": {"n": {"type": "string"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_order",
+        "description": "Find an order by number.",
+        "parameters": {"type": "object", "properties": {"n": {"type": "string"}}},
+    },
+}
 DOCS = ["# Manual\n\nPress the reset button for five seconds.\n", "## Lights\n\nBlue means ready.\n"]
 FAST = WarmOptions(timeout=2.0, retries=0, backoff=0.01)
 
@@ -43,7 +49,8 @@ def write_recipes(root: Path, *, render: str = "chat", docs: bool = False, yaml_
     if yaml_tool:
         (d / "parts" / "tool.yaml").write_text(
             "name: lookup_order\ndescription: Find an order by number.\n"
-            "parameters: {type: object, properties: {n: {type: string}}}\n")
+            "parameters: {type: object, properties: {n: {type: string}}}\n"
+        )
         tool = "parts/tool.yaml"
     else:
         (d / "parts" / "tool.json").write_text(json.dumps(TOOL, indent=2))
@@ -60,8 +67,9 @@ def write_recipes(root: Path, *, render: str = "chat", docs: bool = False, yaml_
 def expected_prefix(question_lead: str = "") -> list[int]:
     """The fake's rendering of system + tool + user(lead + question), cut where the question starts."""
     marker = "\x00"
-    text = chat_text([{"role": "system", "content": SYSTEM}, {"role": "user", "content": question_lead + marker}],
-                     [TOOL])
+    text = chat_text(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question_lead + marker}], [TOOL]
+    )
     return char_tokenize(text[: text.index(marker)])
 
 
@@ -84,7 +92,8 @@ def test_recipe_form_parses_tools_and_leads_user_message_with_documents(tmp_path
 
 
 def test_warm_recipes_on_fake_renders_with_server_tokenizer_and_verifies(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rdir = write_recipes(tmp_path)
     with FakeEngine("vllm", block_size=16) as a:
         code = main(["warm", "--recipes", str(rdir), "--endpoint", a.url, "--json", "-", "--retries", "0"])
@@ -98,15 +107,23 @@ def test_warm_recipes_on_fake_renders_with_server_tokenizer_and_verifies(
         # A real request: same system + tools, a new question, reuses the block-aligned prefix.
         import httpx
 
-        r = httpx.post(a.url + "/v1/chat/completions", json={
-            "model": "fake-model", "max_tokens": 1, "tools": [TOOL],
-            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Where is order 7?"}]})
+        r = httpx.post(
+            a.url + "/v1/chat/completions",
+            json={
+                "model": "fake-model",
+                "max_tokens": 1,
+                "tools": [TOOL],
+                "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Where is order 7?"}],
+            },
+        )
         cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
     aligned = len(prefix) // 16 * 16
     assert cached >= aligned > 0
     assert out["replicas"][0]["tokenizer_check"] == "match"
     got = rows()
-    assert [(x["key"], x["version"], x["status"], x["tokens"]) for x in got] == [("acme@v2", 2, "verified", len(prefix))]
+    assert [(x["key"], x["version"], x["status"], x["tokens"]) for x in got] == [
+        ("acme@v2", 2, "verified", len(prefix))
+    ]
 
 
 def test_recipe_documents_and_completion_mode_cut_before_the_question(tmp_path: Path) -> None:
@@ -119,8 +136,9 @@ def test_recipe_documents_and_completion_mode_cut_before_the_question(tmp_path: 
 
         recipe = load_recipes(tmp_path / "recipes")[0]
         assert render_recipe(recipe, VLLMRenderer(a.url)).cut == "common prefix"
-        rec2 = source_from_recipes(load_recipes(write_recipes(tmp_path / "c", render="completion", docs=True)),
-                                   endpoint=ep)
+        rec2 = source_from_recipes(
+            load_recipes(write_recipes(tmp_path / "c", render="completion", docs=True)), endpoint=ep
+        )
         assert list(rec2.candidates[0].token_ids) == char_tokenize(SYSTEM + json.dumps(TOOL, indent=2) + "".join(DOCS))
         assert rec.tokenizer is not None and list(rec.tokenizer.probe_ids or ()) == char_tokenize(TOKENIZER_PROBE_TEXT)
         rep = run_warm(plan_from_record(rec), [ep], FAST)
@@ -133,16 +151,21 @@ def test_recipes_lock_mismatch_is_skipped_and_keys_filter(tmp_path: Path, capsys
     assert main(["lock", "--recipes", str(rdir), "--lock", str(lock), "--no-store"]) == 0
     capsys.readouterr()
     with FakeEngine("vllm") as a:
-        code = main(["warm", "--recipes", str(rdir), "--lock", str(lock), "--endpoint", a.url, "--dry-run",
-                     "--json", "-"])
+        code = main(
+            ["warm", "--recipes", str(rdir), "--lock", str(lock), "--endpoint", a.url, "--dry-run", "--json", "-"]
+        )
         plan = json.loads(capsys.readouterr().out)["plan"]
         assert code == 0 and [i["key"] for i in plan["items"]] == ["acme@v2"] and not plan["skipped"]
         (rdir / "parts" / "system.md").write_text(SYSTEM + " Edited without a version bump.")
-        code = main(["warm", "--recipes", str(rdir), "--lock", str(lock), "--endpoint", a.url, "--dry-run",
-                     "--json", "-"])
+        code = main(
+            ["warm", "--recipes", str(rdir), "--lock", str(lock), "--endpoint", a.url, "--dry-run", "--json", "-"]
+        )
         plan = json.loads(capsys.readouterr().out)["plan"]
         assert not plan["items"] and "differs from the lock" in plan["skipped"][0]["reason"]
-        assert main(["warm", "--recipes", str(rdir), "--keys", "nope@v1", "--endpoint", a.url, "--dry-run"]) == ExitCode.USAGE
+        assert (
+            main(["warm", "--recipes", str(rdir), "--keys", "nope@v1", "--endpoint", a.url, "--dry-run"])
+            == ExitCode.USAGE
+        )
 
 
 def test_recipes_need_a_tokenizer_or_an_endpoint(tmp_path: Path) -> None:
@@ -170,36 +193,80 @@ def test_generic_server_without_token_prompts_warms_recipes_through_chat(tmp_pat
     assert rep.results[0].status == "unverified" and rep.status == "failed" and rep.exit_code == ExitCode.FINDINGS
 
 
-def test_analysis_candidate_warms_through_its_example_request(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_analysis_candidate_warms_through_its_example_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "log.jsonl"
-    reqs = [{"model": "fake-model", "messages": [{"role": "system", "content": SYSTEM},
-                                                 {"role": "user", "content": f"Question {i}?"}], "tools": [TOOL]}
-            for i in range(3)]
+    reqs = [
+        {
+            "model": "fake-model",
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Question {i}?"}],
+            "tools": [TOOL],
+        }
+        for i in range(3)
+    ]
     log.write_text("".join(json.dumps(r) + "\n" for r in reqs))
     prefix = expected_prefix()
     parts = [{"kind": "system", "tokens": 10, "text": "You are"}, {"kind": "tool", "tokens": 5, "text": "lookup_order"}]
     cands = [
-        {"rank": 1, "name": "acme", "key": "acme@v1", "length": len(prefix), "token_ids": prefix,
-         "marginal_tokens": 100, "parent": None, "parts": parts, "example": {"source": str(log), "line": 2}},
-        {"rank": 2, "name": "conv", "key": None, "length": 40, "token_ids": [99] * 40,
-         "marginal_tokens": 10, "parent": None, "parts": parts + [{"kind": "user", "tokens": 20, "text": None}],
-         "example": {"source": str(log), "line": 3}},
+        {
+            "rank": 1,
+            "name": "acme",
+            "key": "acme@v1",
+            "length": len(prefix),
+            "token_ids": prefix,
+            "marginal_tokens": 100,
+            "parent": None,
+            "parts": parts,
+            "example": {"source": str(log), "line": 2},
+        },
+        {
+            "rank": 2,
+            "name": "conv",
+            "key": None,
+            "length": 40,
+            "token_ids": [99] * 40,
+            "marginal_tokens": 10,
+            "parent": None,
+            "parts": parts + [{"kind": "user", "tokens": 20, "text": None}],
+            "example": {"source": str(log), "line": 3},
+        },
     ]
-    record = {"schema_version": 1, "tokenizer": {"spec": "fake:char", "probe_ids": char_tokenize(TOKENIZER_PROBE_TEXT)},
-              "granularity": {"block_size": 16}, "candidates": cands}
+    record = {
+        "schema_version": 1,
+        "tokenizer": {"spec": "fake:char", "probe_ids": char_tokenize(TOKENIZER_PROBE_TEXT)},
+        "granularity": {"block_size": 16},
+        "candidates": cands,
+    }
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps(record))
     with FakeEngine("openai", token_prompts=False) as a:
-        code = main(["warm", "--analysis", str(rec), "--endpoint", a.url, "--block-size", "16", "--retries", "0",
-                     "--json", str(tmp_path / "o.json")])
+        code = main(
+            [
+                "warm",
+                "--analysis",
+                str(rec),
+                "--endpoint",
+                a.url,
+                "--block-size",
+                "16",
+                "--retries",
+                "0",
+                "--json",
+                str(tmp_path / "o.json"),
+            ]
+        )
         chats = [b for _, p, b, _ in a.requests if p == "/v1/chat/completions"]
     out = json.loads((tmp_path / "o.json").read_text())
     by = {r["rank"]: r for r in out["results"]}
     table = capsys.readouterr().out
     assert code == ExitCode.FINDINGS and out["status"] == "partial" and "via" in table and "chat" in table
     assert (by[1]["status"], by[1]["via"]) == ("verified", "chat") and by[1]["cached_tokens"] >= len(prefix) // 16 * 16
-    assert by[2]["status"] == "failed" and "token-id prompt rejected" in by[2]["error"] and "user content" in by[2]["error"]
+    assert (
+        by[2]["status"] == "failed"
+        and "token-id prompt rejected" in by[2]["error"]
+        and "user content" in by[2]["error"]
+    )
     assert chats[0]["messages"][0] == {"role": "system", "content": SYSTEM} and chats[0]["tools"] == [TOOL]
     assert [r["data"]["via"] for r in rows()] == ["chat", None]
 
@@ -233,14 +300,21 @@ def test_via_ids_never_falls_back_and_via_chat_forces_chat(tmp_path: Path) -> No
 def test_probe_ids_preferred_when_the_spec_cannot_be_loaded() -> None:
     probe = char_tokenize(TOKENIZER_PROBE_TEXT)
     ids = list(range(100, 164))
-    base = {"schema_version": 1, "granularity": {"block_size": 16},
-            "candidates": [{"rank": 1, "name": "p", "length": 64, "token_ids": ids, "marginal_tokens": 1}]}
+    base = {
+        "schema_version": 1,
+        "granularity": {"block_size": 16},
+        "candidates": [{"rank": 1, "name": "p", "length": 64, "token_ids": ids, "marginal_tokens": 1}],
+    }
     unloadable = {"spec": "hf:/nonexistent/tokenizer", "label": "gone", "fingerprint": "fp-gone"}
     with FakeEngine("vllm") as a:
-        rep = run_warm(plan_from_record(dict(base, tokenizer=dict(unloadable, probe_ids=probe))), [Endpoint(a.url)], FAST)
+        rep = run_warm(
+            plan_from_record(dict(base, tokenizer=dict(unloadable, probe_ids=probe))), [Endpoint(a.url)], FAST
+        )
         assert rep.replicas[0].tokenizer_check == "match" and rep.status == "ready"
         rep = run_warm(plan_from_record(dict(base, tokenizer=unloadable)), [Endpoint(a.url)], FAST)
         assert rep.replicas[0].tokenizer_check.startswith("unchecked: cannot load the analysis tokenizer")
     with FakeEngine("vllm", tokenizer_offset=3) as a:  # stored probe ids still catch another tokenizer
-        rep = run_warm(plan_from_record(dict(base, tokenizer=dict(unloadable, probe_ids=probe))), [Endpoint(a.url)], FAST)
+        rep = run_warm(
+            plan_from_record(dict(base, tokenizer=dict(unloadable, probe_ids=probe))), [Endpoint(a.url)], FAST
+        )
         assert rep.replicas[0].tokenizer_check == "mismatch" and rep.exit_code == ExitCode.ENDPOINT

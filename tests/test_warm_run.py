@@ -26,15 +26,41 @@ OTHER = list(range(600, 650))  # 50 tokens
 
 
 def record(probe: list[int] | None = None) -> dict:
-    tok = {"spec": "fake:char", "fingerprint": "fp-char", "label": "char tokenizer", "exact": True,
-           "probe_ids": char_tokenize(TOKENIZER_PROBE_TEXT) if probe is None else probe}
+    tok = {
+        "spec": "fake:char",
+        "fingerprint": "fp-char",
+        "label": "char tokenizer",
+        "exact": True,
+        "probe_ids": char_tokenize(TOKENIZER_PROBE_TEXT) if probe is None else probe,
+    }
     cands = [
-        {"rank": 1, "name": "system-acme", "key": "system-acme@v1", "length": 64, "token_ids": SYS,
-         "marginal_tokens": 640, "parent": None},
-        {"rank": 2, "name": "tools", "key": None, "length": 104, "token_ids": TOOLS, "marginal_tokens": 400,
-         "parent": 1},
-        {"rank": 3, "name": "other", "key": "other@v3", "length": 50, "token_ids": OTHER, "marginal_tokens": 100,
-         "parent": None},
+        {
+            "rank": 1,
+            "name": "system-acme",
+            "key": "system-acme@v1",
+            "length": 64,
+            "token_ids": SYS,
+            "marginal_tokens": 640,
+            "parent": None,
+        },
+        {
+            "rank": 2,
+            "name": "tools",
+            "key": None,
+            "length": 104,
+            "token_ids": TOOLS,
+            "marginal_tokens": 400,
+            "parent": 1,
+        },
+        {
+            "rank": 3,
+            "name": "other",
+            "key": "other@v3",
+            "length": 50,
+            "token_ids": OTHER,
+            "marginal_tokens": 100,
+            "parent": None,
+        },
     ]
     return {"schema_version": 1, "tokenizer": tok, "granularity": {"block_size": 16}, "candidates": cands}
 
@@ -53,11 +79,20 @@ def test_ready_on_every_replica(flavor: str) -> None:
         plan = plan_from_record(record(), top=3)
         rep = run_warm(plan, [Endpoint(a.url), Endpoint(b.url)], FAST)
         assert rep.status == "ready" and rep.exit_code == ExitCode.OK
-        assert [(k.rank, k.status, k.verified, k.replicas) for k in rep.keys] == [(2, "ready", 2, 2), (3, "ready", 2, 2)]
+        assert [(k.rank, k.status, k.verified, k.replicas) for k in rep.keys] == [
+            (2, "ready", 2, 2),
+            (3, "ready", 2, 2),
+        ]
         by = {(r.rank, r.endpoint): r for r in rep.results}
         r = by[(2, a.url)]
         # 104 tokens, block 16: 96 reusable; warm-up sent 105 tokens, probe 106.
-        assert (r.expected_cached, r.cached_tokens, r.status, r.method, r.cached_at_warmup) == (96, 96, "verified", "usage", 0)
+        assert (r.expected_cached, r.cached_tokens, r.status, r.method, r.cached_at_warmup) == (
+            96,
+            96,
+            "verified",
+            "usage",
+            0,
+        )
         assert r.cold_ttft_s is not None and r.warm_ttft_s is not None
         assert all(x.replica.tokenizer_check == "match" if hasattr(x, "replica") else True for x in rep.results)
         assert [x.tokenizer_check for x in rep.replicas] == ["match", "match"]
@@ -72,13 +107,17 @@ def test_cli_warm_records_rows_and_json(tmp_path: Path, capsys: pytest.CaptureFi
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps(record()))
     with FakeEngine("vllm") as a:
-        code = main(["warm", "--analysis", str(rec), "--endpoint", a.url, "--top", "3", "--json", "-", "--retries", "0"])
+        code = main(
+            ["warm", "--analysis", str(rec), "--endpoint", a.url, "--top", "3", "--json", "-", "--retries", "0"]
+        )
         out = json.loads(capsys.readouterr().out)
         url = a.url
     assert code == ExitCode.OK and out["status"] == "ready"
     got = rows()
     assert [(r["endpoint"], r["key"], r["version"], r["tokens"], r["status"], r["cached_tokens"]) for r in got] == [
-        (url, "tools", None, 104, "verified", 96), (url, "other@v3", 3, 50, "verified", 48)]
+        (url, "tools", None, 104, "verified", 96),
+        (url, "other@v3", 3, 50, "verified", 48),
+    ]
     assert all(r["cold_ttft"] is not None and r["warm_ttft"] is not None for r in got)
     assert got[0]["data"]["fleet_status"] == "ready" and got[0]["data"]["expected_cached"] == 96
 
@@ -111,7 +150,12 @@ def test_connection_refused_exit_4_and_failed_rows(tmp_path: Path, capsys: pytes
 
 @pytest.mark.parametrize(
     "fault,text",
-    [("http500", "HTTP 500"), ("malformed", "malformed JSON"), ("slow", "timed out"), ("ignore_max_tokens", "ignored max_tokens")],
+    [
+        ("http500", "HTTP 500"),
+        ("malformed", "malformed JSON"),
+        ("slow", "timed out"),
+        ("ignore_max_tokens", "ignored max_tokens"),
+    ],
 )
 def test_completion_faults_fail_items_not_ready(fault: str, text: str, tmp_path: Path) -> None:
     rec = tmp_path / "rec.json"
@@ -119,8 +163,21 @@ def test_completion_faults_fail_items_not_ready(fault: str, text: str, tmp_path:
     kwargs = {"delay": 2.0} if fault == "slow" else {}
     with FakeEngine("vllm", fault=fault, **kwargs) as a:
         t0 = time.perf_counter()
-        code = main(["warm", "--analysis", str(rec), "--endpoint", a.url, "--retries", "1", "--timeout", "0.5",
-                     "--json", str(tmp_path / "out.json")])
+        code = main(
+            [
+                "warm",
+                "--analysis",
+                str(rec),
+                "--endpoint",
+                a.url,
+                "--retries",
+                "1",
+                "--timeout",
+                "0.5",
+                "--json",
+                str(tmp_path / "out.json"),
+            ]
+        )
         assert time.perf_counter() - t0 < 15
     out = json.loads((tmp_path / "out.json").read_text())
     assert code == ExitCode.FINDINGS and out["status"] == "failed"
@@ -133,8 +190,21 @@ def test_partial_fleet_names_failing_replica(tmp_path: Path) -> None:
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps(record()))
     with FakeEngine("vllm") as good, FakeEngine("vllm", fault="http500") as bad:
-        code = main(["warm", "--analysis", str(rec), "--endpoint", good.url, "--endpoint", bad.url,
-                     "--retries", "0", "--json", str(tmp_path / "o.json")])
+        code = main(
+            [
+                "warm",
+                "--analysis",
+                str(rec),
+                "--endpoint",
+                good.url,
+                "--endpoint",
+                bad.url,
+                "--retries",
+                "0",
+                "--json",
+                str(tmp_path / "o.json"),
+            ]
+        )
         bad_url, good_url = bad.url, good.url
     out = json.loads((tmp_path / "o.json").read_text())
     assert code == ExitCode.FINDINGS and out["status"] == "partial"
@@ -198,8 +268,12 @@ def test_replica_dying_mid_run_fails_rest_quickly() -> None:
     assert rep.status == "partial" and rep.exit_code == ExitCode.FINDINGS
 
 
-def test_api_key_never_in_output_logs_or_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+def test_api_key_never_in_output_logs_or_store(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     secret = "sk-live-DO-NOT-LEAK-987654321"
     monkeypatch.setenv("FLEET_KEY", secret)
     rec = tmp_path / "rec.json"
@@ -207,8 +281,21 @@ def test_api_key_never_in_output_logs_or_store(tmp_path: Path, monkeypatch: pyte
     eps = tmp_path / "eps.yaml"
     with FakeEngine("vllm", api_key=secret) as good, FakeEngine("vllm", api_key=secret, fault="echo_auth_500") as bad:
         eps.write_text(f"replicas:\n  - url: {good.url}\n    name: gpu-a\n  - url: {bad.url}\n")
-        code = main(["warm", "--analysis", str(rec), "--endpoints", str(eps), "--api-key-env", "FLEET_KEY",
-                     "--retries", "0", "--json", str(tmp_path / "o.json")])
+        code = main(
+            [
+                "warm",
+                "--analysis",
+                str(rec),
+                "--endpoints",
+                str(eps),
+                "--api-key-env",
+                "FLEET_KEY",
+                "--retries",
+                "0",
+                "--json",
+                str(tmp_path / "o.json"),
+            ]
+        )
         assert good.requests[-1][3]["authorization"] == f"Bearer {secret}"
         bad_url = bad.url
     assert code == ExitCode.FINDINGS
@@ -248,8 +335,23 @@ def test_keepalive_rounds_record_each_round(tmp_path: Path) -> None:
     f = tmp_path / "r.json"
     f.write_text(json.dumps(record()))
     with FakeEngine("vllm") as a:
-        code = main(["warm", "--analysis", str(f), "--endpoint", a.url, "--top", "1", "--every", "0.05s",
-                     "--rounds", "3", "--json", str(tmp_path / "o.json")])
+        code = main(
+            [
+                "warm",
+                "--analysis",
+                str(f),
+                "--endpoint",
+                a.url,
+                "--top",
+                "1",
+                "--every",
+                "0.05s",
+                "--rounds",
+                "3",
+                "--json",
+                str(tmp_path / "o.json"),
+            ]
+        )
     out = json.loads((tmp_path / "o.json").read_text())
     assert code == 0 and len(out["rounds"]) == 3 and len(rows()) == 3
     assert main(["warm", "--analysis", str(f), "--endpoint", "http://127.0.0.1:1", "--every", "1s"]) == ExitCode.USAGE

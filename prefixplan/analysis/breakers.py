@@ -95,7 +95,9 @@ class BreakerFinder:
         if not tenant:
             self._anon += 1
             tenant = f"anon:{self._anon}"
-        region_end = next((s.start for s in prompt.segments if s.kind in ("user", "assistant", "tool_result")), len(prompt))
+        region_end = next(
+            (s.start for s in prompt.segments if s.kind in ("user", "assistant", "tool_result")), len(prompt)
+        )
         if req.messages and str(req.messages[0].get("role")) in ("system", "developer"):
             text = message_text(req.messages[0].get("content"))
             dyn, masked = self._scan(text)
@@ -163,21 +165,40 @@ class BreakerFinder:
             tail = int(statistics.median(group.tails)) if group.tails else 0
             line, col = lint.line_col(text, a)
             lo = max(0, a - 40)
-            out.append(Breaker(
-                "dynamic-system", kind, sum(group.variants.values()), len(group.variants), a, line, col,
-                int(statistics.median(group.token_offsets)) if group.token_offsets else 0,
-                tail, (len(group.variants) - 1) * tail,
-                *self._private(group, text[a:b], mask_dynamic(text[lo : b + 40]).replace("\n", " ")),
-            ))
+            out.append(
+                Breaker(
+                    "dynamic-system",
+                    kind,
+                    sum(group.variants.values()),
+                    len(group.variants),
+                    a,
+                    line,
+                    col,
+                    int(statistics.median(group.token_offsets)) if group.token_offsets else 0,
+                    tail,
+                    (len(group.variants) - 1) * tail,
+                    *self._private(group, text[a:b], mask_dynamic(text[lo : b + 40]).replace("\n", " ")),
+                )
+            )
         for names, group in self._tools.items():
             if len(group.variants) < 2 or group.first is None:
                 continue
             tail = int(statistics.median(group.tails)) if group.tails else 0
             # same names, different serialisation: order of tools, or of keys inside them
             kind = "tool-order" if len(group.orders) > 1 else "tool-key-order"
-            out.append(Breaker(
-                kind, "order", sum(group.variants.values()), len(group.variants), None, None, None,
-                int(statistics.median(group.token_offsets)) if group.token_offsets else 0,
-                tail, (len(group.variants) - 1) * tail, *self._private(group, ", ".join(sorted(names))[:200], ""),
-            ))
+            out.append(
+                Breaker(
+                    kind,
+                    "order",
+                    sum(group.variants.values()),
+                    len(group.variants),
+                    None,
+                    None,
+                    None,
+                    int(statistics.median(group.token_offsets)) if group.token_offsets else 0,
+                    tail,
+                    (len(group.variants) - 1) * tail,
+                    *self._private(group, ", ".join(sorted(names))[:200], ""),
+                )
+            )
         return sorted(out, key=lambda b: -b.cost_tokens)

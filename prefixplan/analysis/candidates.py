@@ -95,9 +95,7 @@ def label_for(kinds: Iterable[str]) -> str:
     return "template"
 
 
-def clip_segments(
-    segments: Sequence[Segment], length: int
-) -> tuple[tuple[str, int, int, str | None], ...]:
+def clip_segments(segments: Sequence[Segment], length: int) -> tuple[tuple[str, int, int, str | None], ...]:
     """Segments overlapping ``[0, length)``, clipped to it, as ``(kind, start, end, name)``."""
     out = []
     for s in segments:

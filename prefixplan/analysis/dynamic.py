@@ -104,5 +104,3 @@ def find_dynamic(text: str) -> list[tuple[int, int, str, str]]:
             taken.append((s, e))
             out.append((s, e, code, what))
     return sorted(out)
-
-

@@ -113,8 +113,9 @@ class _Accounting:
         tenant = req.tenant
         if tenant:
             self.tenants.add(tenant)
-        match = self.tree.insert(prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}",
-                                 time=req.time)
+        match = self.tree.insert(
+            prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time
+        )
         reused = reusable_ids(match, n, self.block, scale)
         self.infos.append(RequestInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
         self.total += n * scale
@@ -167,14 +168,23 @@ def analyze(
 
     def segments_of(idx: int) -> Sequence[Segment]:
         info = acc.infos[idx]
-        docs = [Segment("doc", c.start, c.end, c.text_hash, c.message_index) for c in info.chunks
-                if c.text_hash in recurring]
+        docs = [
+            Segment("doc", c.start, c.end, c.text_hash, c.message_index)
+            for c in info.chunks
+            if c.text_hash in recurring
+        ]
         if not docs:
             return info.segments
         return tuple(sorted(info.segments + tuple(docs), key=lambda s: (s.start, s.kind != "doc")))
 
-    ranked = find_candidates(acc.tree, block_size=block, min_tokens=options.min_tokens, min_hits=options.min_hits,
-                             top=None, segments_of=segments_of)
+    ranked = find_candidates(
+        acc.tree,
+        block_size=block,
+        min_tokens=options.min_tokens,
+        min_hits=options.min_hits,
+        top=None,
+        segments_of=segments_of,
+    )
     rag = rag_report(acc.infos, recurring, acc.chunk_requests, acc.chunk_tokens)
     if options.rag_whatif and recurring and source.rereadable:
         rag.update(rag_whatif(source, renderers, acc.chunk_requests, block, acc.reused))
@@ -197,7 +207,8 @@ def analyze(
         exact=exact,
         approximate_reason=None if exact else _approx_reason(tokenizers, acc.formats),
         logged_cached_tokens=acc.logged_cached if acc.logged_n else None,
-        time_span_s=(acc.t_max - acc.t_min) if acc.n_times > 1 and acc.t_min is not None and acc.t_max is not None
+        time_span_s=(acc.t_max - acc.t_min)
+        if acc.n_times > 1 and acc.t_min is not None and acc.t_max is not None
         else None,
         tree_nodes=acc.tree.n_nodes,
         tree_arena_tokens=acc.tree.arena_tokens,
@@ -205,19 +216,33 @@ def analyze(
     )
     shown = ranked[: options.top] if options.top else ranked
     candidates = tuple(
-        candidate_record(c, acc.tree, acc.previews, acc.infos[c.request_index], min_tenants=options.min_tenants,
-                         show_user_text=options.show_user_text, fingerprint=primary.fingerprint)
+        candidate_record(
+            c,
+            acc.tree,
+            acc.previews,
+            acc.infos[c.request_index],
+            min_tenants=options.min_tenants,
+            show_user_text=options.show_user_text,
+            fingerprint=primary.fingerprint,
+        )
         for c in shown
     )
     record = AnalysisRecord(
         tool=f"prefixplan {__version__}",
         created=_time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime()),
-        inputs={"paths": list(source.display), "formats": dict(acc.formats), "models": dict(acc.models),
-                "namespaces": dict(acc.namespaces)},
+        inputs={
+            "paths": list(source.display),
+            "formats": dict(acc.formats),
+            "models": dict(acc.models),
+            "namespaces": dict(acc.namespaces),
+        },
         tokenizer=primary,
         tokenizers=tuple(tokenizers),
-        granularity={"engine": options.engine if options.block_size is None else None, "block_size": block,
-                     "rule": "full blocks only; the last prompt token is never reused"},
+        granularity={
+            "engine": options.engine if options.block_size is None else None,
+            "block_size": block,
+            "rule": "full blocks only; the last prompt token is never reused",
+        },
         privacy={
             "min_tenants": options.min_tenants,
             "show_user_text": options.show_user_text,
@@ -241,8 +266,13 @@ def analyze(
 
 def _tokenizers(renderers: RenderSet) -> list[TokenizerInfo]:
     return [
-        TokenizerInfo(spec=r.spec, label=r.label, fingerprint=r.fingerprint, exact=r.exact,
-                      probe_ids=tuple(int(t) for t in r.encode_text(TOKENIZER_PROBE_TEXT)[0]))
+        TokenizerInfo(
+            spec=r.spec,
+            label=r.label,
+            fingerprint=r.fingerprint,
+            exact=r.exact,
+            probe_ids=tuple(int(t) for t in r.encode_text(TOKENIZER_PROBE_TEXT)[0]),
+        )
         for r in renderers.loaded
     ]
 

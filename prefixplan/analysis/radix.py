@@ -305,9 +305,7 @@ class RadixTree:
             children=tuple(node.children.values()),
         )
 
-    def _new_node(
-        self, ns: str, parent: int | None, start: int, length: int, depth: int, request_index: int
-    ) -> _Node:
+    def _new_node(self, ns: str, parent: int | None, start: int, length: int, depth: int, request_index: int) -> _Node:
         node = _Node(len(self._nodes), ns, parent, start, length, depth, request_index)
         self._nodes.append(node)
         return node
@@ -350,9 +348,7 @@ class RadixTree:
         through the child passed through the split point.
         """
         parent = self._nodes[child.parent]  # type: ignore[index]
-        mid = self._new_node(
-            child.ns, parent.id, child.start, k, child.depth - child.length + k, child.request_index
-        )
+        mid = self._new_node(child.ns, parent.id, child.start, k, child.depth - child.length + k, child.request_index)
         mid.hits = child.hits
         t = child.tenants
         mid.tenants = set(t) if isinstance(t, set) else t

@@ -57,7 +57,9 @@ class ChunkCounter:
         return {h: n for h, n in self.counts.items() if n >= min_requests}
 
 
-def reorder_content(content: str, counts: Mapping[str, int], min_requests: int = 2, min_chars: int = MIN_CHUNK_CHARS) -> str | None:
+def reorder_content(
+    content: str, counts: Mapping[str, int], min_requests: int = 2, min_chars: int = MIN_CHUNK_CHARS
+) -> str | None:
     """Documents-first rewrite of one message text, or None when nothing would move."""
     paras = split_paragraphs(content, min_chars)
     docs = [(p, counts.get(segment_hash(p), 0)) for _, _, p in paras]
@@ -97,8 +99,12 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
     return replace(request, messages=tuple(messages)) if changed else None
 
 
-def rag_report(infos: Sequence[RequestInfo], recurring: set[str], chunk_requests: Mapping[str, int],
-               chunk_tokens: Mapping[str, int]) -> dict[str, Any]:
+def rag_report(
+    infos: Sequence[RequestInfo],
+    recurring: set[str],
+    chunk_requests: Mapping[str, int],
+    chunk_tokens: Mapping[str, int],
+) -> dict[str, Any]:
     """Recurring chunks, how many tokens of them are prefilled again in the current layout, and
     the 20 costliest (the ``rag`` section of the record, before the what-if)."""
     positions: dict[str, set[int]] = defaultdict(set)
@@ -114,15 +120,21 @@ def rag_report(infos: Sequence[RequestInfo], recurring: set[str], chunk_requests
         "occurrences": sum(chunk_requests[h] for h in recurring),
         "prefill_tokens_now": sum(prefilled.values()),
         "top": [
-            {"hash": h, "tokens": chunk_tokens.get(h, 0), "requests": chunk_requests[h],
-             "positions": len(positions[h]), "prefilled_tokens": prefilled[h]}
+            {
+                "hash": h,
+                "tokens": chunk_tokens.get(h, 0),
+                "requests": chunk_requests[h],
+                "positions": len(positions[h]),
+                "prefilled_tokens": prefilled[h],
+            }
             for h in top
         ],
     }
 
 
-def rag_whatif(source: SourceOptions, renderers: RenderSet, counts: Mapping[str, int], block: int,
-               reused_now: int) -> dict[str, Any]:
+def rag_whatif(
+    source: SourceOptions, renderers: RenderSet, counts: Mapping[str, int], block: int, reused_now: int
+) -> dict[str, Any]:
     """Second pass: rewrite requests documents-first and measure the reuse in a fresh tree."""
     from prefixplan.analysis.radix import RadixTree
     from prefixplan.core.granularity import reusable_ids

@@ -27,8 +27,15 @@ SCHEMA_VERSION = 1
 _HINT = "pass the file written by prefixplan analyze LOG --json FILE"
 
 
-def _field(where: str, data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False,
-           default: Any = None) -> Any:
+def _field(
+    where: str,
+    data: Mapping[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    *,
+    optional: bool = False,
+    default: Any = None,
+) -> Any:
     value = data.get(key, default)
     if value is None and optional:
         return default
@@ -43,8 +50,9 @@ def _field(where: str, data: Mapping[str, Any], key: str, kind: type | tuple[typ
 def _ids(where: str, value: Any) -> tuple[int, ...] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32
-                                              for i in value):
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32 for i in value
+    ):
         raise InputError(f"{where}: expected a list of token ids (integers in uint32)", hint=_HINT)
     return tuple(value)
 
@@ -64,8 +72,12 @@ class TokenizerInfo:
     probe_ids: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"spec": self.spec, "label": self.label, "fingerprint": self.fingerprint,
-                               "exact": self.exact}
+        out: dict[str, Any] = {
+            "spec": self.spec,
+            "label": self.label,
+            "fingerprint": self.fingerprint,
+            "exact": self.exact,
+        }
         if self.probe_ids is not None:
             out["probe_ids"] = list(self.probe_ids)
         return out
@@ -75,9 +87,13 @@ class TokenizerInfo:
         if not isinstance(data, Mapping):
             raise InputError(f"{where}: expected an object", hint=_HINT)
         spec = str(data.get("spec") or "")
-        return cls(spec=spec, label=str(data.get("label") or spec), fingerprint=_field(where, data, "fingerprint", str,
-                   optional=True), exact=bool(data.get("exact", True)), probe_ids=_ids(f"{where}.probe_ids",
-                   data.get("probe_ids")))
+        return cls(
+            spec=spec,
+            label=str(data.get("label") or spec),
+            fingerprint=_field(where, data, "fingerprint", str, optional=True),
+            exact=bool(data.get("exact", True)),
+            probe_ids=_ids(f"{where}.probe_ids", data.get("probe_ids")),
+        )
 
 
 TRACE_TOKENIZER = TokenizerInfo(spec="trace", label="trace blocks", fingerprint=None, exact=False)
@@ -180,8 +196,9 @@ class CandidateRecord:
             if not isinstance(p, Mapping):
                 raise InputError(f"{where}.parts[{i}]: expected an object", hint=_HINT)
             text = p.get("text")
-            parts.append(CandidatePart(str(p.get("kind") or ""), int(p.get("tokens") or 0),
-                                       None if text is None else str(text)))
+            parts.append(
+                CandidatePart(str(p.get("kind") or ""), int(p.get("tokens") or 0), None if text is None else str(text))
+            )
         ex = data.get("example")
         example = None
         if isinstance(ex, Mapping) and ex.get("source") is not None:
@@ -258,8 +275,17 @@ class Summary:
         values = {k: v for k, v in data.items() if k in known}
         for name in ("requests", "prompt_tokens", "reusable_tokens"):
             _field(where, data, name, int)
-        defaults = {"malformed_lines": 0, "render_failures": 0, "hit_rate_tokens": 0.0, "hit_rate_requests": 0.0,
-                    "shared_prefix_tokens": 0, "candidates": 0, "namespaces": 0, "distinct_tenants": 0, "exact": True}
+        defaults = {
+            "malformed_lines": 0,
+            "render_failures": 0,
+            "hit_rate_tokens": 0.0,
+            "hit_rate_requests": 0.0,
+            "shared_prefix_tokens": 0,
+            "candidates": 0,
+            "namespaces": 0,
+            "distinct_tenants": 0,
+            "exact": True,
+        }
         return cls(**{**defaults, **values})
 
 
@@ -326,16 +352,22 @@ class AnalysisRecord:
         if not isinstance(version, int) or isinstance(version, bool):
             raise InputError(f"{where}: schema_version: expected an integer, got {version!r}", hint=_HINT)
         if version > SCHEMA_VERSION:
-            raise InputError(f"{where}: schema_version {version} is newer than this prefixplan understands "
-                             f"({SCHEMA_VERSION})", hint="upgrade prefixplan")
+            raise InputError(
+                f"{where}: schema_version {version} is newer than this prefixplan understands ({SCHEMA_VERSION})",
+                hint="upgrade prefixplan",
+            )
         raw_cands = data["candidates"]
         if not isinstance(raw_cands, list):
             raise InputError(f"{where}: candidates: expected a list", hint=_HINT)
         candidates = tuple(CandidateRecord.from_json(c, f"{where}: candidates[{i}]") for i, c in enumerate(raw_cands))
-        tokenizer = (TokenizerInfo.from_json(data["tokenizer"], f"{where}: tokenizer")
-                     if isinstance(data.get("tokenizer"), Mapping) else TRACE_TOKENIZER)
-        tokenizers = tuple(TokenizerInfo.from_json(t, f"{where}: tokenizers[{i}]")
-                           for i, t in enumerate(data.get("tokenizers") or ()))
+        tokenizer = (
+            TokenizerInfo.from_json(data["tokenizer"], f"{where}: tokenizer")
+            if isinstance(data.get("tokenizer"), Mapping)
+            else TRACE_TOKENIZER
+        )
+        tokenizers = tuple(
+            TokenizerInfo.from_json(t, f"{where}: tokenizers[{i}]") for i, t in enumerate(data.get("tokenizers") or ())
+        )
         summary = Summary.from_json(data.get("summary"), f"{where}: summary")
 
         def section(name: str) -> dict[str, Any]:
@@ -374,7 +406,9 @@ def read_json_file(path: str | Path, what: str) -> Any:
     try:
         text = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{what} {path}: no such file", hint="write one with prefixplan analyze LOG --json FILE") from None
+        raise InputError(
+            f"{what} {path}: no such file", hint="write one with prefixplan analyze LOG --json FILE"
+        ) from None
     except IsADirectoryError:
         raise InputError(f"{what} {path}: is a folder, not a file") from None
     except (OSError, UnicodeDecodeError) as exc:

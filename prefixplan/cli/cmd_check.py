@@ -20,9 +20,7 @@ def _write_json(target: str, data: object) -> None:
 
 
 def check(
-    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path(
-        "recipes"
-    ),
+    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
     lock: Annotated[Path, typer.Option("--lock", help="Lock file.")] = Path("prefixplan.lock"),
     base: Annotated[
         str | None, typer.Option("--base", help="Git ref to compare the lock with (e.g. origin/main).")

@@ -8,9 +8,7 @@ from typing import Annotated
 
 import typer
 
-DbOpt = Annotated[
-    str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
-]
+DbOpt = Annotated[str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")]
 JsonOpt = Annotated[str | None, typer.Option("--json", help="Write JSON to FILE ('-' = stdout).")]
 
 
@@ -142,8 +140,7 @@ def expire_cmd(
         if json_out == "-":
             return
     typer.echo(
-        f"expired {len(records)} version(s)"
-        + (": " + ", ".join(str(r.key) for r in records) if records else "")
+        f"expired {len(records)} version(s)" + (": " + ", ".join(str(r.key) for r in records) if records else "")
     )
 
 
@@ -163,6 +160,5 @@ def gc_cmd(
             return
     verb = "deleted" if yes else "would delete (dry run; pass --yes)"
     typer.echo(
-        f"{verb} {len(records)} expired version(s)"
-        + (": " + ", ".join(str(r.key) for r in records) if records else "")
+        f"{verb} {len(records)} expired version(s)" + (": " + ", ".join(str(r.key) for r in records) if records else "")
     )

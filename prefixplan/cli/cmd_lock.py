@@ -14,9 +14,7 @@ def register(app: typer.Typer) -> None:
 
 
 def lock(
-    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path(
-        "recipes"
-    ),
+    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
     lock_path: Annotated[Path, typer.Option("--lock", help="Lock file to write.")] = Path("prefixplan.lock"),
     db: Annotated[
         str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")

@@ -17,12 +17,20 @@ def status(
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="Replica URL (repeatable).")] = None,
     endpoints_file: Annotated[Optional[Path], typer.Option("--endpoints", help="YAML file of replicas.")] = None,
     engine: Annotated[str, typer.Option("--engine", help="auto, vllm, sglang or openai-compatible.")] = "auto",
-    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Name of the env var holding the API key.")] = None,
-    window: Annotated[Optional[str], typer.Option("--window", help="Also measure the hit rate over this interval (e.g. 30s).")] = None,
+    api_key_env: Annotated[
+        Optional[str], typer.Option("--api-key-env", help="Name of the env var holding the API key.")
+    ] = None,
+    window: Annotated[
+        Optional[str], typer.Option("--window", help="Also measure the hit rate over this interval (e.g. 30s).")
+    ] = None,
     target: Annotated[float, typer.Option("--target", help="Hit-rate target (0-1).")] = 0.7,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 10.0,
-    json_out: Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")] = None,
-    db: Annotated[Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
+    json_out: Annotated[
+        Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
+    ] = None,
+    db: Annotated[
+        Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
+    ] = None,
 ) -> None:
     """Per replica: engine, model, prefix-cache hit rate (since start and over --window), verdict, warmed keys.
 
@@ -39,8 +47,14 @@ def status(
     eps = endpoints_for(endpoint or [], str(endpoints_file) if endpoints_file else None, api_key_env)
     if not eps:
         raise UsageError("no endpoint given", hint="pass --endpoint URL or --endpoints FILE")
-    rows = replica_status(eps, engine=engine, window_s=parse_duration(window) if window else 0.0, target=target,
-                          timeout=timeout, db=str(db) if db else None)
+    rows = replica_status(
+        eps,
+        engine=engine,
+        window_s=parse_duration(window) if window else 0.0,
+        target=target,
+        timeout=timeout,
+        db=str(db) if db else None,
+    )
     data = {"target": target, "replicas": [r.to_dict() for r in rows]}
     if json_out is not None:
         from prefixplan.core.fileio import atomic_write_text
@@ -70,12 +84,21 @@ def _render(rows: list) -> None:
         t.add_column(col)
     for r in rows:
         color = {"ok": "green", "below-target": "yellow", "unreachable": "red"}.get(r.verdict, "dim")
-        t.add_row(escape(r.endpoint), r.engine or "-", escape(str(r.model or "-")), str(r.block_size or "-"),
-                  _pct(r.hit_rate), _pct(r.window_hit_rate) if r.window_s else "-", f"[{color}]{r.verdict}[/]")
+        t.add_row(
+            escape(r.endpoint),
+            r.engine or "-",
+            escape(str(r.model or "-")),
+            str(r.block_size or "-"),
+            _pct(r.hit_rate),
+            _pct(r.window_hit_rate) if r.window_s else "-",
+            f"[{color}]{r.verdict}[/]",
+        )
     con.print(t)
     for r in rows:
         if r.error:
             con.print(f"[red]{escape(r.endpoint)}[/]: {escape(r.error)}")
         for k in r.keys:
-            con.print(f"  {escape(r.endpoint)} {escape(k.key)}: last verified {k.last_verified or 'never'} "
-                      f"(last run {k.last_run}: {k.last_status})")
+            con.print(
+                f"  {escape(r.endpoint)} {escape(k.key)}: last verified {k.last_verified or 'never'} "
+                f"(last run {k.last_run}: {k.last_status})"
+            )

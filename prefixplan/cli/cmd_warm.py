@@ -40,34 +40,95 @@ def _write_json(target: str, data: object) -> None:
 
 def warm(
     endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="Replica URL (repeatable).")] = None,
-    endpoints_file: Annotated[Optional[Path], typer.Option("--endpoints", help="YAML file of replicas (url, name, headers, api_key_env, verify_tls).")] = None,
-    analysis: Annotated[Optional[Path], typer.Option("--analysis", help="Analysis record (prefixplan analyze --json FILE); default: the store's latest.")] = None,
-    top: Annotated[Optional[int], typer.Option("--top", help="Warm the N best-ranked prefixes (default 20; recipes: all).")] = None,
-    keys: Annotated[Optional[str], typer.Option("--keys", help="Comma-separated name@vN keys instead of --top.")] = None,
-    recipes: Annotated[Optional[str], typer.Option("--recipes", help="Warm the prefixes of a recipes folder or file (default folder: recipes), rendered with the server's tokenizer.")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer rendering --recipes (hf:PATH, vllm:URL, ...); default: the recipe's, else the first endpoint's /tokenize.")] = None,
-    lock_file: Annotated[Optional[Path], typer.Option("--lock", help="Lock file to check --recipes against (default ./prefixplan.lock when present).")] = None,
-    via: Annotated[str, typer.Option("--via", help="auto, ids (exact token ids) or chat (the request, rendered by the server).")] = "auto",
-    budget: Annotated[Optional[float], typer.Option("--budget", help="KV memory budget in GB: warm the set that maximises reused tokens within it.")] = None,
-    kv_bytes_per_token: Annotated[Optional[float], typer.Option("--kv-bytes-per-token", help="KV bytes per token (for --budget).")] = None,
-    model_config: Annotated[Optional[Path], typer.Option("--model-config", help="Model config.json to derive KV bytes per token.")] = None,
+    endpoints_file: Annotated[
+        Optional[Path],
+        typer.Option("--endpoints", help="YAML file of replicas (url, name, headers, api_key_env, verify_tls)."),
+    ] = None,
+    analysis: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--analysis", help="Analysis record (prefixplan analyze --json FILE); default: the store's latest."
+        ),
+    ] = None,
+    top: Annotated[
+        Optional[int], typer.Option("--top", help="Warm the N best-ranked prefixes (default 20; recipes: all).")
+    ] = None,
+    keys: Annotated[
+        Optional[str], typer.Option("--keys", help="Comma-separated name@vN keys instead of --top.")
+    ] = None,
+    recipes: Annotated[
+        Optional[str],
+        typer.Option(
+            "--recipes",
+            help="Warm the prefixes of a recipes folder or file (default folder: recipes), rendered with the server's tokenizer.",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tokenizer",
+            help="Tokenizer rendering --recipes (hf:PATH, vllm:URL, ...); default: the recipe's, else the first endpoint's /tokenize.",
+        ),
+    ] = None,
+    lock_file: Annotated[
+        Optional[Path],
+        typer.Option("--lock", help="Lock file to check --recipes against (default ./prefixplan.lock when present)."),
+    ] = None,
+    via: Annotated[
+        str, typer.Option("--via", help="auto, ids (exact token ids) or chat (the request, rendered by the server).")
+    ] = "auto",
+    budget: Annotated[
+        Optional[float],
+        typer.Option("--budget", help="KV memory budget in GB: warm the set that maximises reused tokens within it."),
+    ] = None,
+    kv_bytes_per_token: Annotated[
+        Optional[float], typer.Option("--kv-bytes-per-token", help="KV bytes per token (for --budget).")
+    ] = None,
+    model_config: Annotated[
+        Optional[Path], typer.Option("--model-config", help="Model config.json to derive KV bytes per token.")
+    ] = None,
     engine: Annotated[str, typer.Option("--engine", help="auto, vllm, sglang or openai-compatible.")] = "auto",
-    model: Annotated[Optional[str], typer.Option("--model", help="Served model name (default: the server's first).")] = None,
-    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Override the server's cache block/page size.")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Name of the env var holding the API key (default PREFIXPLAN_API_KEY).")] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", help="Served model name (default: the server's first).")
+    ] = None,
+    block_size: Annotated[
+        Optional[int], typer.Option("--block-size", help="Override the server's cache block/page size.")
+    ] = None,
+    api_key_env: Annotated[
+        Optional[str],
+        typer.Option("--api-key-env", help="Name of the env var holding the API key (default PREFIXPLAN_API_KEY)."),
+    ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Replicas warmed in parallel.")] = 8,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 30.0,
     retries: Annotated[int, typer.Option("--retries", help="Retries per request on refused/timeout/5xx.")] = 2,
-    priority: Annotated[Optional[int], typer.Option("--priority", help="SGLang request priority (--radix-eviction-policy priority).")] = None,
-    every: Annotated[Optional[str], typer.Option("--every", help="Re-warm every DURATION (e.g. 60s); needs --for or --rounds.")] = None,
+    priority: Annotated[
+        Optional[int], typer.Option("--priority", help="SGLang request priority (--radix-eviction-policy priority).")
+    ] = None,
+    every: Annotated[
+        Optional[str], typer.Option("--every", help="Re-warm every DURATION (e.g. 60s); needs --for or --rounds.")
+    ] = None,
     for_: Annotated[Optional[str], typer.Option("--for", help="Total keepalive time (e.g. 1h).")] = None,
     rounds: Annotated[Optional[int], typer.Option("--rounds", help="Number of keepalive rounds.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (prefixes, tokens, order, estimated prefill) and send nothing.")] = False,
-    profile: Annotated[Optional[Path], typer.Option("--profile", help="Prefill profile YAML (prefixplan calibrate) for --dry-run estimates.")] = None,
-    json_out: Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")] = None,
-    record: Annotated[bool, typer.Option("--record/--no-record", help="Record per-replica results in the store.")] = True,
-    db: Annotated[Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar on a terminal.")] = True,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the plan (prefixes, tokens, order, estimated prefill) and send nothing."),
+    ] = False,
+    profile: Annotated[
+        Optional[Path],
+        typer.Option("--profile", help="Prefill profile YAML (prefixplan calibrate) for --dry-run estimates."),
+    ] = None,
+    json_out: Annotated[
+        Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
+    ] = None,
+    record: Annotated[
+        bool, typer.Option("--record/--no-record", help="Record per-replica results in the store.")
+    ] = True,
+    db: Annotated[
+        Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
+    ] = None,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show a progress bar on a terminal.")
+    ] = True,
 ) -> None:
     """Warm the top-N prefixes on every replica, verify them with the engine, record the result.
 
@@ -80,17 +141,35 @@ def warm(
     from prefixplan.warming.service import warm as run
 
     req = WarmRequest(
-        endpoints=tuple(endpoint or ()), endpoints_file=str(endpoints_file) if endpoints_file else None,
-        analysis=str(analysis) if analysis else None, top=top,
+        endpoints=tuple(endpoint or ()),
+        endpoints_file=str(endpoints_file) if endpoints_file else None,
+        analysis=str(analysis) if analysis else None,
+        top=top,
         keys=tuple(k.strip() for k in keys.split(",") if k.strip()) if keys else (),
-        budget_gb=budget, kv_bytes_per_token=kv_bytes_per_token,
-        model_config=str(model_config) if model_config else None, api_key_env=api_key_env,
-        options=WarmOptions(engine=engine, concurrency=concurrency, timeout=timeout, retries=retries,
-                            model=model, block_size=block_size, priority=priority, via=via),
-        recipes=recipes, tokenizer=tokenizer, lock=str(lock_file) if lock_file else None,
-        dry_run=dry_run, every_s=parse_duration(every) if every else None,
-        for_s=parse_duration(for_) if for_ else None, rounds=rounds, record=record,
-        db=str(db) if db else None, profile=str(profile) if profile else None,
+        budget_gb=budget,
+        kv_bytes_per_token=kv_bytes_per_token,
+        model_config=str(model_config) if model_config else None,
+        api_key_env=api_key_env,
+        options=WarmOptions(
+            engine=engine,
+            concurrency=concurrency,
+            timeout=timeout,
+            retries=retries,
+            model=model,
+            block_size=block_size,
+            priority=priority,
+            via=via,
+        ),
+        recipes=recipes,
+        tokenizer=tokenizer,
+        lock=str(lock_file) if lock_file else None,
+        dry_run=dry_run,
+        every_s=parse_duration(every) if every else None,
+        for_s=parse_duration(for_) if for_ else None,
+        rounds=rounds,
+        record=record,
+        db=str(db) if db else None,
+        profile=str(profile) if profile else None,
     )
     from rich.console import Console
 
@@ -124,8 +203,14 @@ def _render(con: object, data: dict) -> None:
         for col in ("order", "rank", "key / name", "tokens", "covers", "est. prefill s"):
             t.add_column(col)
         for i, it in enumerate(plan["items"], start=1):
-            t.add_row(str(i), str(it["rank"]), escape(it["key"] or it["name"]), str(it["tokens"]),
-                      ",".join(map(str, it["covers"])) or "-", f"{it['est_prefill_s']:.3f}")
+            t.add_row(
+                str(i),
+                str(it["rank"]),
+                escape(it["key"] or it["name"]),
+                str(it["tokens"]),
+                ",".join(map(str, it["covers"])) or "-",
+                f"{it['est_prefill_s']:.3f}",
+            )
         con.print(t)  # type: ignore[attr-defined]
         for s in plan["skipped"]:
             con.print(f"[dim]skipped rank {s['rank']}: {escape(s['reason'])}[/]")  # type: ignore[attr-defined]
@@ -140,15 +225,26 @@ def _render(con: object, data: dict) -> None:
         if r["engine"] is None and r["error"]:
             con.print(f"[red]{escape(r['error'])}[/]")  # type: ignore[attr-defined]
             continue
-        line = (f"{escape(r['endpoint'])}: {r['engine']} model {escape(str(r['model']))}, block {r['block_size']}, "
-                f"tokenizer {escape(r['tokenizer_check'])}")
+        line = (
+            f"{escape(r['endpoint'])}: {r['engine']} model {escape(str(r['model']))}, block {r['block_size']}, "
+            f"tokenizer {escape(r['tokenizer_check'])}"
+        )
         if r["error"]:
             line += f" [red]{escape(r['error'])}[/]"
         con.print(line)  # type: ignore[attr-defined]
     t = Table(title="warm")
     show_via = any(r.get("via") == "chat" for r in data["results"])
-    for col in ("rank", "key", "tokens", "status", "verified", "cold TTFT ms", "probe TTFT ms", "cached",
-                *(("via",) if show_via else ())):
+    for col in (
+        "rank",
+        "key",
+        "tokens",
+        "status",
+        "verified",
+        "cold TTFT ms",
+        "probe TTFT ms",
+        "cached",
+        *(("via",) if show_via else ()),
+    ):
         t.add_column(col)
     for k in data["keys"]:
         mine = [r for r in data["results"] if r["rank"] == k["rank"] and r["status"] == "verified"]
@@ -156,12 +252,26 @@ def _render(con: object, data: dict) -> None:
         warm_ = [r["warm_ttft_s"] for r in mine if r["warm_ttft_s"] is not None]
         cached = [r["cached_tokens"] for r in mine if r["cached_tokens"] is not None]
         color = {"ready": "green", "partial": "yellow", "failed": "red"}[k["status"]]
-        t.add_row(str(k["rank"]), escape(k["key"]), str(k["tokens"]), f"[{color}]{k['status']}[/]",
-                  f"{k['verified']}/{k['replicas']}",
-                  f"{1000 * max(cold):.1f}" if cold else "-", f"{1000 * max(warm_):.1f}" if warm_ else "-",
-                  str(min(cached)) if cached else "-",
-                  *((",".join(sorted({str(r["via"]) for r in data["results"]
-                                      if r["rank"] == k["rank"] and r.get("via")})) or "-",) if show_via else ()))
+        t.add_row(
+            str(k["rank"]),
+            escape(k["key"]),
+            str(k["tokens"]),
+            f"[{color}]{k['status']}[/]",
+            f"{k['verified']}/{k['replicas']}",
+            f"{1000 * max(cold):.1f}" if cold else "-",
+            f"{1000 * max(warm_):.1f}" if warm_ else "-",
+            str(min(cached)) if cached else "-",
+            *(
+                (
+                    ",".join(
+                        sorted({str(r["via"]) for r in data["results"] if r["rank"] == k["rank"] and r.get("via")})
+                    )
+                    or "-",
+                )
+                if show_via
+                else ()
+            ),
+        )
     con.print(t)  # type: ignore[attr-defined]
     for k in data["keys"]:
         for e in k["errors"]:

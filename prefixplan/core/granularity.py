@@ -84,7 +84,6 @@ def reusable_prefix(match_len: int, prompt_len: int, block: int) -> int:
     return aligned(max(0, min(match_len, prompt_len - 1)), block)
 
 
-
 def reusable_ids(match_len: int, prompt_len: int, block: int, scale: int = 1) -> int:
     """:func:`reusable_prefix` for a prompt of ``prompt_len`` ids that each stand for ``scale``
     tokens (block-level traces): the block is rescaled to ids; 0 for an empty prompt."""

@@ -78,6 +78,7 @@ TOKEN_PREFIX = "pp1:tok:sha256:"
 _CONTENT_DOMAIN = b"prefixplan-content\x00pp1\x00"
 _TOKEN_DOMAIN = b"prefixplan-tokens\x00pp1\x00"
 
+
 def content_hash(parts: Sequence[tuple[str, bytes]]) -> ContentHash:
     """Hash an ordered sequence of ``(kind, exact bytes)`` parts (scheme ``pp1``).
 

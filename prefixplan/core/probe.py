@@ -5,7 +5,7 @@ from __future__ import annotations
 TOKENIZER_PROBE_TEXT = (
     "prefixplan tokenizer probe v1: Hello, World! 0123456789 +-*/=<> "
     "ünïcödé naïve café — “quotes” 日本語のテキスト 中文 한국어 Привет мир "
-    "\tTabs\tand  double  spaces\n\nfn main() { println!(\"{}\", 42); } 🚀✨"
+    '\tTabs\tand  double  spaces\n\nfn main() { println!("{}", 42); } 🚀✨'
 )
 """Fixed text tokenized through a server's ``/tokenize`` to check its tokenizer.
 

@@ -185,8 +185,9 @@ class EngineAdapter:
     def _error(
         self, reason: str, *, kind: str, retryable: bool = False, status: int | None = None
     ) -> EngineRequestError:
-        return EngineRequestError(self.endpoint.label, self.redact(reason), kind=kind, retryable=retryable,
-                                  status=status)
+        return EngineRequestError(
+            self.endpoint.label, self.redact(reason), kind=kind, retryable=retryable, status=status
+        )
 
     def _transport_error(self, exc: Exception, path: str) -> EngineRequestError:
         import httpx
@@ -349,9 +350,7 @@ class EngineAdapter:
         return self._model or self.server_info().model
 
     def _too_many_tokens(self, produced: int, max_tokens: int, path: str) -> EngineRequestError:
-        return self._error(
-            f"ignored max_tokens={max_tokens} ({path} produced {produced} tokens)", kind="protocol"
-        )
+        return self._error(f"ignored max_tokens={max_tokens} ({path} produced {produced} tokens)", kind="protocol")
 
 
 T = TypeVar("T")

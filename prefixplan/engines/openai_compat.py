@@ -97,9 +97,7 @@ class OpenAICompatAdapter(EngineAdapter):
         ttft = state.first_at if state.first_at is not None else total
         return self._finish(state.usage or None, ttft, total, True, max_tokens, path)
 
-    def _finish(
-        self, usage: Any, ttft: float, total: float, streamed: bool, max_tokens: int, path: str
-    ) -> Completion:
+    def _finish(self, usage: Any, ttft: float, total: float, streamed: bool, max_tokens: int, path: str) -> Completion:
         usage = usage if isinstance(usage, Mapping) else {}
         completion = usage.get("completion_tokens")
         if isinstance(completion, int) and completion > max_tokens:
@@ -179,8 +177,9 @@ def _carries_output(choice: Any) -> bool:
         return True
     delta = choice.get("delta")
     if isinstance(delta, Mapping):
-        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    or delta.get("tool_calls"))
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+        )
     return False
 
 

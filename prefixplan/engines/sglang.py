@@ -117,9 +117,7 @@ class SGLangAdapter(EngineAdapter):
         ttft = state.first_at if state.first_at is not None else total
         return self._finish(state.usage or None, ttft, total, True, max_tokens, path)
 
-    def _finish(
-        self, meta: Any, ttft: float, total: float, streamed: bool, max_tokens: int, path: str
-    ) -> Completion:
+    def _finish(self, meta: Any, ttft: float, total: float, streamed: bool, max_tokens: int, path: str) -> Completion:
         meta = meta if isinstance(meta, Mapping) else {}
         completion = _int(meta.get("completion_tokens"))
         if completion is not None and completion > max_tokens:

@@ -88,9 +88,7 @@ def run_check(
         )
         return CheckResult((f,), ExitCode.USAGE, tuple(str(r.key) for r in recipes), base_ref, fail_on)
     if base_ref is not None and not git_ref_exists(base_ref, lock_p.resolve().parent):
-        raise UsageError(
-            f"--base {base_ref}: not a git commit here", hint="fetch it first, e.g. git fetch origin main"
-        )
+        raise UsageError(f"--base {base_ref}: not a git commit here", hint="fetch it first, e.g. git fetch origin main")
     ref_for_diff = base_ref or diff_ref
     names = {r.name for r in recipes}
     for r in recipes:
@@ -127,8 +125,7 @@ def run_check(
                 line=r.line,
                 exit_code=ExitCode.NOT_LOCKED,
                 message=(
-                    f"{key} is {what} but not in {display_path(lock_p)}: run `prefixplan lock` "
-                    "and commit the lock file"
+                    f"{key} is {what} but not in {display_path(lock_p)}: run `prefixplan lock` and commit the lock file"
                 ),
             )
         )

@@ -51,8 +51,7 @@ def _line_diff(old: bytes, new: bytes, name: str, ref: str) -> tuple[tuple[str, 
         lines = [
             f"--- {name} ({ref})",
             f"+++ {name} (working tree)",
-            "(only bytes that are not line text differ,"
-            " e.g. whitespace at the end of the file or line endings)",
+            "(only bytes that are not line text differ, e.g. whitespace at the end of the file or line endings)",
         ]
     if len(lines) > MAX_DIFF_LINES:
         lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"]
@@ -85,9 +84,7 @@ def content_findings(recipe: Recipe, entry: LockEntry, diff_ref: str | None) -> 
     key = str(recipe.key)
     changes = _changed_parts(entry, recipe)
     nxt = max(recipe.version, entry.key.version) + 1
-    fix = (
-        f"bump `version:` to {nxt} for {recipe.name} in {display_path(recipe.file)} and run `prefixplan lock`"
-    )
+    fix = f"bump `version:` to {nxt} for {recipe.name} in {display_path(recipe.file)} and run `prefixplan lock`"
     if not changes:  # parts equal, key hash differs: the lock itself was altered
         return [
             Finding(

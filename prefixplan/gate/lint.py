@@ -277,9 +277,7 @@ def lint_variants(
         text = texts[label]
         if text == ref:
             continue
-        d = next(
-            (k for k, (x, y) in enumerate(zip(text, ref, strict=False)) if x != y), min(len(text), len(ref))
-        )
+        d = next((k for k, (x, y) in enumerate(zip(text, ref, strict=False)) if x != y), min(len(text), len(ref)))
         tail_a, tail_b = text[d:], ref[d:]
         ratio = difflib.SequenceMatcher(None, tail_a[:4000], tail_b[:4000], autojunk=False).ratio()
         if ratio < min_shared:
@@ -350,9 +348,7 @@ def recipe_lint_findings(recipes: Sequence[Recipe], counter: Any = None) -> list
     for rs in groups.values():
         if len(rs) < 2:
             continue
-        variants = {
-            str(r.key): [p.data.decode("utf-8", "replace") for p in r.parts if p.kind == "tool"] for r in rs
-        }
+        variants = {str(r.key): [p.data.decode("utf-8", "replace") for p in r.parts if p.kind == "tool"] for r in rs}
         by_key = {str(r.key): r for r in rs}
         for f in lint_tool_variants(variants, lineage="recipes with the same tool set", counter=counter):
             key = f.part.split(" ")[0]

@@ -60,9 +60,7 @@ def lock_recipes(
     for r in recipes:
         e = lock.entries.get(str(r.key))
         if e is not None and e.hash != r.content_hash:
-            conflicts.append(
-                f"{r.key} ({display_path(r.file)}): locked {e.hash}, content now {r.content_hash}"
-            )
+            conflicts.append(f"{r.key} ({display_path(r.file)}): locked {e.hash}, content now {r.content_hash}")
         newer = [x for x in lock.by_name(r.name) if x.key.version > r.version]
         if newer:
             conflicts.append(

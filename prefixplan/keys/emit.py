@@ -25,8 +25,9 @@ from prefixplan.render.stream import SourceOptions, iter_source_requests
 EMIT_LABELS = ("system", "tools", "system+tools")
 
 
-def emit_recipes(record: AnalysisRecord, source: SourceOptions, out_dir: str | Path, *,
-                 top: int | None = None) -> list[Path]:
+def emit_recipes(
+    record: AnalysisRecord, source: SourceOptions, out_dir: str | Path, *, top: int | None = None
+) -> list[Path]:
     """Write one recipe per eligible candidate (re-reading each one's example request from
     ``source``); returns the recipe paths."""
     wanted = [c for c in record.candidates if c.label in EMIT_LABELS and not c.withheld and c.example][: top or None]
@@ -57,5 +58,9 @@ def emit_recipes(record: AnalysisRecord, source: SourceOptions, out_dir: str | P
         used.add(name)
         version = parse_key(cand.key).version if cand.key else 1
         desc = f"found by prefixplan analyze: {cand.hits} requests, {cand.length} tokens ({cand.label})"
-        paths.append(emit_recipe(out_dir, name, version=version, system_text=system, tools=tools, model=req.model, description=desc))
+        paths.append(
+            emit_recipe(
+                out_dir, name, version=version, system_text=system, tools=tools, model=req.model, description=desc
+            )
+        )
     return paths

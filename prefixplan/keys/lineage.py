@@ -143,12 +143,8 @@ def assign_lineage(
                 continue
             if names and tuple(sorted(set(row.tool_names))) != names:
                 continue
-            score = (
-                1.0 if system_signature(row.system_head) == sig else similarity(system_text, row.system_head)
-            )
-            if score >= SIMILARITY and (
-                best is None or score > best[0] or (score == best[0] and row.name < best[1])
-            ):
+            score = 1.0 if system_signature(row.system_head) == sig else similarity(system_text, row.system_head)
+            if score >= SIMILARITY and (best is None or score > best[0] or (score == best[0] and row.name < best[1])):
                 best = (score, row.name)
         if best is not None:
             return best[1]

@@ -103,9 +103,7 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise InputError(
-            f"{where}: invalid YAML: {exc}", hint="regenerate it with `prefixplan lock`"
-        ) from exc
+        raise InputError(f"{where}: invalid YAML: {exc}", hint="regenerate it with `prefixplan lock`") from exc
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
@@ -114,9 +112,7 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
     if unknown:
         raise InputError(f"{where}: {sorted(unknown)[0]}: unknown field")
     if doc.get("lock_version", LOCK_VERSION) != LOCK_VERSION:
-        raise InputError(
-            f"{where}: lock_version: unsupported {doc.get('lock_version')!r} (expected {LOCK_VERSION})"
-        )
+        raise InputError(f"{where}: lock_version: unsupported {doc.get('lock_version')!r} (expected {LOCK_VERSION})")
     if doc.get("scheme", SCHEME) != SCHEME:
         raise InputError(f"{where}: scheme: unsupported {doc.get('scheme')!r} (expected {SCHEME})")
     keys = doc.get("keys") or {}

@@ -371,9 +371,7 @@ def _document_parts(ctx: _Ctx, base: Path, value: Any, path: str, start_index: i
         ctx.err(f"{path}.chunk", f"unknown chunk mode {chunk!r} (allowed: {', '.join(CHUNK_MODES)})")
         return []
     max_chars = spec.get("max_chars")
-    if max_chars is not None and (
-        isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1
-    ):
+    if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1):
         ctx.err(f"{path}.max_chars", "expected a positive integer")
         return []
     files: list[tuple[str, Path]] = []
@@ -563,8 +561,7 @@ def load_recipes(paths_or_dir: str | os.PathLike[str] | Sequence[str | os.PathLi
             recipes.extend(parse_recipe_text(text, f))
         except RecipeError as exc:
             problems.extend(
-                getattr(exc, "errors", None)
-                or [RecipeProblem(display_path(f), "", _strip_where(str(exc), f), 1)]
+                getattr(exc, "errors", None) or [RecipeProblem(display_path(f), "", _strip_where(str(exc), f), 1)]
             )
     seen: dict[str, Recipe] = {}
     for r in recipes:

@@ -272,9 +272,7 @@ def convert(
             else:
                 _user(i, role, content, out, bps)
         else:
-            raise BadLine(
-                f"wrong type: message {i} content is {jtype(content)}, expected string or list"
-            )
+            raise BadLine(f"wrong type: message {i} content is {jtype(content)}, expected string or list")
     if not out:
         raise BadLine("missing field: messages is empty")
     extra: dict[str, Any] = {}

@@ -88,9 +88,7 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         raw.close()
 
 
-def iter_lines(
-    stream: BinaryIO, max_line_bytes: int, chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[RawLine]:
+def iter_lines(stream: BinaryIO, max_line_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[RawLine]:
     """Split ``stream`` into lines without ever holding more than one line plus one chunk.
 
     The trailing newline (and a ``\\r`` before it) is removed. A last line without a newline

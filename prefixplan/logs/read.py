@@ -90,9 +90,7 @@ class ReadOptions:
 
     def __post_init__(self) -> None:
         if self.format != "auto" and self.format not in FORMATS:
-            raise UsageError(
-                f"unknown log format {self.format!r}", hint=f"use auto or one of: {', '.join(FORMATS)}"
-            )
+            raise UsageError(f"unknown log format {self.format!r}", hint=f"use auto or one of: {', '.join(FORMATS)}")
         if self.sample is not None and not 0.0 < self.sample <= 1.0:
             raise UsageError(f"sample must be in (0, 1], got {self.sample}")
         if self.trace_block_size <= 0:
@@ -211,7 +209,10 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors) -> Iterator[R
                     continue
                 data = raw.data
                 if data is None:
-                    bad(raw.line_no, f"line too long: {raw.size} bytes > max_line_bytes {options.max_line_bytes} (skipped)")
+                    bad(
+                        raw.line_no,
+                        f"line too long: {raw.size} bytes > max_line_bytes {options.max_line_bytes} (skipped)",
+                    )
                     continue
                 if not data or data.isspace():
                     continue

@@ -30,9 +30,6 @@ from prefixplan.errors import TokenizerError, UsageError
 DEFAULT_TOKENIZER = "mistral:nemo"
 
 
-
-
-
 class Renderer(Protocol):
     spec: str
     label: str
@@ -194,7 +191,9 @@ class RenderSet:
             else:
                 yield result
 
-    def _render_serial(self, requests: Iterable[Request], batch: int) -> Iterator[tuple[Request, Prompt | TokenizerError]]:
+    def _render_serial(
+        self, requests: Iterable[Request], batch: int
+    ) -> Iterator[tuple[Request, Prompt | TokenizerError]]:
         pending: list[Request] = []
         for req in requests:
             pending.append(req)

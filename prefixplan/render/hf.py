@@ -224,10 +224,40 @@ class HFRenderer:
         a blank line) and starts ``b`` of many shapes. Any difference disables the split."""
         if not self.split_pieces:
             return False
-        ends = ["end of text.\n\n", "word\n\n", "x  \n\n", "1234\n\n", "```\n\n", "。\n\n", "a\n \n\n",
-                "tab\t\n\n", "- item\n\n", "quote'\n\n", "\n\n", "é\n\n"]
-        starts = ["Next", "next", "1. item", "- bullet", "# Heading", "`code`", "(paren", "'s quote", "日本語",
-                  "<tag>", "{\"k\": 1}", "A", "_x", "é", "!", "Ünï", "http://x.y", "42"]
+        ends = [
+            "end of text.\n\n",
+            "word\n\n",
+            "x  \n\n",
+            "1234\n\n",
+            "```\n\n",
+            "。\n\n",
+            "a\n \n\n",
+            "tab\t\n\n",
+            "- item\n\n",
+            "quote'\n\n",
+            "\n\n",
+            "é\n\n",
+        ]
+        starts = [
+            "Next",
+            "next",
+            "1. item",
+            "- bullet",
+            "# Heading",
+            "`code`",
+            "(paren",
+            "'s quote",
+            "日本語",
+            "<tag>",
+            '{"k": 1}',
+            "A",
+            "_x",
+            "é",
+            "!",
+            "Ünï",
+            "http://x.y",
+            "42",
+        ]
         pairs = [(a, b) for a in ends for b in starts]
         joint = self.backend.encode_batch([a + b for a, b in pairs], add_special_tokens=False)
         left = self.backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)

@@ -113,7 +113,9 @@ class TiktokenRenderer:
         if request.messages is None:
             if request.prompt is not None:
                 tokens = self._enc(request.prompt)
-                return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),), exact=False)
+                return Prompt(
+                    request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),), exact=False
+                )
             return raw_ids_prompt(request)
         parts: list[tuple[str, str, int, str | None]] = []  # (kind, text, index, name)
         if request.tools:

@@ -28,7 +28,9 @@ from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """Inverse of the GPT-2 byte-to-unicode table used by byte-level BPE tokenizers."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -55,7 +57,9 @@ def token_strs_to_bytes(strs: Sequence[str]) -> list[bytes] | None:
 class VLLMRenderer:
     exact = True
 
-    def __init__(self, url: str, *, model: str | None = None, timeout: float = 60.0, api_key_env: str | None = None) -> None:
+    def __init__(
+        self, url: str, *, model: str | None = None, timeout: float = 60.0, api_key_env: str | None = None
+    ) -> None:
         import httpx
 
         self.url = url.rstrip("/")
@@ -96,14 +100,19 @@ class VLLMRenderer:
         try:
             resp = self.client.get(self.url + "/v1/models")
             if resp.status_code != 200:
-                raise EndpointError(f"{self.shown}/v1/models: HTTP {resp.status_code}: {redact(resp.text[:300], self._key)}")
+                raise EndpointError(
+                    f"{self.shown}/v1/models: HTTP {resp.status_code}: {redact(resp.text[:300], self._key)}"
+                )
             return resp.json()["data"][0]["id"]
         except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
-            raise EndpointError(f"{self.shown}/v1/models: cannot read the served model: {redact(str(exc), self._key)}") from exc
+            raise EndpointError(
+                f"{self.shown}/v1/models: cannot read the served model: {redact(str(exc), self._key)}"
+            ) from exc
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         data = self._post(
-            "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens, "return_token_strs": True}
+            "/tokenize",
+            {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens, "return_token_strs": True},
         )
         ids = as_token_ids(data["tokens"])
         return ids, self._starts(data.get("token_strs"), len(ids))[1]

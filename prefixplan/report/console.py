@@ -29,36 +29,54 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     gran += f"block {g['block_size']} tokens"
     exact = "exact" if s["exact"] else f"APPROXIMATE ({s.get('approximate_reason')})"
     console.print(f"[bold]prefixplan analyze[/] — {escape(', '.join(record['inputs']['paths']))}")
-    console.print(f"tokenizer: {escape(str(tok.get('label')))} ({escape(exact)})   granularity: {gran} (full blocks; last token never reused)")
+    console.print(
+        f"tokenizer: {escape(str(tok.get('label')))} ({escape(exact)})   granularity: {gran} (full blocks; last token never reused)"
+    )
     head = Table.grid(padding=(0, 2))
     head.add_column(style="dim")
     head.add_column()
     head.add_row("requests", _n(s["requests"]))
-    head.add_row("malformed lines", _n(s["malformed_lines"]) + (f" (+{s['render_failures']} not renderable)" if s["render_failures"] else ""))
+    head.add_row(
+        "malformed lines",
+        _n(s["malformed_lines"]) + (f" (+{s['render_failures']} not renderable)" if s["render_failures"] else ""),
+    )
     head.add_row("prompt tokens", _n(s["prompt_tokens"]))
-    head.add_row("reusable with infinite cache", f"{_n(s['reusable_tokens'])} ({_pct(s['hit_rate_tokens'])} of tokens, "
-                 f"{_pct(s['hit_rate_requests'])} of requests hit)")
+    head.add_row(
+        "reusable with infinite cache",
+        f"{_n(s['reusable_tokens'])} ({_pct(s['hit_rate_tokens'])} of tokens, "
+        f"{_pct(s['hit_rate_requests'])} of requests hit)",
+    )
     head.add_row("covered by ranked shared prefixes", _n(s["shared_prefix_tokens"]))
     sim = record.get("simulation")
     if sim:
         runs = {r["label"]: r for r in sim.get("runs", [])}
         batch, pers = runs.get(sim.get("in_batch") or ""), runs.get(sim.get("persistent") or "")
         if batch and pers:
-            head.add_row("in-batch sharing only (nothing survives a batch)",
-                         f"{_pct(batch['hit_rate_tokens'])} of tokens, {_n(batch['hit_tokens'])} prefill saved")
-            head.add_row("persistent radix cache (unbounded)",
-                         f"{_pct(pers['hit_rate_tokens'])} of tokens, {_n(pers['hit_tokens'])} prefill saved")
+            head.add_row(
+                "in-batch sharing only (nothing survives a batch)",
+                f"{_pct(batch['hit_rate_tokens'])} of tokens, {_n(batch['hit_tokens'])} prefill saved",
+            )
+            head.add_row(
+                "persistent radix cache (unbounded)",
+                f"{_pct(pers['hit_rate_tokens'])} of tokens, {_n(pers['hit_tokens'])} prefill saved",
+            )
         for pol, pts in (sim.get("curves") or {}).items():
-            head.add_row(f"{pol} hit rate by capacity (tokens)",
-                         "  ".join(f"{p['capacity_tokens']:.0e}: {_pct(p['hit_rate_tokens'])}" for p in pts))
+            head.add_row(
+                f"{pol} hit rate by capacity (tokens)",
+                "  ".join(f"{p['capacity_tokens']:.0e}: {_pct(p['hit_rate_tokens'])}" for p in pts),
+            )
         sav = sim.get("savings")
         if sav:
             tag = " (assumed profile)" if sav.get("profile_is_assumption") else ""
-            head.add_row(f"GPU prefill seconds, {sim['headline']}",
-                         f"{sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} with {sav['profile']}{tag}")
-            head.add_row("TTFT p50 / p95 (prefill only, no queueing)",
-                         f"{1000 * sav['ttft_p50_without_s']:,.0f} / {1000 * sav['ttft_p95_without_s']:,.0f} ms -> "
-                         f"{1000 * sav['ttft_p50_with_s']:,.0f} / {1000 * sav['ttft_p95_with_s']:,.0f} ms")
+            head.add_row(
+                f"GPU prefill seconds, {sim['headline']}",
+                f"{sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} with {sav['profile']}{tag}",
+            )
+            head.add_row(
+                "TTFT p50 / p95 (prefill only, no queueing)",
+                f"{1000 * sav['ttft_p50_without_s']:,.0f} / {1000 * sav['ttft_p95_without_s']:,.0f} ms -> "
+                f"{1000 * sav['ttft_p50_with_s']:,.0f} / {1000 * sav['ttft_p95_with_s']:,.0f} ms",
+            )
     if s.get("logged_cached_tokens") is not None:
         head.add_row("cached tokens reported in the log", _n(s["logged_cached_tokens"]))
     console.print(head)
@@ -72,15 +90,28 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
         t.add_column("reusable", justify="right")
         total = max(1, s["prompt_tokens"])
         for kind, v in sorted(kinds.items(), key=lambda kv: -kv[1]["tokens"]):
-            t.add_row(kind, _n(v["tokens"]), _pct(v["tokens"] / total), _pct(v["reused"] / v["tokens"]) if v["tokens"] else "-")
+            t.add_row(
+                kind,
+                _n(v["tokens"]),
+                _pct(v["tokens"] / total),
+                _pct(v["reused"] / v["tokens"]) if v["tokens"] else "-",
+            )
         console.print(t)
 
     cands = record.get("candidates") or []
     if cands:
         t = Table(title=f"Top shared prefixes (block {g['block_size']})", title_justify="left")
-        for col, just in (("#", "right"), ("label", "left"), ("tokens", "right"), ("hits", "right"),
-                          ("users", "right"), ("reusable", "right"), ("marginal", "right"), ("parent", "right"),
-                          ("preview", "left")):
+        for col, just in (
+            ("#", "right"),
+            ("label", "left"),
+            ("tokens", "right"),
+            ("hits", "right"),
+            ("users", "right"),
+            ("reusable", "right"),
+            ("marginal", "right"),
+            ("parent", "right"),
+            ("preview", "left"),
+        ):
             if col == "preview":
                 t.add_column(col, justify=just, overflow="ellipsis", no_wrap=True, max_width=70, ratio=1)
             else:
@@ -88,20 +119,33 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
         for c in cands[: top or len(cands)]:
             users = _n(c["tenants"]) + ("+" if c.get("tenants_capped") else "")
             preview = c["preview"] if not c["withheld"] else f"(withheld: {c['tenants']} user(s) < --min-tenants)"
-            t.add_row(str(c["rank"]), c["label"], _n(c["length"]), _n(c["hits"]), users, _n(c["reusable_tokens"]),
-                      _n(c["marginal_tokens"]), _n(c["parent"]), escape(preview or ""))
+            t.add_row(
+                str(c["rank"]),
+                c["label"],
+                _n(c["length"]),
+                _n(c["hits"]),
+                users,
+                _n(c["reusable_tokens"]),
+                _n(c["marginal_tokens"]),
+                _n(c["parent"]),
+                escape(preview or ""),
+            )
         console.print(t)
 
     rag = record.get("rag") or {}
     if rag.get("recurring_chunks"):
-        line = (f"RAG: {rag['recurring_chunks']} document chunks recur across requests ({rag['occurrences']} occurrences); "
-                f"{_n(rag['prefill_tokens_now'])} of their tokens are prefilled again in the current layout")
+        line = (
+            f"RAG: {rag['recurring_chunks']} document chunks recur across requests ({rag['occurrences']} occurrences); "
+            f"{_n(rag['prefill_tokens_now'])} of their tokens are prefilled again in the current layout"
+        )
         console.print(line)
         w = rag.get("whatif")
         if w:
-            console.print(f"     documents-first layout ({w['requests_rewritten']} requests rewritten): "
-                          f"{_n(w['reusable_tokens'])} reusable tokens vs {_n(w['reusable_tokens_now'])} now "
-                          f"([bold]{w['gain_tokens']:+,}[/])")
+            console.print(
+                f"     documents-first layout ({w['requests_rewritten']} requests rewritten): "
+                f"{_n(w['reusable_tokens'])} reusable tokens vs {_n(w['reusable_tokens_now'])} now "
+                f"([bold]{w['gain_tokens']:+,}[/])"
+            )
 
     breakers = record.get("breakers") or []
     if breakers:
@@ -110,16 +154,29 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
             if col == "context":
                 t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=60)
             else:
-                t.add_column(col, justify="right" if col in ("requests", "variants", "cost tokens") else "left", no_wrap=True)
+                t.add_column(
+                    col, justify="right" if col in ("requests", "variants", "cost tokens") else "left", no_wrap=True
+                )
         for b in breakers:
-            where = f"system line {b['line']}, col {b['column']}" if b["line"] else f"tools (~token {b['token_offset']})"
-            t.add_row(b["kind"], b["pattern"], where, _n(b["requests"]), _n(b["variants"]), "≈" + _n(b["cost_tokens"]),
-                      escape(b["preview"] or b["example"]))
+            where = (
+                f"system line {b['line']}, col {b['column']}" if b["line"] else f"tools (~token {b['token_offset']})"
+            )
+            t.add_row(
+                b["kind"],
+                b["pattern"],
+                where,
+                _n(b["requests"]),
+                _n(b["variants"]),
+                "≈" + _n(b["cost_tokens"]),
+                escape(b["preview"] or b["example"]),
+            )
         console.print(t)
 
     errs = record.get("errors") or {}
     if errs.get("count"):
-        console.print(f"[yellow]{errs['count']} malformed line(s) skipped[/] — "
-                      + ", ".join(f"{k}: {v}" for k, v in sorted(errs["by_reason"].items())))
+        console.print(
+            f"[yellow]{errs['count']} malformed line(s) skipped[/] — "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(errs["by_reason"].items()))
+        )
         for e in errs["samples"][:10]:
             console.print(escape(f"  {e['source']}:{e['line']}: {e['reason']}"))

@@ -41,8 +41,9 @@ def load_report_input(path: str | Path, *, check: str | Path | None = None) -> R
     if check is not None:
         result = read_json_file(check, "check result")
         if not isinstance(result, Mapping) or not isinstance(result.get("findings"), list):
-            raise InputError(f"check result {check}: no findings list",
-                             hint="pass the file written by prefixplan check --json FILE")
+            raise InputError(
+                f"check result {check}: no findings list", hint="pass the file written by prefixplan check --json FILE"
+            )
         found = {"findings": result["findings"], "exit_code": result.get("exit_code")}
     return ReportInput(record, found)
 
@@ -54,8 +55,14 @@ class Written:
     files: tuple[tuple[str, str], ...]
 
 
-def write_reports(report: ReportInput | AnalysisRecord, *, html: str | Path | None = None,
-                  markdown: str | Path | None = None, top: int | None = None, title: str | None = None) -> Written:
+def write_reports(
+    report: ReportInput | AnalysisRecord,
+    *,
+    html: str | Path | None = None,
+    markdown: str | Path | None = None,
+    top: int | None = None,
+    title: str | None = None,
+) -> Written:
     """Write the HTML and/or Markdown report atomically (``-`` = stdout).
 
     Raises:

@@ -24,9 +24,16 @@ from typing import Any
 from prefixplan.report import views as v
 
 KIND_COLORS = {
-    "system": "#4e79a7", "tools": "#f28e2b", "rag": "#59a14f", "history": "#b07aa1",
-    "user": "#9d9d9d", "template": "#edc948", "system+tools": "#e15759", "raw": "#76b7b2",
-    "trace": "#76b7b2", "unknown": "#bab0ac",
+    "system": "#4e79a7",
+    "tools": "#f28e2b",
+    "rag": "#59a14f",
+    "history": "#b07aa1",
+    "user": "#9d9d9d",
+    "template": "#edc948",
+    "system+tools": "#e15759",
+    "raw": "#76b7b2",
+    "trace": "#76b7b2",
+    "unknown": "#bab0ac",
 }
 POLICY_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#ff9da7", "#9c755f")
 PLOT_W = 680
@@ -50,8 +57,13 @@ def _px(x: float) -> str:
 def _script_json(data: Any) -> str:
     """JSON safe inside a <script> element (no ``</script>``, no HTML-significant characters)."""
     text = json.dumps(data, ensure_ascii=False, sort_keys=True, allow_nan=False, default=str)
-    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def _finite(x: Any) -> Any:
@@ -63,8 +75,9 @@ def _finite(x: Any) -> Any:
 # --- plots -------------------------------------------------------------------------------
 
 
-def capacity_plot(curves: Mapping[str, Sequence[tuple[float, float]]], configured: float | None,
-                  infinite: float | None) -> str:
+def capacity_plot(
+    curves: Mapping[str, Sequence[tuple[float, float]]], configured: float | None, infinite: float | None
+) -> str:
     """Hit rate vs cache capacity, one line per policy, a marker at the configured capacity.
 
     The SVG carries its scale (``data-x-scale``, ``data-x-min``/``max`` in tokens, the plot
@@ -89,48 +102,69 @@ def capacity_plot(curves: Mapping[str, Sequence[tuple[float, float]]], configure
     def sy(y: float) -> float:
         return T + (1 - y) * ph
 
-    out = [f'<svg id="pp-capacity" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-           f'aria-label="hit rate versus cache capacity" data-x-scale="{"log" if log else "linear"}" '
-           f'data-x-min="{_num(10 ** a if log else a)}" data-x-max="{_num(10 ** b if log else b)}" '
-           f'data-left="{L}" data-top="{T}" data-width="{pw}" data-height="{ph}">']
+    out = [
+        f'<svg id="pp-capacity" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+        f'aria-label="hit rate versus cache capacity" data-x-scale="{"log" if log else "linear"}" '
+        f'data-x-min="{_num(10**a if log else a)}" data-x-max="{_num(10**b if log else b)}" '
+        f'data-left="{L}" data-top="{T}" data-width="{pw}" data-height="{ph}">'
+    ]
     for i in range(6):  # y grid: 0..100 %
         y = sy(i / 5)
-        out.append(f'<line class="grid" x1="{L}" x2="{L + pw}" y1="{_px(y)}" y2="{_px(y)}"/>'
-                   f'<text class="tick" x="{L - 6}" y="{_px(y + 4)}" text-anchor="end">{i * 20}%</text>')
-    ticks = ([10.0 ** k for k in range(math.ceil(a - 1e-9), math.floor(b + 1e-9) + 1)] if log
-             else [a + (b - a) * i / 4 for i in range(5)])
+        out.append(
+            f'<line class="grid" x1="{L}" x2="{L + pw}" y1="{_px(y)}" y2="{_px(y)}"/>'
+            f'<text class="tick" x="{L - 6}" y="{_px(y + 4)}" text-anchor="end">{i * 20}%</text>'
+        )
+    ticks = (
+        [10.0**k for k in range(math.ceil(a - 1e-9), math.floor(b + 1e-9) + 1)]
+        if log
+        else [a + (b - a) * i / 4 for i in range(5)]
+    )
     for t in ticks:
         x = sx(t)
-        out.append(f'<line class="grid" x1="{_px(x)}" x2="{_px(x)}" y1="{T}" y2="{T + ph}"/>'
-                   f'<text class="tick" x="{_px(x)}" y="{T + ph + 16}" text-anchor="middle">{_e(v.si(t))}</text>')
-    out.append(f'<text class="axis" x="{L + pw / 2}" y="{H - 6}" text-anchor="middle">cache capacity (tokens'
-               f'{", log scale" if log else ""})</text>'
-               f'<text class="axis" transform="rotate(-90)" x="{-(T + ph / 2)}" y="14" text-anchor="middle">'
-               f'hit rate (share of prompt tokens)</text>')
+        out.append(
+            f'<line class="grid" x1="{_px(x)}" x2="{_px(x)}" y1="{T}" y2="{T + ph}"/>'
+            f'<text class="tick" x="{_px(x)}" y="{T + ph + 16}" text-anchor="middle">{_e(v.si(t))}</text>'
+        )
+    out.append(
+        f'<text class="axis" x="{L + pw / 2}" y="{H - 6}" text-anchor="middle">cache capacity (tokens'
+        f"{', log scale' if log else ''})</text>"
+        f'<text class="axis" transform="rotate(-90)" x="{-(T + ph / 2)}" y="14" text-anchor="middle">'
+        f"hit rate (share of prompt tokens)</text>"
+    )
     if infinite is not None:
         y = sy(infinite)
-        out.append(f'<line class="pp-infinite" data-hit-rate="{_num(infinite)}" x1="{L}" x2="{L + pw}" '
-                   f'y1="{_px(y)}" y2="{_px(y)}"><title>infinite cache: {_e(v.pct(infinite))}</title></line>'
-                   f'<text class="note" x="{L + pw - 4}" y="{_px(y - 5)}" text-anchor="end">infinite cache '
-                   f'{_e(v.pct(infinite))}</text>')
+        out.append(
+            f'<line class="pp-infinite" data-hit-rate="{_num(infinite)}" x1="{L}" x2="{L + pw}" '
+            f'y1="{_px(y)}" y2="{_px(y)}"><title>infinite cache: {_e(v.pct(infinite))}</title></line>'
+            f'<text class="note" x="{L + pw - 4}" y="{_px(y - 5)}" text-anchor="end">infinite cache '
+            f"{_e(v.pct(infinite))}</text>"
+        )
     if configured:
         x = sx(configured)
-        out.append(f'<line class="pp-cap-marker" data-capacity="{_num(configured)}" x1="{_px(x)}" x2="{_px(x)}" '
-                   f'y1="{T}" y2="{T + ph}"><title>configured capacity: {_e(v.n(configured))} tokens</title></line>'
-                   f'<text class="note" x="{_px(x + 4)}" y="{T + 12}">configured {_e(v.si(configured))}</text>')
+        out.append(
+            f'<line class="pp-cap-marker" data-capacity="{_num(configured)}" x1="{_px(x)}" x2="{_px(x)}" '
+            f'y1="{T}" y2="{T + ph}"><title>configured capacity: {_e(v.n(configured))} tokens</title></line>'
+            f'<text class="note" x="{_px(x + 4)}" y="{T + 12}">configured {_e(v.si(configured))}</text>'
+        )
     for i, (policy, pts) in enumerate(curves.items()):
         color = POLICY_COLORS[i % len(POLICY_COLORS)]
         path = " ".join(f"{_px(sx(c))},{_px(sy(r))}" for c, r in pts)
-        out.append(f'<g class="pp-series" data-policy="{_e(policy)}"><polyline fill="none" stroke="{color}" '
-                   f'stroke-width="2" points="{path}"/>')
+        out.append(
+            f'<g class="pp-series" data-policy="{_e(policy)}"><polyline fill="none" stroke="{color}" '
+            f'stroke-width="2" points="{path}"/>'
+        )
         for c, r in pts:
             tip = f"{policy}: {v.n(c)} tokens → {v.pct(r)}"
-            out.append(f'<circle class="pp-pt" data-policy="{_e(policy)}" data-capacity="{_num(c)}" '
-                       f'data-hit-rate="{_num(r)}" cx="{_px(sx(c))}" cy="{_px(sy(r))}" r="4" fill="{color}" '
-                       f'data-tip="{_e(tip)}"><title>{_e(tip)}</title></circle>')
+            out.append(
+                f'<circle class="pp-pt" data-policy="{_e(policy)}" data-capacity="{_num(c)}" '
+                f'data-hit-rate="{_num(r)}" cx="{_px(sx(c))}" cy="{_px(sy(r))}" r="4" fill="{color}" '
+                f'data-tip="{_e(tip)}"><title>{_e(tip)}</title></circle>'
+            )
         ly = T + 16 + 18 * i
-        out.append(f'<rect x="{L + 10}" y="{ly - 9}" width="14" height="4" fill="{color}"/>'
-                   f'<text class="legend" x="{L + 30}" y="{ly - 4}">{_e(policy)}</text></g>')
+        out.append(
+            f'<rect x="{L + 10}" y="{ly - 9}" width="14" height="4" fill="{color}"/>'
+            f'<text class="legend" x="{L + 30}" y="{ly - 4}">{_e(policy)}</text></g>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -139,20 +173,26 @@ def kinds_bar(kinds: Sequence[tuple[str, int, int]]) -> str:
     """One stacked horizontal bar: prompt tokens by kind; the darker part of each is reused."""
     W, H, barh = PLOT_W, 56, 36
     total = sum(max(0, t) for _, t, _ in kinds) or 1
-    out = [f'<svg id="pp-kinds" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-           f'aria-label="where prompt tokens go" data-total="{total}" data-width="{W}">']
+    out = [
+        f'<svg id="pp-kinds" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+        f'aria-label="where prompt tokens go" data-total="{total}" data-width="{W}">'
+    ]
     x = 0.0
     for kind, tokens, reused in kinds:
         w = max(0, tokens) / total * W
         rw = min(max(0, reused), max(0, tokens)) / total * W
         color = KIND_COLORS.get(kind, "#bab0ac")
         tip = f"{v.KIND_LABELS.get(kind, kind)}: {v.n(tokens)} tokens ({v.pct(tokens / total)}), {v.n(reused)} reusable"
-        out.append(f'<g class="pp-kind-seg" data-tip="{_e(tip)}"><rect class="pp-kind" data-kind="{_e(kind)}" '
-                   f'data-tokens="{tokens}" data-reused="{reused}" x="{_px(x)}" y="0" width="{_px(w)}" height="{barh}" '
-                   f'fill="{color}" fill-opacity="0.55"/><rect class="pp-kind-reused" data-kind="{_e(kind)}" '
-                   f'x="{_px(x)}" y="0" width="{_px(rw)}" height="{barh}" fill="{color}"/><title>{_e(tip)}</title></g>')
+        out.append(
+            f'<g class="pp-kind-seg" data-tip="{_e(tip)}"><rect class="pp-kind" data-kind="{_e(kind)}" '
+            f'data-tokens="{tokens}" data-reused="{reused}" x="{_px(x)}" y="0" width="{_px(w)}" height="{barh}" '
+            f'fill="{color}" fill-opacity="0.55"/><rect class="pp-kind-reused" data-kind="{_e(kind)}" '
+            f'x="{_px(x)}" y="0" width="{_px(rw)}" height="{barh}" fill="{color}"/><title>{_e(tip)}</title></g>'
+        )
         x += w
-    out.append(f'<text class="note" x="0" y="{H - 4}">darker part: tokens an infinite prefix cache would reuse</text></svg>')
+    out.append(
+        f'<text class="note" x="0" y="{H - 4}">darker part: tokens an infinite prefix cache would reuse</text></svg>'
+    )
     return "".join(out)
 
 
@@ -163,14 +203,17 @@ def _fit(label: str, width: float) -> str:
     return label if len(label) <= chars else label[: chars - 1] + "…"
 
 
-def icicle_svg(nodes: Sequence[Mapping[str, Any]], cands: Mapping[int, Mapping[str, Any]],
-               record: Mapping[str, Any]) -> str:
+def icicle_svg(
+    nodes: Sequence[Mapping[str, Any]], cands: Mapping[int, Mapping[str, Any]], record: Mapping[str, Any]
+) -> str:
     """The candidate nesting as an icicle; click a box to zoom into it, the top box zooms out."""
     W, rowh = PLOT_W, 30
     depth = max((nd["depth"] for nd in nodes), default=0)
     H = (depth + 1) * rowh
-    out = [f'<svg id="pp-icicle" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-           f'aria-label="prefix nesting" data-width="{W}">']
+    out = [
+        f'<svg id="pp-icicle" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+        f'aria-label="prefix nesting" data-width="{W}">'
+    ]
     for nd in nodes:
         x0, x1 = nd["x0"] * W, nd["x1"] * W
         rank = nd["rank"]
@@ -182,19 +225,23 @@ def icicle_svg(nodes: Sequence[Mapping[str, Any]], cands: Mapping[int, Mapping[s
         else:
             label = f"#{rank} {nd['label']} · {v.n(nd['tokens'])} tok"
             prev = v.safe_preview(c)
-            tip = (f"#{rank} {nd['label']}: {v.n(nd['tokens'])} tokens, {v.n(nd['hits'])} hits, "
-                   f"{v.users(c)} users, {v.n(c.get('reusable_tokens'))} reusable")
+            tip = (
+                f"#{rank} {nd['label']}: {v.n(nd['tokens'])} tokens, {v.n(nd['hits'])} hits, "
+                f"{v.users(c)} users, {v.n(c.get('reusable_tokens'))} reusable"
+            )
             if prev:
                 tip += f" — {prev}"
             elif c.get("withheld"):
                 tip += " — " + v.withheld_note(c, record)
             color = KIND_COLORS.get(str(nd["label"]), "#bab0ac")
         y = nd["depth"] * rowh
-        out.append(f'<g class="pp-ice" tabindex="0" data-rank="{"" if rank is None else rank}" data-depth="{nd["depth"]}" '
-                   f'data-x0="{_num(float(nd["x0"]))}" data-x1="{_num(float(nd["x1"]))}" data-hits="{_num(nd["hits"])}" '
-                   f'data-tokens="{"" if nd["tokens"] is None else nd["tokens"]}" data-label="{_e(label)}" data-tip="{_e(tip)}">'
-                   f'<rect x="{_px(x0)}" y="{y}" width="{_px(max(0.0, x1 - x0))}" height="{rowh - 2}" fill="{color}"/>'
-                   f'<text x="{_px(x0 + 4)}" y="{y + 19}">{_e(_fit(label, x1 - x0))}</text><title>{_e(tip)}</title></g>')
+        out.append(
+            f'<g class="pp-ice" tabindex="0" data-rank="{"" if rank is None else rank}" data-depth="{nd["depth"]}" '
+            f'data-x0="{_num(float(nd["x0"]))}" data-x1="{_num(float(nd["x1"]))}" data-hits="{_num(nd["hits"])}" '
+            f'data-tokens="{"" if nd["tokens"] is None else nd["tokens"]}" data-label="{_e(label)}" data-tip="{_e(tip)}">'
+            f'<rect x="{_px(x0)}" y="{y}" width="{_px(max(0.0, x1 - x0))}" height="{rowh - 2}" fill="{color}"/>'
+            f'<text x="{_px(x0 + 4)}" y="{y + 19}">{_e(_fit(label, x1 - x0))}</text><title>{_e(tip)}</title></g>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -204,8 +251,10 @@ def icicle_svg(nodes: Sequence[Mapping[str, Any]], cands: Mapping[int, Mapping[s
 
 def _card(metric: str, title: str, value: str, sub: str = "", raw: Any = None) -> str:
     data = f' data-value="{_e(_num(raw))}"' if isinstance(raw, (int, float)) and not isinstance(raw, bool) else ""
-    return (f'<div class="card" data-metric="{_e(metric)}"{data}><div class="t">{_e(title)}</div>'
-            f'<div class="v">{_e(value)}</div><div class="s">{_e(sub)}</div></div>')
+    return (
+        f'<div class="card" data-metric="{_e(metric)}"{data}><div class="t">{_e(title)}</div>'
+        f'<div class="v">{_e(value)}</div><div class="s">{_e(sub)}</div></div>'
+    )
 
 
 def _table(cls: str, head: Sequence[str], rows: Sequence[str]) -> str:
@@ -223,24 +272,42 @@ def _summary(record: Mapping[str, Any], sim: Mapping[str, Any] | None) -> str:
     covered = (s.get("shared_prefix_tokens") or 0) / total if total else 0.0
     gens = v.generations(sim)
     cards = [
-        _card("requests", "requests", v.n(s.get("requests")),
-              f"{v.n(s.get('malformed_lines'))} malformed line(s) skipped", s.get("requests")),
+        _card(
+            "requests",
+            "requests",
+            v.n(s.get("requests")),
+            f"{v.n(s.get('malformed_lines'))} malformed line(s) skipped",
+            s.get("requests"),
+        ),
         _card("prompt_tokens", "prompt tokens", v.n(total), f"{v.n(s.get('candidates'))} shared prefixes found", total),
-        _card("shared_share", "covered by shared prefixes", v.pct(covered),
-              f"{v.n(s.get('shared_prefix_tokens'))} tokens in ranked prefixes", covered),
-        _card("reusable", "reusable, infinite cache", v.pct(s.get("hit_rate_tokens")),
-              f"{v.pct(s.get('hit_rate_requests'))} of requests hit", s.get("hit_rate_tokens")),
+        _card(
+            "shared_share",
+            "covered by shared prefixes",
+            v.pct(covered),
+            f"{v.n(s.get('shared_prefix_tokens'))} tokens in ranked prefixes",
+            covered,
+        ),
+        _card(
+            "reusable",
+            "reusable, infinite cache",
+            v.pct(s.get("hit_rate_tokens")),
+            f"{v.pct(s.get('hit_rate_requests'))} of requests hit",
+            s.get("hit_rate_tokens"),
+        ),
     ]
     if gens:
-        for key, title, sub in (("in_batch", "in-batch sharing only", "generation a: requests in flight together"),
-                                ("persistent", "persistent radix cache", "generation b: unbounded, across requests"),
-                                ("headline", "at the configured capacity", "")):
+        for key, title, sub in (
+            ("in_batch", "in-batch sharing only", "generation a: requests in flight together"),
+            ("persistent", "persistent radix cache", "generation b: unbounded, across requests"),
+            ("headline", "at the configured capacity", ""),
+        ):
             g = gens.get(key)
             if g:
                 cards.append(_card(key, title, v.pct(g["hit_rate"]), sub or str(g.get("label") or ""), g["hit_rate"]))
     else:
-        cards.append(_card("in_batch", "in-batch vs persistent", "not simulated",
-                           "run the simulation for both generations"))
+        cards.append(
+            _card("in_batch", "in-batch vs persistent", "not simulated", "run the simulation for both generations")
+        )
     sav = v.savings(sim)
     if sav:
         for label, value in sav:
@@ -248,7 +315,9 @@ def _summary(record: Mapping[str, Any], sim: Mapping[str, Any] | None) -> str:
     parts = ['<section id="summary"><h2>Summary</h2><div class="cards">', *cards, "</div>"]
     rows = [f"<tr><th>{_e(k)}</th>{_td(val)}</tr>" for k, val in v.assumptions(record)]
     rows += [f"<tr><th>savings model</th>{_td(a)}</tr>" for a in v.savings_assumptions(sim)]
-    parts.append(f'<h3>Assumptions</h3><table class="kv" id="pp-assumptions"><tbody>{"".join(rows)}</tbody></table></section>')
+    parts.append(
+        f'<h3>Assumptions</h3><table class="kv" id="pp-assumptions"><tbody>{"".join(rows)}</tbody></table></section>'
+    )
     return "".join(parts)
 
 
@@ -256,39 +325,65 @@ def _prefix_table(record: Mapping[str, Any], top: int | None) -> str:
     cands = list(record.get("candidates") or [])[: top or None]
     g = record.get("granularity") or {}
     if not cands:
-        return '<section id="prefixes"><h2>Top shared prefixes</h2><p>No shared prefix met the thresholds.</p></section>'
+        return (
+            '<section id="prefixes"><h2>Top shared prefixes</h2><p>No shared prefix met the thresholds.</p></section>'
+        )
     per_token = v.kv_bytes_per_token(record)
     show_kv = per_token is not None or any(v.candidate_kv_bytes(c, None) is not None for c in cands)
-    head = ["#", "kind", "tokens", "hits", "users", "reusable", "marginal", "parent"] + (["KV memory"] if show_kv else []) + ["preview"]
+    head = (
+        ["#", "kind", "tokens", "hits", "users", "reusable", "marginal", "parent"]
+        + (["KV memory"] if show_kv else [])
+        + ["preview"]
+    )
     rows = []
     for c in cands:
         prev = v.safe_preview(c)
         cls = ' class="withheld"' if c.get("withheld") else ""
-        cells = [_td(c.get("rank"), "r"), _td(c.get("label")), _td(v.n(c.get("length")), "r"), _td(v.n(c.get("hits")), "r"),
-                 _td(v.users(c), "r"), _td(v.n(c.get("reusable_tokens")), "r"), _td(v.n(c.get("marginal_tokens")), "r"),
-                 _td(v.n(c.get("parent")), "r")]
+        cells = [
+            _td(c.get("rank"), "r"),
+            _td(c.get("label")),
+            _td(v.n(c.get("length")), "r"),
+            _td(v.n(c.get("hits")), "r"),
+            _td(v.users(c), "r"),
+            _td(v.n(c.get("reusable_tokens")), "r"),
+            _td(v.n(c.get("marginal_tokens")), "r"),
+            _td(v.n(c.get("parent")), "r"),
+        ]
         if show_kv:
             cells.append(_td(v.human_bytes(v.candidate_kv_bytes(c, per_token)), "r"))
-        cells.append(_td(prev if prev is not None else (v.withheld_note(c, record) if c.get("withheld") else ""), "preview"))
-        rows.append(f'<tr{cls} data-rank="{_e(c.get("rank"))}" data-length="{_e(c.get("length"))}" '
-                    f'data-hits="{_e(c.get("hits"))}" data-withheld="{str(bool(c.get("withheld"))).lower()}">{"".join(cells)}</tr>')
-    note = (f"Tokens are counted at block {v.n(g.get('block_size'))} granularity; <i>reusable</i> = tokens the prefix "
-            f"saves over all its hits, <i>marginal</i> = what it adds beyond its nesting parent.")
-    return (f'<section id="prefixes"><h2>Top shared prefixes</h2><p class="note">{note}</p>'
-            + _table("data", head, rows) + "</section>")
+        cells.append(
+            _td(prev if prev is not None else (v.withheld_note(c, record) if c.get("withheld") else ""), "preview")
+        )
+        rows.append(
+            f'<tr{cls} data-rank="{_e(c.get("rank"))}" data-length="{_e(c.get("length"))}" '
+            f'data-hits="{_e(c.get("hits"))}" data-withheld="{str(bool(c.get("withheld"))).lower()}">{"".join(cells)}</tr>'
+        )
+    note = (
+        f"Tokens are counted at block {v.n(g.get('block_size'))} granularity; <i>reusable</i> = tokens the prefix "
+        f"saves over all its hits, <i>marginal</i> = what it adds beyond its nesting parent."
+    )
+    return (
+        f'<section id="prefixes"><h2>Top shared prefixes</h2><p class="note">{note}</p>'
+        + _table("data", head, rows)
+        + "</section>"
+    )
 
 
 def _rag(record: Mapping[str, Any]) -> str:
     rag = record.get("rag") or {}
     if not rag.get("recurring_chunks"):
         return ""
-    text = (f"{v.n(rag['recurring_chunks'])} document chunks recur across requests ({v.n(rag.get('occurrences'))} "
-            f"occurrences); {v.n(rag.get('prefill_tokens_now'))} of their tokens are prefilled again in the current layout.")
+    text = (
+        f"{v.n(rag['recurring_chunks'])} document chunks recur across requests ({v.n(rag.get('occurrences'))} "
+        f"occurrences); {v.n(rag.get('prefill_tokens_now'))} of their tokens are prefilled again in the current layout."
+    )
     w = rag.get("whatif")
     if w:
-        text += (f" Documents-first layout ({v.n(w.get('requests_rewritten'))} requests rewritten): "
-                 f"{v.n(w.get('reusable_tokens'))} reusable tokens vs {v.n(w.get('reusable_tokens_now'))} now "
-                 f"({w.get('gain_tokens', 0):+,}).")
+        text += (
+            f" Documents-first layout ({v.n(w.get('requests_rewritten'))} requests rewritten): "
+            f"{v.n(w.get('reusable_tokens'))} reusable tokens vs {v.n(w.get('reusable_tokens_now'))} now "
+            f"({w.get('gain_tokens', 0):+,})."
+        )
     return f'<section id="rag"><h2>RAG documents</h2><p>{_e(text)}</p></section>'
 
 
@@ -296,24 +391,53 @@ def _breakers(record: Mapping[str, Any]) -> str:
     bs = v.sorted_breakers(record.get("breakers") or [])
     if not bs:
         return '<section id="breakers"><h2>Cache breakers</h2><p>No cache breakers found.</p></section>'
-    rows = [f'<tr data-kind="{_e(b.get("kind"))}" data-cost="{_e(b.get("cost_tokens"))}">'
-            + "".join([_td(b.get("kind")), _td(b.get("pattern")), _td(v.breaker_where(b)), _td(v.n(b.get("requests")), "r"),
-                       _td(v.n(b.get("variants")), "r"), _td("≈" + v.n(b.get("cost_tokens")), "r"),
-                       _td(b.get("preview") or b.get("example") or "", "preview")]) + "</tr>" for b in bs]
-    return ('<section id="breakers"><h2>Cache breakers</h2><p class="note">Cost ≈ prefill tokens per affected request '
-            "that a stable prefix would reuse.</p>"
-            + _table("data", ["kind", "pattern", "where", "requests", "variants", "cost tokens", "context"], rows) + "</section>")
+    rows = [
+        f'<tr data-kind="{_e(b.get("kind"))}" data-cost="{_e(b.get("cost_tokens"))}">'
+        + "".join(
+            [
+                _td(b.get("kind")),
+                _td(b.get("pattern")),
+                _td(v.breaker_where(b)),
+                _td(v.n(b.get("requests")), "r"),
+                _td(v.n(b.get("variants")), "r"),
+                _td("≈" + v.n(b.get("cost_tokens")), "r"),
+                _td(b.get("preview") or b.get("example") or "", "preview"),
+            ]
+        )
+        + "</tr>"
+        for b in bs
+    ]
+    return (
+        '<section id="breakers"><h2>Cache breakers</h2><p class="note">Cost ≈ prefill tokens per affected request '
+        "that a stable prefix would reuse.</p>"
+        + _table("data", ["kind", "pattern", "where", "requests", "variants", "cost tokens", "context"], rows)
+        + "</section>"
+    )
 
 
 def _findings(record: Mapping[str, Any]) -> str:
     fs = v.findings(record)
     if not fs:
         return ""
-    rows = ["<tr>" + "".join([_td(f.get("severity")), _td(f.get("code")),
-                              _td(":".join(str(x) for x in (f.get("file"), f.get("line")) if x)),
-                              _td(f.get("message")), _td(v.n(f.get("cost_tokens")), "r")]) + "</tr>" for f in fs]
-    return ('<section id="findings"><h2>Check and lint findings</h2>'
-            + _table("data", ["severity", "code", "where", "message", "cost tokens"], rows) + "</section>")
+    rows = [
+        "<tr>"
+        + "".join(
+            [
+                _td(f.get("severity")),
+                _td(f.get("code")),
+                _td(":".join(str(x) for x in (f.get("file"), f.get("line")) if x)),
+                _td(f.get("message")),
+                _td(v.n(f.get("cost_tokens")), "r"),
+            ]
+        )
+        + "</tr>"
+        for f in fs
+    ]
+    return (
+        '<section id="findings"><h2>Check and lint findings</h2>'
+        + _table("data", ["severity", "code", "where", "message", "cost tokens"], rows)
+        + "</section>"
+    )
 
 
 def _errors(record: Mapping[str, Any]) -> str:
@@ -322,15 +446,27 @@ def _errors(record: Mapping[str, Any]) -> str:
     count = errs.get("count") or 0
     if not count and not s.get("render_failures"):
         return '<section id="errors"><h2>Input problems</h2><p>No malformed lines.</p></section>'
-    rows = [f'<tr data-reason="{_e(k)}" data-count="{_e(c)}">{_td(k)}{_td(v.n(c), "r")}</tr>'
-            for k, c in sorted((errs.get("by_reason") or {}).items())]
-    samples = "".join(f"<li><code>{_e(e.get('source'))}:{_e(e.get('line'))}</code>: {_e(e.get('reason'))}</li>"
-                      for e in (errs.get("samples") or [])[:20])
-    return (f'<section id="errors"><h2>Input problems</h2><p id="pp-malformed" data-count="{_e(count)}">'
-            f'{_e(v.n(count))} malformed line(s) skipped'
-            + (f"; {_e(v.n(s.get('render_failures')))} request(s) could not be rendered" if s.get("render_failures") else "")
-            + ".</p>" + _table("data", ["reason", "lines"], rows) + (f"<ul class='samples'>{samples}</ul>" if samples else "")
-            + "</section>")
+    rows = [
+        f'<tr data-reason="{_e(k)}" data-count="{_e(c)}">{_td(k)}{_td(v.n(c), "r")}</tr>'
+        for k, c in sorted((errs.get("by_reason") or {}).items())
+    ]
+    samples = "".join(
+        f"<li><code>{_e(e.get('source'))}:{_e(e.get('line'))}</code>: {_e(e.get('reason'))}</li>"
+        for e in (errs.get("samples") or [])[:20]
+    )
+    return (
+        f'<section id="errors"><h2>Input problems</h2><p id="pp-malformed" data-count="{_e(count)}">'
+        f"{_e(v.n(count))} malformed line(s) skipped"
+        + (
+            f"; {_e(v.n(s.get('render_failures')))} request(s) could not be rendered"
+            if s.get("render_failures")
+            else ""
+        )
+        + ".</p>"
+        + _table("data", ["reason", "lines"], rows)
+        + (f"<ul class='samples'>{samples}</ul>" if samples else "")
+        + "</section>"
+    )
 
 
 def plot_data(record: Mapping[str, Any], top: int | None = None) -> dict[str, Any]:
@@ -340,22 +476,55 @@ def plot_data(record: Mapping[str, Any], top: int | None = None) -> dict[str, An
     s = record.get("summary") or {}
     return {
         "schema_version": record.get("schema_version"),
-        "summary": {k: _finite(s.get(k)) for k in ("requests", "prompt_tokens", "reusable_tokens", "hit_rate_tokens",
-                                                  "hit_rate_requests", "shared_prefix_tokens", "malformed_lines",
-                                                  "render_failures", "candidates", "exact")},
+        "summary": {
+            k: _finite(s.get(k))
+            for k in (
+                "requests",
+                "prompt_tokens",
+                "reusable_tokens",
+                "hit_rate_tokens",
+                "hit_rate_requests",
+                "shared_prefix_tokens",
+                "malformed_lines",
+                "render_failures",
+                "candidates",
+                "exact",
+            )
+        },
         "privacy": {"min_tenants": (record.get("privacy") or {}).get("min_tenants")},
         "kinds": [{"kind": k, "tokens": t, "reused": r} for k, t, r in v.ordered_kinds(record.get("kinds") or {})],
         "generations": v.generations(sim),
         "sweep": {p: [[c, r] for c, r in pts] for p, pts in v.sweep(sim).items()},
         "configured_capacity": v.configured_capacity(sim),
-        "candidates": [{k: c.get(k) for k in ("rank", "label", "length", "hits", "tenants", "reusable_tokens",
-                                             "marginal_tokens", "parent", "withheld")} for c in cands],
-        "icicle": [{k: nd[k] for k in ("rank", "depth", "x0", "x1", "hits", "tokens")}
-                   for nd in v.icicle({**record, "candidates": cands[:ICICLE_MAX]})],
-        "breakers": [{k: b.get(k) for k in ("kind", "pattern", "requests", "variants", "cost_tokens")}
-                     for b in v.sorted_breakers(record.get("breakers") or [])],
-        "errors": {"count": (record.get("errors") or {}).get("count", 0),
-                   "by_reason": dict(sorted(((record.get("errors") or {}).get("by_reason") or {}).items()))},
+        "candidates": [
+            {
+                k: c.get(k)
+                for k in (
+                    "rank",
+                    "label",
+                    "length",
+                    "hits",
+                    "tenants",
+                    "reusable_tokens",
+                    "marginal_tokens",
+                    "parent",
+                    "withheld",
+                )
+            }
+            for c in cands
+        ],
+        "icicle": [
+            {k: nd[k] for k in ("rank", "depth", "x0", "x1", "hits", "tokens")}
+            for nd in v.icicle({**record, "candidates": cands[:ICICLE_MAX]})
+        ],
+        "breakers": [
+            {k: b.get(k) for k in ("kind", "pattern", "requests", "variants", "cost_tokens")}
+            for b in v.sorted_breakers(record.get("breakers") or [])
+        ],
+        "errors": {
+            "count": (record.get("errors") or {}).get("count", 0),
+            "by_reason": dict(sorted(((record.get("errors") or {}).get("by_reason") or {}).items())),
+        },
     }
 
 
@@ -426,38 +595,56 @@ def render_html(record: Mapping[str, Any], *, top: int | None = None, title: str
     cands = list(record.get("candidates") or [])[: top or None]
     min_t = (record.get("privacy") or {}).get("min_tenants")
     by_rank = {c["rank"]: c for c in cands if c.get("rank") is not None}
-    body = [f"<h1>{_e(title)}</h1>",
-            f'<p class="sub">{_e(v.n(s.get("requests")))} requests · {_e(record.get("tool", "prefixplan"))} · '
-            f'created {_e(record.get("created", "-"))} · tokens {"exact" if s.get("exact") else "APPROXIMATE"}</p>',
-            f'<p class="note" id="pp-privacy" data-min-tenants="{_e(min_t)}">Privacy: {_e(v.privacy_sentence(record))}. '
-            "This page loads nothing from the network.</p>",
-            _summary(record, sim)]
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="sub">{_e(v.n(s.get("requests")))} requests · {_e(record.get("tool", "prefixplan"))} · '
+        f"created {_e(record.get('created', '-'))} · tokens {'exact' if s.get('exact') else 'APPROXIMATE'}</p>",
+        f'<p class="note" id="pp-privacy" data-min-tenants="{_e(min_t)}">Privacy: {_e(v.privacy_sentence(record))}. '
+        "This page loads nothing from the network.</p>",
+        _summary(record, sim),
+    ]
     curves = v.sweep(sim)
     if curves:
-        body.append('<section id="capacity"><h2>Hit rate vs cache capacity</h2>'
-                    + capacity_plot(curves, v.configured_capacity(sim), s.get("hit_rate_tokens")) + "</section>")
+        body.append(
+            '<section id="capacity"><h2>Hit rate vs cache capacity</h2>'
+            + capacity_plot(curves, v.configured_capacity(sim), s.get("hit_rate_tokens"))
+            + "</section>"
+        )
     kinds = v.ordered_kinds(record.get("kinds") or {})
     if kinds:
         total = sum(max(0, t) for _, t, _ in kinds) or 1
-        legend = [f'<tr data-kind="{_e(k)}"><td><span style="background:{KIND_COLORS.get(k, "#bab0ac")}"></span>'
-                  f"{_e(v.KIND_LABELS.get(k, k))}</td>{_td(v.n(t), 'r')}{_td(v.pct(t / total), 'r')}"
-                  f"{_td(v.pct(r / t) if t else '-', 'r')}</tr>" for k, t, r in kinds]
-        body.append('<section id="kinds"><h2>Where prompt tokens go</h2>' + kinds_bar(kinds)
-                    + _table("data legend-table", ["kind", "tokens", "share", "reusable"], legend) + "</section>")
+        legend = [
+            f'<tr data-kind="{_e(k)}"><td><span style="background:{KIND_COLORS.get(k, "#bab0ac")}"></span>'
+            f"{_e(v.KIND_LABELS.get(k, k))}</td>{_td(v.n(t), 'r')}{_td(v.pct(t / total), 'r')}"
+            f"{_td(v.pct(r / t) if t else '-', 'r')}</tr>"
+            for k, t, r in kinds
+        ]
+        body.append(
+            '<section id="kinds"><h2>Where prompt tokens go</h2>'
+            + kinds_bar(kinds)
+            + _table("data legend-table", ["kind", "tokens", "share", "reusable"], legend)
+            + "</section>"
+        )
     body.append(_prefix_table(record, top))
     nodes = v.icicle({**record, "candidates": cands[:ICICLE_MAX]})
     if len(nodes) > 1:
-        body.append('<section id="nesting"><h2>Prefix nesting</h2><p class="note">Each box is a ranked prefix, nested '
-                    "under the prefix it extends; width = share of requests through it. Hover for tokens and hits, click "
-                    "to zoom, click the top box to zoom out.</p>" + icicle_svg(nodes, by_rank, record) + "</section>")
+        body.append(
+            '<section id="nesting"><h2>Prefix nesting</h2><p class="note">Each box is a ranked prefix, nested '
+            "under the prefix it extends; width = share of requests through it. Hover for tokens and hits, click "
+            "to zoom, click the top box to zoom out.</p>" + icicle_svg(nodes, by_rank, record) + "</section>"
+        )
     body += [_rag(record), _breakers(record), _findings(record), _errors(record)]
-    body.append(f"<footer>Inputs: {_e(inputs)}. Generated by {_e(record.get('tool', 'prefixplan'))} from analysis "
-                f"record schema {_e(record.get('schema_version'))}.</footer>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
-            + "".join(body)
-            + '<div id="pp-tip" role="tooltip"></div>'
-            + f'<script type="application/json" id="pp-data">{_script_json(plot_data(record, top))}</script>'
-            + f"<script>{JS}</script></body></html>\n")
+    body.append(
+        f"<footer>Inputs: {_e(inputs)}. Generated by {_e(record.get('tool', 'prefixplan'))} from analysis "
+        f"record schema {_e(record.get('schema_version'))}.</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
+        + "".join(body)
+        + '<div id="pp-tip" role="tooltip"></div>'
+        + f'<script type="application/json" id="pp-data">{_script_json(plot_data(record, top))}</script>'
+        + f"<script>{JS}</script></body></html>\n"
+    )

@@ -63,7 +63,9 @@ def human_bytes(b: float | None) -> str:
 def ordered_kinds(kinds: Mapping[str, Mapping[str, int]]) -> list[tuple[str, int, int]]:
     """``(kind, tokens, reused)`` in the fixed order system, tools, rag, history, user, template, then others."""
     rest = sorted(k for k in kinds if k not in KIND_ORDER)
-    return [(k, int(kinds[k].get("tokens", 0)), int(kinds[k].get("reused", 0))) for k in (*KIND_ORDER, *rest) if k in kinds]
+    return [
+        (k, int(kinds[k].get("tokens", 0)), int(kinds[k].get("reused", 0))) for k in (*KIND_ORDER, *rest) if k in kinds
+    ]
 
 
 def assumptions(record: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -75,7 +77,11 @@ def assumptions(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     gran = (f"{g['engine']} preset, " if g.get("engine") else "") + f"block {g.get('block_size', '?')} tokens"
     if g.get("rule"):
         gran += f" ({g['rule']})"
-    exact = "exact engine tokens" if s.get("exact") else f"approximate: {s.get('approximate_reason') or 'approximate rendering'}"
+    exact = (
+        "exact engine tokens"
+        if s.get("exact")
+        else f"approximate: {s.get('approximate_reason') or 'approximate rendering'}"
+    )
     rows = [
         ("tokenizer", str(tok.get("label") or tok.get("spec") or "-")),
         ("token counts", exact),
@@ -90,8 +96,10 @@ def assumptions(record: Mapping[str, Any]) -> list[tuple[str, str]]:
 def privacy_sentence(record: Mapping[str, Any]) -> str:
     p = record.get("privacy") or {}
     m = p.get("min_tenants", "?")
-    return (f"min_tenants = {m}: token ids and text are withheld for prefixes shared by fewer than {m} distinct users; "
-            f"user-authored text is {'shown' if p.get('show_user_text') else 'never previewed'}")
+    return (
+        f"min_tenants = {m}: token ids and text are withheld for prefixes shared by fewer than {m} distinct users; "
+        f"user-authored text is {'shown' if p.get('show_user_text') else 'never previewed'}"
+    )
 
 
 def withheld_note(c: Mapping[str, Any], record: Mapping[str, Any]) -> str:
@@ -113,8 +121,12 @@ def users(c: Mapping[str, Any]) -> str:
 
 def kv_bytes_per_token(record: Mapping[str, Any]) -> float | None:
     """KV bytes per token from the record (simulation section or top level), if known."""
-    for src in (record.get("simulation") or {}, (record.get("simulation") or {}).get("savings") or {},
-                record.get("model") or {}, record):
+    for src in (
+        record.get("simulation") or {},
+        (record.get("simulation") or {}).get("savings") or {},
+        record.get("model") or {},
+        record,
+    ):
         v = src.get("kv_bytes_per_token") if isinstance(src, Mapping) else None
         if isinstance(v, (int, float)) and v > 0:
             return float(v)
@@ -151,8 +163,16 @@ def findings(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     check = record.get("check")
     if isinstance(check, Mapping):
         items += list(check.get("findings") or [])
-    return sorted(items, key=lambda f: (SEVERITY_ORDER.get(str(f.get("severity")), 3), str(f.get("file") or ""),
-                                        f.get("line") or 0, str(f.get("code") or ""), str(f.get("message") or "")))
+    return sorted(
+        items,
+        key=lambda f: (
+            SEVERITY_ORDER.get(str(f.get("severity")), 3),
+            str(f.get("file") or ""),
+            f.get("line") or 0,
+            str(f.get("code") or ""),
+            str(f.get("message") or ""),
+        ),
+    )
 
 
 # --- the simulation section -------------------------------------------------------------
@@ -188,9 +208,14 @@ def generations(sim: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
             continue
         if name == "headline" and sim.get("headline") == sim.get("persistent"):
             continue
-        out[name] = {"label": run.get("label"), "hit_rate": float(run["hit_rate_tokens"]),
-                     "hit_rate_requests": run.get("hit_rate_requests"), "hit_tokens": run.get("hit_tokens"),
-                     "capacity_tokens": _num_or_none(run.get("capacity_tokens")), "policy": run.get("policy")}
+        out[name] = {
+            "label": run.get("label"),
+            "hit_rate": float(run["hit_rate_tokens"]),
+            "hit_rate_requests": run.get("hit_rate_requests"),
+            "hit_tokens": run.get("hit_tokens"),
+            "capacity_tokens": _num_or_none(run.get("capacity_tokens")),
+            "policy": run.get("policy"),
+        }
     return out
 
 
@@ -242,8 +267,13 @@ def savings(sim: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     sav = sim.get("savings")
     if isinstance(sav, Mapping):
         if sav.get("gpu_seconds_saved") is not None:
-            rows.append(("GPU-seconds saved", f"{_secs(sav['gpu_seconds_saved'])} "
-                                              f"({_secs(sav.get('gpu_seconds_without'))} → {_secs(sav.get('gpu_seconds_with'))})"))
+            rows.append(
+                (
+                    "GPU-seconds saved",
+                    f"{_secs(sav['gpu_seconds_saved'])} "
+                    f"({_secs(sav.get('gpu_seconds_without'))} → {_secs(sav.get('gpu_seconds_with'))})",
+                )
+            )
         for q in ("p50", "p95"):
             before, after = sav.get(f"ttft_{q}_without_s"), sav.get(f"ttft_{q}_with_s")
             if before is not None or after is not None:
@@ -267,7 +297,10 @@ def savings_assumptions(sim: Mapping[str, Any] | None) -> list[str]:
     sav = sim.get("savings")
     notes = [str(x) for x in sim.get("notes") or []]
     if isinstance(sav, Mapping) and sav.get("profile") and not any(str(sav["profile"]) in x for x in notes):
-        out.append(f"prefill profile {sav['profile']}" + (" (an assumption, not measured)" if sav.get("profile_is_assumption") else ""))
+        out.append(
+            f"prefill profile {sav['profile']}"
+            + (" (an assumption, not measured)" if sav.get("profile_is_assumption") else "")
+        )
     if isinstance(sim.get("money"), Mapping) and sim["money"].get("prices_as_of"):
         out.append(f"prices as of {sim['money']['prices_as_of']}")
     return out + notes
@@ -290,7 +323,9 @@ def icicle(record: Mapping[str, Any], max_depth: int = 4) -> list[dict[str, Any]
     for c in cands:
         parent = c.get("parent") if c.get("parent") in by_rank and c.get("parent") != c["rank"] else None
         kids.setdefault(parent, []).append(c)
-    total = float(max((record.get("summary") or {}).get("requests") or 0, sum(c.get("hits", 0) for c in kids.get(None, [])), 1))
+    total = float(
+        max((record.get("summary") or {}).get("requests") or 0, sum(c.get("hits", 0) for c in kids.get(None, [])), 1)
+    )
     out = [{"rank": None, "depth": 0, "x0": 0.0, "x1": 1.0, "hits": total, "tokens": None, "label": "all requests"}]
 
     def place(parent: Any, x0: float, width: float, value: float, depth: int, seen: frozenset) -> None:
@@ -304,8 +339,17 @@ def icicle(record: Mapping[str, Any], max_depth: int = 4) -> list[dict[str, Any]
             if c["rank"] in seen:
                 continue
             w = max(0, c.get("hits", 0)) * scale
-            out.append({"rank": c["rank"], "depth": depth, "x0": x, "x1": x + w, "hits": c.get("hits", 0),
-                        "tokens": c.get("length"), "label": c.get("label")})
+            out.append(
+                {
+                    "rank": c["rank"],
+                    "depth": depth,
+                    "x0": x,
+                    "x1": x + w,
+                    "hits": c.get("hits", 0),
+                    "tokens": c.get("length"),
+                    "label": c.get("label"),
+                }
+            )
             place(c["rank"], x, w, max(1, c.get("hits", 0)), depth + 1, seen | {c["rank"]})
             x += w
 

@@ -51,10 +51,14 @@ class KVShape:
     def formula(self) -> str:
         """The arithmetic, for reports."""
         if self.mla:
-            return (f"{self.layers} layers x ({self.kv_lora_rank} + {self.qk_rope_head_dim}) x {self.dtype_bytes} B"
-                    f" = {self.bytes_per_token:,} B/token (MLA latent)")
-        return (f"2 x {self.layers} layers x {self.kv_heads} kv heads x {self.head_dim} x {self.dtype_bytes} B"
-                f" = {self.bytes_per_token:,} B/token")
+            return (
+                f"{self.layers} layers x ({self.kv_lora_rank} + {self.qk_rope_head_dim}) x {self.dtype_bytes} B"
+                f" = {self.bytes_per_token:,} B/token (MLA latent)"
+            )
+        return (
+            f"2 x {self.layers} layers x {self.kv_heads} kv heads x {self.head_dim} x {self.dtype_bytes} B"
+            f" = {self.bytes_per_token:,} B/token"
+        )
 
 
 # Values from each model's published config.json (Hugging Face), KV in bf16.
@@ -89,15 +93,23 @@ def lookup_builtin(model: str, dtype_bytes: int | None = None) -> KVShape:
             return _with_dtype(shape, dtype_bytes)
     raise UsageError(
         f"no built-in KV size for model {model!r}",
-        hint="pass --model-config path/to/config.json, or one of: " + ", ".join(n.split("/")[-1] for n in builtin_names()),
+        hint="pass --model-config path/to/config.json, or one of: "
+        + ", ".join(n.split("/")[-1] for n in builtin_names()),
     )
 
 
 def _with_dtype(shape: KVShape, dtype_bytes: int | None) -> KVShape:
     if dtype_bytes is None:
         return shape
-    return KVShape(shape.name, shape.layers, shape.kv_heads, shape.head_dim, dtype_bytes, shape.kv_lora_rank,
-                   shape.qk_rope_head_dim)
+    return KVShape(
+        shape.name,
+        shape.layers,
+        shape.kv_heads,
+        shape.head_dim,
+        dtype_bytes,
+        shape.kv_lora_rank,
+        shape.qk_rope_head_dim,
+    )
 
 
 def from_config(config: dict, name: str = "config.json", dtype_bytes: int | None = None) -> KVShape:
@@ -109,8 +121,13 @@ def from_config(config: dict, name: str = "config.json", dtype_bytes: int | None
             dtype = str(cfg.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
             dtype_bytes = DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
         if cfg.get("kv_lora_rank"):
-            return KVShape(name, layers, dtype_bytes=dtype_bytes, kv_lora_rank=int(cfg["kv_lora_rank"]),
-                           qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0))
+            return KVShape(
+                name,
+                layers,
+                dtype_bytes=dtype_bytes,
+                kv_lora_rank=int(cfg["kv_lora_rank"]),
+                qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+            )
         heads = int(cfg.get("num_attention_heads") or cfg["n_head"])
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
         head_dim = cfg.get("head_dim")

@@ -71,15 +71,47 @@ class PrefillProfile:
 BUILTIN_PROFILES: dict[str, PrefillProfile] = {
     p.name: p
     for p in (
-        PrefillProfile("h100-8b", a=0.015, b=6.0e-5, c=1.5e-9, gpu="H100-80GB", model="8B dense (bf16)",
-                       gpu_hour_price=2.5, source="assumption: rough public prefill throughput, not measured"),
-        PrefillProfile("a100-8b", a=0.02, b=1.2e-4, c=3.0e-9, gpu="A100-80GB", model="8B dense (bf16)",
-                       gpu_hour_price=1.6, source="assumption: rough public prefill throughput, not measured"),
-        PrefillProfile("l4-8b", a=0.03, b=5.0e-4, c=1.2e-8, gpu="L4-24GB", model="8B dense (bf16)",
-                       gpu_hour_price=0.8, source="assumption: rough public prefill throughput, not measured"),
-        PrefillProfile("h100x4-70b", a=0.03, b=1.5e-4, c=2.5e-9, gpus=4, gpu="4x H100-80GB (TP4)",
-                       model="70B dense (bf16)", gpu_hour_price=2.5,
-                       source="assumption: rough public prefill throughput, not measured"),
+        PrefillProfile(
+            "h100-8b",
+            a=0.015,
+            b=6.0e-5,
+            c=1.5e-9,
+            gpu="H100-80GB",
+            model="8B dense (bf16)",
+            gpu_hour_price=2.5,
+            source="assumption: rough public prefill throughput, not measured",
+        ),
+        PrefillProfile(
+            "a100-8b",
+            a=0.02,
+            b=1.2e-4,
+            c=3.0e-9,
+            gpu="A100-80GB",
+            model="8B dense (bf16)",
+            gpu_hour_price=1.6,
+            source="assumption: rough public prefill throughput, not measured",
+        ),
+        PrefillProfile(
+            "l4-8b",
+            a=0.03,
+            b=5.0e-4,
+            c=1.2e-8,
+            gpu="L4-24GB",
+            model="8B dense (bf16)",
+            gpu_hour_price=0.8,
+            source="assumption: rough public prefill throughput, not measured",
+        ),
+        PrefillProfile(
+            "h100x4-70b",
+            a=0.03,
+            b=1.5e-4,
+            c=2.5e-9,
+            gpus=4,
+            gpu="4x H100-80GB (TP4)",
+            model="70B dense (bf16)",
+            gpu_hour_price=2.5,
+            source="assumption: rough public prefill throughput, not measured",
+        ),
     )
 }
 DEFAULT_PROFILE = "h100-8b"
@@ -184,16 +216,26 @@ def load_profile(
         return found
     raise UsageError(
         f"unknown prefill profile {text!r}",
-        hint="use a YAML file, a name stored by prefixplan calibrate, or one of: " + ", ".join(sorted(BUILTIN_PROFILES)),
+        hint="use a YAML file, a name stored by prefixplan calibrate, or one of: "
+        + ", ".join(sorted(BUILTIN_PROFILES)),
     )
 
 
 def profile_mapping(profile: PrefillProfile) -> dict[str, Any]:
     """The YAML mapping of a profile (the format :func:`profile_from_mapping` reads)."""
-    data: dict[str, Any] = {"kind": PROFILE_KIND, "version": 1, "formula": FORMULA,
-                            "a_s": profile.a, "b_s_per_token": profile.b, "c_s_per_token2": profile.c,
-                            "name": profile.name, "gpu": profile.gpu, "model": profile.model, "gpus": profile.gpus,
-                            "source": profile.source}
+    data: dict[str, Any] = {
+        "kind": PROFILE_KIND,
+        "version": 1,
+        "formula": FORMULA,
+        "a_s": profile.a,
+        "b_s_per_token": profile.b,
+        "c_s_per_token2": profile.c,
+        "name": profile.name,
+        "gpu": profile.gpu,
+        "model": profile.model,
+        "gpus": profile.gpus,
+        "source": profile.source,
+    }
     if profile.gpu_hour_price is not None:
         data["gpu_hour_price"] = profile.gpu_hour_price
     return data
@@ -208,8 +250,15 @@ def dump_profile(profile: PrefillProfile) -> str:
 
 def profile_json(profile: PrefillProfile) -> dict[str, Any]:
     """A profile as shown in JSON outputs (warm plans, simulations)."""
-    return {"name": profile.name, "a_s": profile.a, "b_s_per_token": profile.b, "c_s_per_token2": profile.c,
-            "gpus": profile.gpus, "source": profile.source, "assumed": profile.assumed}
+    return {
+        "name": profile.name,
+        "a_s": profile.a,
+        "b_s_per_token": profile.b,
+        "c_s_per_token2": profile.c,
+        "gpus": profile.gpus,
+        "source": profile.source,
+        "assumed": profile.assumed,
+    }
 
 
 @dataclass(frozen=True, slots=True)

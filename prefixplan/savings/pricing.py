@@ -58,8 +58,10 @@ def model_price(table: dict, provider: str, model: str) -> tuple[str, dict[str, 
         if (name == key.lower() or name.startswith(key.lower())) and (best is None or len(key) > len(best)):
             best = key
     if best is None:
-        raise UsageError(f"no {provider} price for model {model!r}",
-                         hint="add it to a --prices YAML file (layout: prefixplan/data/prices.yaml)")
+        raise UsageError(
+            f"no {provider} price for model {model!r}",
+            hint="add it to a --prices YAML file (layout: prefixplan/data/prices.yaml)",
+        )
     return best, {k: float(v) for k, v in models[best].items()}
 
 
@@ -100,7 +102,7 @@ def hosted_cost(
         write_mult = float((conf.get("cache_write_multiplier") or {}).get(ttl, 1.25))
         plain = prompt_tokens - read_tokens - write_tokens
         with_cache = price * (plain + write_tokens * write_mult + read_tokens * read_mult)
-        detail = (f"{key}: ${entry['input']:g}/M input, writes x{write_mult:g} ({ttl}), reads x{read_mult:g}")
+        detail = f"{key}: ${entry['input']:g}/M input, writes x{write_mult:g} ({ttl}), reads x{read_mult:g}"
     elif provider == "openai":
         cached_price = entry.get("cached_input", entry["input"]) * per
         with_cache = price * (prompt_tokens - read_tokens) + cached_price * read_tokens

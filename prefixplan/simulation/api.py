@@ -116,14 +116,33 @@ class SimResult:
         raise KeyError(label)
 
 
-def _run_from_blocks(trace: BlockTrace, label: str, policy: str, cap: float | None, hits: np.ndarray,
-                     evictions: int, gran: Granularity, tier_blocks=None) -> CacheRun:
+def _run_from_blocks(
+    trace: BlockTrace,
+    label: str,
+    policy: str,
+    cap: float | None,
+    hits: np.ndarray,
+    evictions: int,
+    gran: Granularity,
+    tier_blocks=None,
+) -> CacheRun:
     cached = hits * trace.block_tokens
     if gran.min_tokens and gran.breakpoints is None:
         cached = np.where(cached >= gran.min_tokens, cached, 0)
     loaded = {k: int((v * trace.block_tokens).sum()) for k, v in (tier_blocks or {}).items()}
-    return CacheRun(label, policy, cap, gran.describe(), int(trace.prompt_tokens.sum()), int(cached.sum()),
-                    trace.n_requests, int((cached > 0).sum()), int(evictions), cached.astype(np.int64), loaded)
+    return CacheRun(
+        label,
+        policy,
+        cap,
+        gran.describe(),
+        int(trace.prompt_tokens.sum()),
+        int(cached.sum()),
+        trace.n_requests,
+        int((cached > 0).sum()),
+        int(evictions),
+        cached.astype(np.int64),
+        loaded,
+    )
 
 
 def _partition_json(trace: BlockTrace, config: SimConfig, pol: str, cap: float, pinned_blocks: int) -> dict | None:
@@ -195,12 +214,20 @@ class Simulation:
             if pol not in POLICIES:
                 raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
         ttl = parse_ttl(config.cache.ttl)
-        if not 0 <= config.cache.running_fraction < 1 or not 0 <= config.cache.pinned_fraction < 1 \
-                or config.cache.pinned_fraction + config.cache.running_fraction >= 1:
-            raise UsageError("pinned and running fractions must be >= 0 and leave room for the eviction policy",
-                             hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to LRU)")
-        self._anthropic = AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0,
-                                         gran.breakpoints or "request") if gran.breakpoints is not None else None
+        if (
+            not 0 <= config.cache.running_fraction < 1
+            or not 0 <= config.cache.pinned_fraction < 1
+            or config.cache.pinned_fraction + config.cache.running_fraction >= 1
+        ):
+            raise UsageError(
+                "pinned and running fractions must be >= 0 and leave room for the eviction policy",
+                hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to LRU)",
+            )
+        self._anthropic = (
+            AnthropicCache(gran.min_tokens, ttl if ttl is not None else 300.0, gran.breakpoints or "request")
+            if gran.breakpoints is not None
+            else None
+        )
         self._builder = TraceBuilder(gran, observer=self._anthropic)
         self._count = 0
 
@@ -228,20 +255,44 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         read = np.asarray(anthropic.read, dtype=np.int64)
         ttl_s = ttl if ttl is not None else 300.0
         label = f"anthropic cache, ttl {ttl_s:g}s"
-        runs.append(CacheRun(label, "anthropic", None, gran.describe(), int(trace.prompt_tokens.sum()),
-                             int(read.sum()), trace.n_requests, int((read > 0).sum()), 0, read, {},
-                             int(sum(anthropic.write))))
+        runs.append(
+            CacheRun(
+                label,
+                "anthropic",
+                None,
+                gran.describe(),
+                int(trace.prompt_tokens.sum()),
+                int(read.sum()),
+                trace.n_requests,
+                int((read > 0).sum()),
+                0,
+                read,
+                {},
+                int(sum(anthropic.write)),
+            )
+        )
         persistent = headline = label
     else:
         if config.cache.provider is None:
             tree = build_tree(trace)
-            hits = in_batch_hits(trace, tree, service_times(trace, config.workload.batch_window, config.workload.prefill_tps,
-                                                            config.workload.decode_tps, config.workload.default_output))
+            hits = in_batch_hits(
+                trace,
+                tree,
+                service_times(
+                    trace,
+                    config.workload.batch_window,
+                    config.workload.prefill_tps,
+                    config.workload.decode_tps,
+                    config.workload.default_output,
+                ),
+            )
             in_batch_label = "in-batch sharing (generation a)"
             runs.append(_run_from_blocks(trace, in_batch_label, "in-batch", None, hits, 0, gran))
             if config.workload.batch_window is None:
-                notes.append(f"in-batch service time = prompt/{config.workload.prefill_tps:g} tok/s + output/"
-                             f"{config.workload.decode_tps:g} tok/s (output {config.workload.default_output} when unknown): assumption")
+                notes.append(
+                    f"in-batch service time = prompt/{config.workload.prefill_tps:g} tok/s + output/"
+                    f"{config.workload.decode_tps:g} tok/s (output {config.workload.default_output} when unknown): assumption"
+                )
         if config.cache.provider is not None and ttl is None:
             ttl = 300.0
             notes.append("hosted cache TTL assumed 5m (use --cache-ttl)")
@@ -257,14 +308,21 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
             curve = []
             for cap in config.cache.capacities:
                 cache_tok, frac = config.cache.partition(float(cap))
-                spec = CacheSpec(policy=pol, capacity_tokens=cache_tok, ttl_s=ttl,
-                                 pinned_fraction=frac, pins=config.cache.pins,
-                                 auto_promote=config.cache.auto_promote, tiers=config.cache.tiers if pol == "lru" else (),
-                                 prewarm_pins=config.cache.prewarm_pins)
+                spec = CacheSpec(
+                    policy=pol,
+                    capacity_tokens=cache_tok,
+                    ttl_s=ttl,
+                    pinned_fraction=frac,
+                    pins=config.cache.pins,
+                    auto_promote=config.cache.auto_promote,
+                    tiers=config.cache.tiers if pol == "lru" else (),
+                    prewarm_pins=config.cache.prewarm_pins,
+                )
                 res = run_model(trace, spec, priorities=prios, _stack_cache=stacks)
                 label = spec.label(float(cap), config.cache.pinned_fraction, config.cache.running_fraction)
-                run = _run_from_blocks(trace, label, pol, float(cap), res.hit_blocks, res.evictions, gran,
-                                       res.tier_blocks)
+                run = _run_from_blocks(
+                    trace, label, pol, float(cap), res.hit_blocks, res.evictions, gran, res.tier_blocks
+                )
                 run = replace(run, partition=_partition_json(trace, config, pol, float(cap), res.pinned_blocks))
                 if res.tier_blocks:
                     tier_hits[label] = res.tier_blocks
@@ -285,8 +343,10 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         need = len(choose_pins(trace, config.cache.pins, math.inf)) * bt
         room = head.partition["pinned_tokens"]
         if need > room:
-            notes.append(f"the pins need {need:,} tokens but the pinned partition holds {room:,} at "
-                         f"{head.capacity_tokens:,.0f} tokens: pins are admitted in rank order, the rest cut")
+            notes.append(
+                f"the pins need {need:,} tokens but the pinned partition holds {room:,} at "
+                f"{head.capacity_tokens:,.0f} tokens: pins are admitted in rank order, the rest cut"
+            )
         elif need == 0:
             notes.append("no pinned prefix occurs in this log (tokenizer, namespace or block size differ?)")
     # savings
@@ -310,8 +370,15 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     if config.cache.provider is not None and config.cache.model:
         table = load_prices(config.savings.prices_file)
         ttl_label = "1h" if (ttl or 300.0) >= 3600 else "5m"
-        money = hosted_cost(config.cache.provider, config.cache.model, head.prompt_tokens, head.hit_tokens, head.write_tokens,
-                            ttl_label, table)
+        money = hosted_cost(
+            config.cache.provider,
+            config.cache.model,
+            head.prompt_tokens,
+            head.hit_tokens,
+            head.write_tokens,
+            ttl_label,
+            table,
+        )
         notes.append(f"prices as of {money.as_of}: {money.detail}")
     elif savings is not None:
         price = config.savings.gpu_hour_price if config.savings.gpu_hour_price is not None else profile.gpu_hour_price
@@ -330,9 +397,12 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         auto = config.cache.auto_promote or AutoPromote()
         models = {
             "lru": run_model(trace, CacheSpec("lru", cap, ttl), _stack_cache=stacks).hit_blocks,
-            f"pinned {share:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, pins,
-                                                                prewarm_pins=config.cache.prewarm_pins)).hit_blocks,
-            f"auto-promote {share:.0%}": run_model(trace, CacheSpec("lru", cap, ttl, frac, auto_promote=auto)).hit_blocks,
+            f"pinned {share:.0%}": run_model(
+                trace, CacheSpec("lru", cap, ttl, frac, pins, prewarm_pins=config.cache.prewarm_pins)
+            ).hit_blocks,
+            f"auto-promote {share:.0%}": run_model(
+                trace, CacheSpec("lru", cap, ttl, frac, auto_promote=auto)
+            ).hit_blocks,
         }
         risk = tuple(eviction_risk(trace, build_tree(trace), list(config.workload.hot_prefixes), models))
     return SimResult(
@@ -354,13 +424,19 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     )
 
 
-def sweep(requests: Iterable[SimRequest], capacities: Iterable[float], policies: Iterable[str] = ("lru",),
-          config: SimConfig | None = None) -> dict[str, list[tuple[float, float, float]]]:
+def sweep(
+    requests: Iterable[SimRequest],
+    capacities: Iterable[float],
+    policies: Iterable[str] = ("lru",),
+    config: SimConfig | None = None,
+) -> dict[str, list[tuple[float, float, float]]]:
     """Hit-rate curve per policy: ``{policy: [(capacity, token hit rate, request hit rate)]}``."""
     base = config or SimConfig()
-    cfg = replace(base, cache=replace(base.cache, capacities=tuple(float(c) for c in capacities),
-                                      policies=tuple(policies)),
-                  workload=replace(base.workload, hot_prefixes=()))
+    cfg = replace(
+        base,
+        cache=replace(base.cache, capacities=tuple(float(c) for c in capacities), policies=tuple(policies)),
+        workload=replace(base.workload, hot_prefixes=()),
+    )
     return simulate(requests, cfg).curves
 
 
@@ -401,9 +477,13 @@ def to_json(result: SimResult) -> dict[str, Any]:
         "in_batch": result.in_batch,
         "persistent": result.persistent,
         "runs": [_run_json(r, r.label in main) for r in result.runs],
-        "curves": {p: [{"capacity_tokens": c, "hit_rate_tokens": t, "hit_rate_requests": q} for c, t, q in pts]
-                   for p, pts in result.curves.items()},
-        "savings": None if sav is None else {
+        "curves": {
+            p: [{"capacity_tokens": c, "hit_rate_tokens": t, "hit_rate_requests": q} for c, t, q in pts]
+            for p, pts in result.curves.items()
+        },
+        "savings": None
+        if sav is None
+        else {
             "profile": sav.profile,
             "profile_is_assumption": sav.assumed,
             "gpu_seconds_without": sav.gpu_seconds_without,
@@ -415,21 +495,31 @@ def to_json(result: SimResult) -> dict[str, Any]:
             "ttft_p95_with_s": sav.ttft_p95_with,
             "queueing_modelled": False,
         },
-        "money": None if result.money is None else {
-            "provider": result.money.provider, "model": result.money.model, "prices_as_of": result.money.as_of,
-            "usd_without": result.money.cost_without, "usd_with": result.money.cost_with,
-            "usd_saved": result.money.saved, "detail": result.money.detail,
+        "money": None
+        if result.money is None
+        else {
+            "provider": result.money.provider,
+            "model": result.money.model,
+            "prices_as_of": result.money.as_of,
+            "usd_without": result.money.cost_without,
+            "usd_with": result.money.cost_with,
+            "usd_saved": result.money.saved,
+            "detail": result.money.detail,
         },
         "self_hosted_usd_saved": result.self_hosted_usd,
         "kv_bytes_per_token": result.kv_bytes_per_token,
         "risk_capacity_tokens": result.risk_capacity_tokens,
-        "risk": [{"label": r.label, "tokens": r.tokens, "uses": r.uses,
-                  "by_model": {k: {"reprefills": a, "reprefill_tokens": b} for k, (a, b) in r.by_model.items()}}
-                 for r in result.risk],
+        "risk": [
+            {
+                "label": r.label,
+                "tokens": r.tokens,
+                "uses": r.uses,
+                "by_model": {k: {"reprefills": a, "reprefill_tokens": b} for k, (a, b) in r.by_model.items()},
+            }
+            for r in result.risk
+        ],
         "notes": list(result.notes),
     }
-
-
 
 
 _BYTE_UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -441,8 +531,10 @@ def parse_capacity(text: str, kv: KVShape | None) -> float:
     for unit in sorted(_BYTE_UNITS, key=len, reverse=True):
         if raw.endswith(unit):
             if kv is None:
-                raise UsageError(f"capacity {text!r} is in bytes but the KV size is unknown",
-                                 hint="pass --model NAME (built-in table) or --model-config config.json")
+                raise UsageError(
+                    f"capacity {text!r} is in bytes but the KV size is unknown",
+                    hint="pass --model NAME (built-in table) or --model-config config.json",
+                )
             try:
                 return tokens_from_bytes(float(raw[: -len(unit)]) * _BYTE_UNITS[unit], kv)
             except ValueError:

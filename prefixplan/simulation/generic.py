@@ -164,8 +164,12 @@ class GenericCache:
         fixed_pin, kids = self.fixed_pin, self.kids
         parent_l = parent.tolist()
         tree = build_tree(trace)  # paths as runs of consecutive block ids
-        fb, wt, npar, req_node = (tree.first_block.tolist(), tree.weight.tolist(), tree.node_parent.tolist(),
-                                  tree.req_node.tolist())
+        fb, wt, npar, req_node = (
+            tree.first_block.tolist(),
+            tree.weight.tolist(),
+            tree.node_parent.tolist(),
+            tree.req_node.tolist(),
+        )
         for r in range(trace.n_requests):
             now = times[r]
             if self.auto is not None:

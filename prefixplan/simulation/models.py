@@ -115,8 +115,15 @@ def run_model(
     if spec.tiers:
         raise UsageError("tiers are modelled with LRU eviction only", hint="use --policy lru with tiers")
     if spec.auto_promote is None:
-        return NodeCache(trace, spec.policy, reg_cap, ttl_s=spec.ttl_s, pinned_blocks=pins, priorities=priorities,
-                         prewarm_pins=spec.prewarm_pins).run()
+        return NodeCache(
+            trace,
+            spec.policy,
+            reg_cap,
+            ttl_s=spec.ttl_s,
+            pinned_blocks=pins,
+            priorities=priorities,
+            prewarm_pins=spec.prewarm_pins,
+        ).run()
     sim = GenericCache(
         trace,
         spec.policy,

@@ -53,13 +53,17 @@ def build_config(
     if not 0 <= pinned_fraction < 1:
         raise UsageError("--pinned-fraction must be in [0, 1)")
     if not 0 <= running_fraction < 1 or pinned_fraction + running_fraction >= 1:
-        raise UsageError("--running-fraction must be in [0, 1) and leave room next to --pinned-fraction",
-                         hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to the eviction policy)")
+        raise UsageError(
+            "--running-fraction must be in [0, 1) and leave room next to --pinned-fraction",
+            hint="e.g. --pinned-fraction 0.2 --running-fraction 0.2 (60% left to the eviction policy)",
+        )
     auto = None
     if auto_promote is not None:
         if pins:
-            raise UsageError("--pins-from and --auto-promote both fill the pinned partition; choose one",
-                             hint="the eviction-risk table compares pins with auto-promotion either way")
+            raise UsageError(
+                "--pins-from and --auto-promote both fill the pinned partition; choose one",
+                hint="the eviction-risk table compares pins with auto-promotion either way",
+            )
         if auto_promote < 1:
             raise UsageError("--auto-promote needs N >= 1")
         auto = AutoPromote(min_hits=auto_promote)

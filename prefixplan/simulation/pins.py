@@ -78,7 +78,9 @@ def load_pins(path: str | Path, top: int) -> PinSelection:
     if top < 1:
         raise UsageError("--pin-top needs N >= 1")
     if not Path(path).is_file():
-        raise InputError(f"--pins-from {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE")
+        raise InputError(
+            f"--pins-from {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE"
+        )
     record = load_record(path)
     tokenizers = [t for t in record.tokenizers if t.fingerprint]
     fps = frozenset(str(t.fingerprint) for t in tokenizers)

@@ -39,8 +39,9 @@ def breakpoint_offsets(prompt: Prompt) -> tuple[int, ...]:
         if bp.where == "system":
             ends = [s.end for s in segs if s.kind == "system"]
         elif bp.where == "tools":
-            ends = [s.end for s in segs if s.kind == "tool" and s.index == bp.index] or \
-                   [s.end for s in segs if s.kind == "tool"]
+            ends = [s.end for s in segs if s.kind == "tool" and s.index == bp.index] or [
+                s.end for s in segs if s.kind == "tool"
+            ]
         else:
             idx = messages[bp.index] if 0 <= bp.index < len(messages) else None
             ends = [s.end for s in segs if s.kind in _MESSAGE_KINDS and s.index == idx]
@@ -92,11 +93,16 @@ def simulate_source(
         if not selection.prefixes:
             notes.append(f"no pins: none of the top {pin_top} candidates of {pins_from} has token ids")
         else:
-            notes.append(f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
-                         + ", ".join(p.label for p in selection.prefixes))
-        config = replace(config, cache=replace(config.cache, pins=selection.pins()),
-                         workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
-                         notes=config.notes + tuple(notes))
+            notes.append(
+                f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
+                + ", ".join(p.label for p in selection.prefixes)
+            )
+        config = replace(
+            config,
+            cache=replace(config.cache, pins=selection.pins()),
+            workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
+            notes=config.notes + tuple(notes),
+        )
     errors = LineErrors()
     result = simulate(sim_requests(iter_prompts(source, errors, renderers)), config)
     return result, errors
@@ -112,11 +118,13 @@ def headline_simulation(
     LRU capacity curve at the analysis granularity (savings at ``configured_capacity`` when
     given, else at the unbounded cache)."""
     caps = tuple(sorted(set(capacities) | ({configured_capacity} if configured_capacity else set())))
-    return Simulation(SimConfig(
-        cache=CacheModel(engine=engine, block_size=block_size, capacities=caps),
-        headline_capacity=configured_capacity,
-        headline_unbounded=configured_capacity is None,
-    ))
+    return Simulation(
+        SimConfig(
+            cache=CacheModel(engine=engine, block_size=block_size, capacities=caps),
+            headline_capacity=configured_capacity,
+            headline_unbounded=configured_capacity is None,
+        )
+    )
 
 
 def headline_json(result: SimResult, configured_capacity: float | None) -> dict[str, Any]:

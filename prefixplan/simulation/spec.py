@@ -85,8 +85,9 @@ class CacheSpec:
     tiers: tuple[Tier, ...] = ()
     prewarm_pins: bool = False
 
-    def label(self, total_tokens: float | None = None, pinned_share: float | None = None,
-              running_share: float = 0.0) -> str:
+    def label(
+        self, total_tokens: float | None = None, pinned_share: float | None = None, running_share: float = 0.0
+    ) -> str:
         """Short human label, e.g. ``lru 1e+06 tok (20% pinned / 60% lru / 20% running)``.
 
         ``total_tokens``, ``pinned_share`` and ``running_share`` describe the whole capacity

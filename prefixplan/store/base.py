@@ -71,5 +71,3 @@ class StoreBase:
     def integrity_check(self) -> str:
         """Result of ``PRAGMA integrity_check`` (``"ok"`` when healthy)."""
         return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
-
-

@@ -34,8 +34,18 @@ class ProfilesMixin(StoreBase):
         """Store (or replace) the prefill profile ``name`` (``samples`` is stored as JSON)."""
         if not name or not name.strip():
             raise UsageError("a profile needs a non-empty name")
-        row = (name, created or iso(time.time()), endpoint, model, float(a_s), float(b_s_per_token),
-               float(c_s_per_token2), rmse_s, r2, json.dumps(samples) if samples is not None else None)
+        row = (
+            name,
+            created or iso(time.time()),
+            endpoint,
+            model,
+            float(a_s),
+            float(b_s_per_token),
+            float(c_s_per_token2),
+            rmse_s,
+            r2,
+            json.dumps(samples) if samples is not None else None,
+        )
         with self.write() as c:
             c.execute(
                 "INSERT OR REPLACE INTO profiles(name, created, endpoint, model, a_s, b_s_per_token, "

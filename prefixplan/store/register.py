@@ -60,6 +60,10 @@ def register_analysis(
             named[cand.rank] = replace(cand, name=name, key=f"{name}@v{version.version}")
             existing = list(store.lineage_names())
         updated = record.with_candidates([named.get(c.rank, c) for c in record.candidates])
-        analysis_id = store.record_analysis(updated.summary.to_json(), [c.to_json() for c in updated.candidates],
-                                            updated.inputs.get("paths") or [], record_path)
+        analysis_id = store.record_analysis(
+            updated.summary.to_json(),
+            [c.to_json() for c in updated.candidates],
+            updated.inputs.get("paths") or [],
+            record_path,
+        )
     return updated, analysis_id

@@ -142,8 +142,7 @@ class VersionsMixin(StoreBase):
         lineage_json = json.dumps(lineage, sort_keys=True, ensure_ascii=False) if lineage else None
         with self.write() as c:
             c.execute(
-                "INSERT OR IGNORE INTO prefixes(name, kind, source, created, last_version) "
-                "VALUES (?, ?, ?, ?, 0)",
+                "INSERT OR IGNORE INTO prefixes(name, kind, source, created, last_version) VALUES (?, ?, ?, ?, 0)",
                 (name, kind, source, created),
             )
             active = c.execute(
@@ -191,8 +190,7 @@ class VersionsMixin(StoreBase):
                     (name,),
                 ).fetchall():
                     c.execute(
-                        "UPDATE versions SET status = 'superseded', superseded_at = ?, "
-                        "retain_until = ? WHERE id = ?",
+                        "UPDATE versions SET status = 'superseded', superseded_at = ?, retain_until = ? WHERE id = ?",
                         (created, iso(ts + int(rsec)), vid),
                     )
             status = "active" if newer else "superseded"
@@ -222,8 +220,7 @@ class VersionsMixin(StoreBase):
                 ),
             )
             c.execute(
-                "UPDATE prefixes SET last_version = max(last_version, ?), kind = coalesce(kind, ?) "
-                "WHERE name = ?",
+                "UPDATE prefixes SET last_version = max(last_version, ?), kind = coalesce(kind, ?) WHERE name = ?",
                 (version, kind, name),
             )
             row = c.execute(
@@ -233,9 +230,7 @@ class VersionsMixin(StoreBase):
         return _row_to_record(row)
 
     def _next(self, c: sqlite3.Connection, name: str) -> int:
-        (last,) = c.execute(
-            "SELECT coalesce(max(last_version), 0) FROM prefixes WHERE name = ?", (name,)
-        ).fetchone()
+        (last,) = c.execute("SELECT coalesce(max(last_version), 0) FROM prefixes WHERE name = ?", (name,)).fetchone()
         return int(last) + 1
 
     def get(self, name: str, version: int | None = None) -> VersionRecord | None:

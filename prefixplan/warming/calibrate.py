@@ -72,14 +72,22 @@ class Profile:
     def prefill_profile(self, name: str | None = None) -> PrefillProfile:
         """The fitted coefficients as the profile every command uses (``simulate``, ``warm``)."""
         f = self.fit
-        return PrefillProfile(name=name or self.model or "calibrated", a=f.a_s, b=f.b_s_per_token, c=f.c_s_per_token2,
-                              model=self.model or "", source=f"measured {self.created or ''} by calibrate ({self.endpoint})")
+        return PrefillProfile(
+            name=name or self.model or "calibrated",
+            a=f.a_s,
+            b=f.b_s_per_token,
+            c=f.c_s_per_token2,
+            model=self.model or "",
+            source=f"measured {self.created or ''} by calibrate ({self.endpoint})",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         f = self.fit
         notes = []
         if not f.attention_measurable:
-            notes.append("attention term c not measurable on this server/range (c <= 2 stderr); keep it as an upper bound")
+            notes.append(
+                "attention term c not measurable on this server/range (c <= 2 stderr); keep it as an upper bound"
+            )
         return {
             "kind": PROFILE_KIND,
             "version": 1,
@@ -88,9 +96,13 @@ class Profile:
             "b_s_per_token": f.b_s_per_token,
             "c_s_per_token2": f.c_s_per_token2,
             "stderr": {"a_s": f.stderr[0], "b_s_per_token": f.stderr[1], "c_s_per_token2": f.stderr[2]},
-            "fit": {"n_samples": f.n_samples, "rmse_s": f.rmse_s, "r2": f.r2,
-                    "max_abs_residual_s": f.max_abs_residual_s,
-                    "attention_measurable": f.attention_measurable},
+            "fit": {
+                "n_samples": f.n_samples,
+                "rmse_s": f.rmse_s,
+                "r2": f.r2,
+                "max_abs_residual_s": f.max_abs_residual_s,
+                "attention_measurable": f.attention_measurable,
+            },
             "endpoint": self.endpoint,
             "engine": self.engine,
             "model": self.model,
@@ -120,8 +132,10 @@ def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
     xs = x / scale
     coef_s, _, rank, _ = np.linalg.lstsq(xs, y, rcond=None)
     if rank < 3:
-        raise UsageError("timing samples do not separate the constant, linear and attention terms",
-                         hint="measure several prompt lengths and cached fractions")
+        raise UsageError(
+            "timing samples do not separate the constant, linear and attention terms",
+            hint="measure several prompt lengths and cached fractions",
+        )
     coef = coef_s / scale
     resid = y - x @ coef
     n = len(y)
@@ -132,10 +146,14 @@ def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else 1.0
     return Fit(
-        a_s=float(coef[0]), b_s_per_token=float(coef[1]), c_s_per_token2=float(coef[2]),
+        a_s=float(coef[0]),
+        b_s_per_token=float(coef[1]),
+        c_s_per_token2=float(coef[2]),
         stderr=(float(stderr[0]), float(stderr[1]), float(stderr[2])),
-        rmse_s=math.sqrt(float(resid @ resid) / n), r2=r2,
-        max_abs_residual_s=float(np.abs(resid).max()), n_samples=n,
+        rmse_s=math.sqrt(float(resid @ resid) / n),
+        r2=r2,
+        max_abs_residual_s=float(np.abs(resid).max()),
+        n_samples=n,
     )
 
 
@@ -197,8 +215,13 @@ def calibrate(
     info = adapter.server_info()
     samples = measure(adapter, lengths=lengths, fractions=fractions, repeats=repeats, seed=seed)
     return Profile(
-        fit=fit_prefill(samples), endpoint=adapter.endpoint.label, engine=info.engine, model=info.model,
-        block_size=info.block_size, created=iso(time.time()), samples=tuple(samples),
+        fit=fit_prefill(samples),
+        endpoint=adapter.endpoint.label,
+        engine=info.engine,
+        model=info.model,
+        block_size=info.block_size,
+        created=iso(time.time()),
+        samples=tuple(samples),
     )
 
 
@@ -210,7 +233,8 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
 
     out = Path(path)
     text = "# prefixplan prefill-time profile (prefixplan calibrate)\n" + yaml.safe_dump(
-        profile.to_dict(), sort_keys=False, default_flow_style=None)
+        profile.to_dict(), sort_keys=False, default_flow_style=None
+    )
     atomic_write_text(out, text)
     return out
 
@@ -222,8 +246,11 @@ def default_profile_name(profile: Profile) -> str:
 
     endpoint = profile.endpoint or "endpoint"
     parts = urlsplit(endpoint) if "://" in endpoint else None
-    where = f"{parts.hostname}-{parts.port}" if parts is not None and parts.port else (
-        parts.hostname if parts is not None and parts.hostname else endpoint)
+    where = (
+        f"{parts.hostname}-{parts.port}"
+        if parts is not None and parts.port
+        else (parts.hostname if parts is not None and parts.hostname else endpoint)
+    )
     slug = re.sub(r"[^A-Za-z0-9_.@-]+", "-", f"{profile.model or 'model'}@{where}").strip("-")
     return slug or "profile"
 
@@ -237,9 +264,16 @@ def store_profile(profile: Profile, name: str | None = None, db: str | None = No
     f = profile.fit
     with open_store(db) as store:
         store.save_profile(
-            name, a_s=f.a_s, b_s_per_token=f.b_s_per_token, c_s_per_token2=f.c_s_per_token2,
-            endpoint=profile.endpoint, model=profile.model, rmse_s=f.rmse_s, r2=f.r2,
-            samples=[[s.new, s.cached, round(s.ttft_s, 6)] for s in profile.samples], created=profile.created,
+            name,
+            a_s=f.a_s,
+            b_s_per_token=f.b_s_per_token,
+            c_s_per_token2=f.c_s_per_token2,
+            endpoint=profile.endpoint,
+            model=profile.model,
+            rmse_s=f.rmse_s,
+            r2=f.r2,
+            samples=[[s.new, s.cached, round(s.ttft_s, 6)] for s in profile.samples],
+            created=profile.created,
         )
     return name
 

@@ -31,7 +31,6 @@ DEFAULT_BLOCK_SIZE = 16
 MAX_DP_UNITS = 200_000
 
 
-
 @dataclass(frozen=True, slots=True)
 class WarmItem:
     """One prefix to send to every replica."""
@@ -100,7 +99,9 @@ class WarmPlan:
         est = estimate_prefill(self, profile)
         return {
             "block_size": self.block_size,
-            "items": [dict(item.to_dict(), est_prefill_s=round(t, 4)) for item, t in zip(self.items, est, strict=False)],
+            "items": [
+                dict(item.to_dict(), est_prefill_s=round(t, 4)) for item, t in zip(self.items, est, strict=False)
+            ],
             "selected": list(self.selected),
             "skipped": [{"rank": r, "reason": why} for r, why in self.skipped],
             "memory_tokens": self.memory_tokens,
@@ -290,7 +291,9 @@ def plan_warm(
             hits = [
                 c.rank
                 for c in all_cands.values()
-                if c.key == k or (c.key and ver is None and parse_key_ref(c.key)[0] == name) or (ver is None and c.name == name)
+                if c.key == k
+                or (c.key and ver is None and parse_key_ref(c.key)[0] == name)
+                or (ver is None and c.name == name)
             ]
             if not hits:
                 raise UsageError(f"key {k} is not in the analysis record", hint="see prefixplan keys list")
@@ -376,9 +379,7 @@ def plan_warm(
             )
         )
     chain_nodes = set(selected) | {a for r in selected for a in _ancestors(r, parents) if a in closure}
-    memory_tokens = sum(
-        aligned[r] - (aligned[tparents[r]] if tparents.get(r) is not None else 0) for r in chain_nodes
-    )
+    memory_tokens = sum(aligned[r] - (aligned[tparents[r]] if tparents.get(r) is not None else 0) for r in chain_nodes)
     return WarmPlan(
         items=tuple(items),
         selected=tuple(sorted(selected)),

@@ -82,8 +82,11 @@ def _tool_name(tool: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def form_from_request(messages: Sequence[Mapping[str, Any]] | None, tools: Sequence[Mapping[str, Any]] | None,
-                      parts: Sequence[CandidatePart]) -> tuple[PromptForm | None, str]:
+def form_from_request(
+    messages: Sequence[Mapping[str, Any]] | None,
+    tools: Sequence[Mapping[str, Any]] | None,
+    parts: Sequence[CandidatePart],
+) -> tuple[PromptForm | None, str]:
     """The chat form of a candidate whose prefix covers ``parts`` of this request.
 
     Supported: prefixes made of the leading system/developer messages and tool schemas (labels
@@ -93,8 +96,10 @@ def form_from_request(messages: Sequence[Mapping[str, Any]] | None, tools: Seque
     kinds = [p.kind for p in parts if p.kind != "template"]
     other = sorted(set(kinds) - {"system", "tool"})
     if other:
-        return None, (f"the prefix includes {', '.join(other)} content; only system and tool prefixes can be "
-                      "warmed through a chat request")
+        return None, (
+            f"the prefix includes {', '.join(other)} content; only system and tool prefixes can be "
+            "warmed through a chat request"
+        )
     if messages is None:
         return None, "the example request is not a chat request"
     n_system = kinds.count("system")
@@ -111,8 +116,9 @@ def form_from_request(messages: Sequence[Mapping[str, Any]] | None, tools: Seque
     return PromptForm(mode="chat", messages=tuple(lead), tools=chosen), ""
 
 
-def form_from_example(example: ExampleRef, parts: Sequence[CandidatePart],
-                      fmt: str = "auto") -> tuple[PromptForm | None, str]:
+def form_from_example(
+    example: ExampleRef, parts: Sequence[CandidatePart], fmt: str = "auto"
+) -> tuple[PromptForm | None, str]:
     """Read the representative request ``{source, line}`` of a candidate from its log again and
     return its chat form (see :func:`form_from_request`)."""
     from prefixplan.logs import LineErrors, iter_requests

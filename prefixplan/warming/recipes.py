@@ -95,11 +95,24 @@ def _request(recipe: Recipe, form: PromptForm, question: str) -> Any:
 
     src = display_path(recipe.file)
     if form.mode == "completion":
-        return Request(source=src, line_no=recipe.line, id=recipe.name, format="openai-completion",
-                       model=recipe.model, prompt=form.prompt(question))
+        return Request(
+            source=src,
+            line_no=recipe.line,
+            id=recipe.name,
+            format="openai-completion",
+            model=recipe.model,
+            prompt=form.prompt(question),
+        )
     msgs, tools = form.chat(question)
-    return Request(source=src, line_no=recipe.line, id=recipe.name, format="openai-chat", model=recipe.model,
-                   messages=tuple(msgs), tools=tuple(tools) if tools else None)
+    return Request(
+        source=src,
+        line_no=recipe.line,
+        id=recipe.name,
+        format="openai-chat",
+        model=recipe.model,
+        messages=tuple(msgs),
+        tools=tuple(tools) if tools else None,
+    )
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
@@ -130,8 +143,9 @@ def render_recipe(recipe: Recipe, renderer: Any) -> RenderedRecipe:
             cut, how = min(users), "user segment"
     if cut == 0:
         raise UsageError(f"recipe {recipe.key}: its rendered requests share no prefix")
-    return RenderedRecipe(recipe=recipe, spec=str(renderer.spec), token_ids=tuple(int(i) for i in ids[0][:cut]),
-                          form=form, cut=how)
+    return RenderedRecipe(
+        recipe=recipe, spec=str(renderer.spec), token_ids=tuple(int(i) for i in ids[0][:cut]), form=form, cut=how
+    )
 
 
 def _select(recipes: Sequence[Recipe], keys: Sequence[str] | None) -> list[Recipe]:
@@ -202,15 +216,31 @@ def source_from_recipes(
     for rank, recipe in enumerate(chosen, start=1):
         spec = tokenizer or recipe.tokenizer or (f"vllm:{endpoint.base_url}" if endpoint is not None else None)
         if spec is None:
-            raise UsageError(f"recipe {recipe.key} names no tokenizer and no endpoint is given",
-                             hint="pass --tokenizer SPEC or --endpoint URL (its /tokenize renders the recipe)")
-        base = WarmCandidate(rank=rank, name=recipe.name, key=str(recipe.key), token_ids=None, length=0,
-                             namespace=recipe.model, model=recipe.model, label="recipe")
+            raise UsageError(
+                f"recipe {recipe.key} names no tokenizer and no endpoint is given",
+                hint="pass --tokenizer SPEC or --endpoint URL (its /tokenize renders the recipe)",
+            )
+        base = WarmCandidate(
+            rank=rank,
+            name=recipe.name,
+            key=str(recipe.key),
+            token_ids=None,
+            length=0,
+            namespace=recipe.model,
+            model=recipe.model,
+            label="recipe",
+        )
         entry = lock.entries.get(str(recipe.key)) if lock is not None else None
         if entry is not None and entry.hash != recipe.content_hash:
-            cands.append(replace(base, skip_reason=(
-                f"content differs from the lock's {recipe.key} (bump the version and run prefixplan lock; "
-                "prefixplan check names the change)")))
+            cands.append(
+                replace(
+                    base,
+                    skip_reason=(
+                        f"content differs from the lock's {recipe.key} (bump the version and run prefixplan lock; "
+                        "prefixplan check names the change)"
+                    ),
+                )
+            )
             continue
         renderer = renderer_for(spec)
         try:
@@ -221,18 +251,32 @@ def source_from_recipes(
         if spec not in probes:
             ids, _ = renderer.encode_text(TOKENIZER_PROBE_TEXT, add_special_tokens=False)
             probes[spec] = [int(i) for i in ids]
-        cands.append(replace(base, token_ids=rendered.token_ids, length=len(rendered.token_ids),
-                             value=len(rendered.token_ids), form=rendered.form))
+        cands.append(
+            replace(
+                base,
+                token_ids=rendered.token_ids,
+                length=len(rendered.token_ids),
+                value=len(rendered.token_ids),
+                form=rendered.form,
+            )
+        )
     distinct = {json.dumps(p) for p in probes.values()}
     if len(distinct) > 1:
-        raise UsageError("the recipes name tokenizers that disagree (" + ", ".join(sorted(probes)) + ")",
-                         hint="warm them separately (--keys) or pass one --tokenizer")
+        raise UsageError(
+            "the recipes name tokenizers that disagree (" + ", ".join(sorted(probes)) + ")",
+            hint="warm them separately (--keys) or pass one --tokenizer",
+        )
     tok: TokenizerInfo | None = None
     if probes:
         spec = next(iter(probes))
         r = loaded[spec]
-        tok = TokenizerInfo(spec=spec, label=getattr(r, "label", spec), fingerprint=getattr(r, "fingerprint", None),
-                            exact=bool(getattr(r, "exact", True)), probe_ids=tuple(probes[spec]))
+        tok = TokenizerInfo(
+            spec=spec,
+            label=getattr(r, "label", spec),
+            fingerprint=getattr(r, "fingerprint", None),
+            exact=bool(getattr(r, "exact", True)),
+            probe_ids=tuple(probes[spec]),
+        )
     return WarmSource(candidates=tuple(cands), tokenizer=tok, origin="recipes")
 
 

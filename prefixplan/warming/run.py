@@ -217,16 +217,25 @@ def probe_prompt(ids: Sequence[int], suffix_tokens: int = 2) -> list[int]:
     return [*ids, *suffix]
 
 
-def _preflight(rep: _Replica, options: WarmOptions, connector: Connector, expected: list[int] | None,
-               why_unchecked: str, tokenizer: TokenizerInfo | None) -> None:
+def _preflight(
+    rep: _Replica,
+    options: WarmOptions,
+    connector: Connector,
+    expected: list[int] | None,
+    why_unchecked: str,
+    tokenizer: TokenizerInfo | None,
+) -> None:
     try:
-        adapter = with_retries(lambda: connector(rep.endpoint, options), retries=options.retries, backoff=options.backoff)
+        adapter = with_retries(
+            lambda: connector(rep.endpoint, options), retries=options.retries, backoff=options.backoff
+        )
         rep.adapter = adapter
         info = with_retries(adapter.server_info, retries=options.retries, backoff=options.backoff)
         if not info.model:
             raise EndpointError(f"{rep.endpoint.label}: serves no model (empty /v1/models)")
-        probe = with_retries(lambda: adapter.tokenize_text(TOKENIZER_PROBE_TEXT), retries=options.retries,
-                             backoff=options.backoff)
+        probe = with_retries(
+            lambda: adapter.tokenize_text(TOKENIZER_PROBE_TEXT), retries=options.retries, backoff=options.backoff
+        )
         rep.probe_ids = probe
         if probe is None:
             check = "unchecked: the server offers no /tokenize"
@@ -236,8 +245,12 @@ def _preflight(rep: _Replica, options: WarmOptions, connector: Connector, expect
             check = "match"
         else:
             rep.info = ReplicaInfo(
-                endpoint=rep.endpoint.label, engine=info.engine, model=info.model, block_size=info.block_size,
-                block_size_source=info.block_size_source, tokenizer_check="mismatch",
+                endpoint=rep.endpoint.label,
+                engine=info.engine,
+                model=info.model,
+                block_size=info.block_size,
+                block_size_source=info.block_size_source,
+                tokenizer_check="mismatch",
                 error=(
                     f"tokenizer mismatch: server model {info.model} tokenizes the probe text differently from "
                     f"{_describe_tokenizer(tokenizer)}; {_first_diff(probe, expected)}"
@@ -245,11 +258,17 @@ def _preflight(rep: _Replica, options: WarmOptions, connector: Connector, expect
             )
             return
         rep.info = ReplicaInfo(
-            endpoint=rep.endpoint.label, engine=info.engine, model=info.model, block_size=info.block_size,
-            block_size_source=info.block_size_source, tokenizer_check=check,
+            endpoint=rep.endpoint.label,
+            engine=info.engine,
+            model=info.model,
+            block_size=info.block_size,
+            block_size_source=info.block_size_source,
+            tokenizer_check=check,
         )
     except PrefixplanError as err:
-        rep.info = replace(rep.info, error=str(err) if str(err).startswith(rep.endpoint.label) else f"{rep.endpoint.label}: {err}")
+        rep.info = replace(
+            rep.info, error=str(err) if str(err).startswith(rep.endpoint.label) else f"{rep.endpoint.label}: {err}"
+        )
 
 
 def _fleet_agreement(reps: list[_Replica]) -> None:
@@ -260,13 +279,22 @@ def _fleet_agreement(reps: list[_Replica]) -> None:
     ref = healthy[0]
     for r in healthy[1:]:
         if r.info.model != ref.info.model:
-            r.info = replace(r.info, error=(
-                f"replicas disagree on the model: {r.endpoint.label} serves {r.info.model}, "
-                f"{ref.endpoint.label} serves {ref.info.model}"))
+            r.info = replace(
+                r.info,
+                error=(
+                    f"replicas disagree on the model: {r.endpoint.label} serves {r.info.model}, "
+                    f"{ref.endpoint.label} serves {ref.info.model}"
+                ),
+            )
         elif r.probe_ids is not None and ref.probe_ids is not None and r.probe_ids != ref.probe_ids:
-            r.info = replace(r.info, tokenizer_check="mismatch", error=(
-                f"replicas disagree on the tokenizer: {r.endpoint.label} and {ref.endpoint.label} tokenize the "
-                f"probe differently ({_first_diff(r.probe_ids, ref.probe_ids)})"))
+            r.info = replace(
+                r.info,
+                tokenizer_check="mismatch",
+                error=(
+                    f"replicas disagree on the tokenizer: {r.endpoint.label} and {ref.endpoint.label} tokenize the "
+                    f"probe differently ({_first_diff(r.probe_ids, ref.probe_ids)})"
+                ),
+            )
 
 
 def _counters(adapter: EngineAdapter) -> CacheCounters | None:
@@ -307,19 +335,25 @@ class FormResolver:
             return self._cache[item.rank]
 
 
-def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: int,
-              forms: FormResolver | None = None) -> ItemResult:
+def _warm_one(
+    rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: int, forms: FormResolver | None = None
+) -> ItemResult:
     block = rep.info.block_size or options.block_size or 1
     expected = aligned(item.length, block)
     base = {
-        "endpoint": rep.endpoint.label, "rank": item.rank, "key": item.record_key, "version": item.version,
-        "tokens": item.length, "expected_cached": expected,
+        "endpoint": rep.endpoint.label,
+        "rank": item.rank,
+        "key": item.record_key,
+        "version": item.version,
+        "tokens": item.length,
+        "expected_cached": expected,
     }
     if rep.dead:
         return ItemResult(**base, status="failed", error=f"replica unreachable: {rep.dead}")
     if expected == 0:
-        return ItemResult(**base, status="skipped",
-                          error=f"prefix shorter than one cache block ({item.length} < {block} tokens)")
+        return ItemResult(
+            **base, status="skipped", error=f"prefix shorter than one cache block ({item.length} < {block} tokens)"
+        )
     adapter = rep.adapter
     assert adapter is not None
     forms = forms or FormResolver()
@@ -342,10 +376,16 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
                 return ItemResult(**base, status="failed", error=str(err))
             fallback = f"token-id prompt rejected ({_strip(str(err), rep.endpoint.label)})"
         else:
-            if (options.via == "auto" and rep.info.engine == "openai-compatible"
-                    and warm.prompt_tokens is not None and warm.prompt_tokens != len(warm_ids)):
-                fallback = (f"the server counted {warm.prompt_tokens} prompt tokens for a {len(warm_ids)}-id prompt "
-                            "(it does not take token ids as ids)")
+            if (
+                options.via == "auto"
+                and rep.info.engine == "openai-compatible"
+                and warm.prompt_tokens is not None
+                and warm.prompt_tokens != len(warm_ids)
+            ):
+                fallback = (
+                    f"the server counted {warm.prompt_tokens} prompt tokens for a {len(warm_ids)}-id prompt "
+                    "(it does not take token ids as ids)"
+                )
         if fallback:
             rep.via_chat, rep.via_chat_reason = True, fallback
             via, warm = "chat", None
@@ -353,11 +393,19 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
         form, why = forms(item)
         if form is None:
             reason = f"{rep.via_chat_reason}; " if rep.via_chat_reason else ""
-            return ItemResult(**base, status="failed", error=f"{rep.endpoint.label}: {reason}cannot warm through a "
-                              f"chat request: {why}")
+            return ItemResult(
+                **base,
+                status="failed",
+                error=f"{rep.endpoint.label}: {reason}cannot warm through a chat request: {why}",
+            )
         if not hasattr(adapter, "complete_chat"):
-            return ItemResult(**base, status="failed", error=(
-                f"{rep.endpoint.label}: --via chat needs an OpenAI-compatible server ({adapter.engine} adapter)"))
+            return ItemResult(
+                **base,
+                status="failed",
+                error=(
+                    f"{rep.endpoint.label}: --via chat needs an OpenAI-compatible server ({adapter.engine} adapter)"
+                ),
+            )
 
         def send(question: str) -> Completion:
             if form.mode == "completion":
@@ -374,8 +422,14 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
         if warm is None:
             warm = send(WARM_QUESTION)
         if not options.verify:
-            return ItemResult(**base, status="unverified", cold_ttft_s=warm.ttft_s, via=via,
-                              cached_at_warmup=warm.cached_tokens, error="verification disabled (--no-verify)")
+            return ItemResult(
+                **base,
+                status="unverified",
+                cold_ttft_s=warm.ttft_s,
+                via=via,
+                cached_at_warmup=warm.cached_tokens,
+                error="verification disabled (--no-verify)",
+            )
         before = _counters(adapter) if warm.cached_tokens is None else None
         probe = send(PROBE_QUESTION)
     except EngineRequestError as err:
@@ -383,35 +437,71 @@ def _warm_one(rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: i
             rep.dead = err.reason
         return ItemResult(**base, status="failed", via=via, error=str(err))
     probe_len = len(probe_ids) if via == "ids" else probe.prompt_tokens
-    common = {"cold_ttft_s": warm.ttft_s, "warm_ttft_s": probe.ttft_s, "cached_at_warmup": warm.cached_tokens,
-              "via": via}
+    common = {
+        "cold_ttft_s": warm.ttft_s,
+        "warm_ttft_s": probe.ttft_s,
+        "cached_at_warmup": warm.cached_tokens,
+        "via": via,
+    }
     if probe.cached_tokens is not None:
         if probe.cached_tokens >= expected:
             return ItemResult(**base, **common, status="verified", cached_tokens=probe.cached_tokens, method="usage")
         return ItemResult(
-            **base, **common, status="failed", cached_tokens=probe.cached_tokens, method="usage",
-            error=(f"{rep.endpoint.label}: probe reported cached_tokens={probe.cached_tokens} < expected {expected} "
-                   f"(block size {block}): the prefix is not resident"
-                   + (" (the server's rendering of the chat request may differ from the analysis tokenizer's)"
-                      if via == "chat" else "")),
+            **base,
+            **common,
+            status="failed",
+            cached_tokens=probe.cached_tokens,
+            method="usage",
+            error=(
+                f"{rep.endpoint.label}: probe reported cached_tokens={probe.cached_tokens} < expected {expected} "
+                f"(block size {block}): the prefix is not resident"
+                + (
+                    " (the server's rendering of the chat request may differ from the analysis tokenizer's)"
+                    if via == "chat"
+                    else ""
+                )
+            ),
         )
     after = _counters(adapter)
     if before is None or after is None:
-        return ItemResult(**base, **common, status="unverified", error=(
-            f"{rep.endpoint.label}: the server reports no per-request cached tokens and no prefix-cache counters "
-            "(vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report / --enable-metrics)"))
+        return ItemResult(
+            **base,
+            **common,
+            status="unverified",
+            error=(
+                f"{rep.endpoint.label}: the server reports no per-request cached tokens and no prefix-cache counters "
+                "(vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report / --enable-metrics)"
+            ),
+        )
     hits = after.hits - before.hits
     queries = (after.queries - before.queries) if after.queries is not None and before.queries is not None else None
-    idle = (before.running in (None, 0) and after.running in (None, 0)
-            and queries is not None and probe_len is not None and int(queries) == probe_len)
+    idle = (
+        before.running in (None, 0)
+        and after.running in (None, 0)
+        and queries is not None
+        and probe_len is not None
+        and int(queries) == probe_len
+    )
     if not idle:
-        return ItemResult(**base, **common, status="unverified", error=(
-            f"{rep.endpoint.label}: no per-request cached tokens and the replica is not idle "
-            "(counter deltas include other traffic)"))
+        return ItemResult(
+            **base,
+            **common,
+            status="unverified",
+            error=(
+                f"{rep.endpoint.label}: no per-request cached tokens and the replica is not idle "
+                "(counter deltas include other traffic)"
+            ),
+        )
     if hits >= expected:
         return ItemResult(**base, **common, status="verified", cached_tokens=int(hits), method="metrics")
-    return ItemResult(**base, **common, status="failed", cached_tokens=int(hits), method="metrics", error=(
-        f"{rep.endpoint.label}: prefix-cache hit counter rose by {int(hits)} < expected {expected}"))
+    return ItemResult(
+        **base,
+        **common,
+        status="failed",
+        cached_tokens=int(hits),
+        method="metrics",
+        error=(f"{rep.endpoint.label}: prefix-cache hit counter rose by {int(hits)} < expected {expected}"),
+    )
 
 
 def run_warm(
@@ -461,14 +551,32 @@ def run_warm(
     def replica_job(rep: _Replica) -> None:
         for item in plan.items:
             if stop is not None and stop.is_set():
-                emit(ItemResult(
-                    endpoint=rep.endpoint.label, rank=item.rank, key=item.record_key, version=item.version,
-                    tokens=item.length, expected_cached=0, status="skipped", error="stopped (SIGTERM/SIGINT)"))
+                emit(
+                    ItemResult(
+                        endpoint=rep.endpoint.label,
+                        rank=item.rank,
+                        key=item.record_key,
+                        version=item.version,
+                        tokens=item.length,
+                        expected_cached=0,
+                        status="skipped",
+                        error="stopped (SIGTERM/SIGINT)",
+                    )
+                )
                 continue
             if rep.info.error is not None:
-                emit(ItemResult(
-                    endpoint=rep.endpoint.label, rank=item.rank, key=item.record_key, version=item.version,
-                    tokens=item.length, expected_cached=0, status="failed", error=rep.info.error))
+                emit(
+                    ItemResult(
+                        endpoint=rep.endpoint.label,
+                        rank=item.rank,
+                        key=item.record_key,
+                        version=item.version,
+                        tokens=item.length,
+                        expected_cached=0,
+                        status="failed",
+                        error=rep.info.error,
+                    )
+                )
                 continue
             emit(_warm_one(rep, item, options, plan.block_size, forms))
 
@@ -487,8 +595,11 @@ def run_warm(
         mine = [r for r in results if r.rank == item.rank]
         ok = sum(r.status == "verified" for r in mine)
         status = "ready" if ok == len(reps) else "partial" if ok else "failed"
-        errors = tuple(f"{r.endpoint}: {r.status}" + (f" ({_strip(r.error, r.endpoint)})" if r.error else "")
-                       for r in mine if r.status != "verified")
+        errors = tuple(
+            f"{r.endpoint}: {r.status}" + (f" ({_strip(r.error, r.endpoint)})" if r.error else "")
+            for r in mine
+            if r.status != "verified"
+        )
         verdicts.append(KeyVerdict(item.rank, item.record_key, item.length, status, ok, len(reps), errors))
     if all(v.status == "ready" for v in verdicts):
         status, code = "ready", ExitCode.OK
@@ -498,14 +609,20 @@ def run_warm(
         status = "partial" if any(v.verified for v in verdicts) else "failed"
         code = ExitCode.FINDINGS
     return WarmReport(
-        plan=plan, replicas=tuple(r.info for r in reps), results=tuple(results), keys=tuple(verdicts),
-        status=status, exit_code=code, duration_s=time.perf_counter() - t0, started=started,
+        plan=plan,
+        replicas=tuple(r.info for r in reps),
+        results=tuple(results),
+        keys=tuple(verdicts),
+        status=status,
+        exit_code=code,
+        duration_s=time.perf_counter() - t0,
+        started=started,
     )
 
 
 def _strip(text: str, endpoint: str) -> str:
     prefix = f"{endpoint}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def record_report(report: WarmReport, db: str | None = None) -> int:
@@ -521,10 +638,21 @@ def record_report(report: WarmReport, db: str | None = None) -> int:
     with open_store(db) as store:
         for r in report.results:
             store.record_warm_run(
-                endpoint=r.endpoint, key=r.key, version=r.version, tokens=r.tokens,
-                cold_ttft=r.cold_ttft_s, warm_ttft=r.warm_ttft_s, cached_tokens=r.cached_tokens,
-                status=r.status, error=r.error, rank=r.rank, expected_cached=r.expected_cached,
-                method=r.method, cached_at_warmup=r.cached_at_warmup, fleet_status=verdict.get(r.rank), via=r.via,
+                endpoint=r.endpoint,
+                key=r.key,
+                version=r.version,
+                tokens=r.tokens,
+                cold_ttft=r.cold_ttft_s,
+                warm_ttft=r.warm_ttft_s,
+                cached_tokens=r.cached_tokens,
+                status=r.status,
+                error=r.error,
+                rank=r.rank,
+                expected_cached=r.expected_cached,
+                method=r.method,
+                cached_at_warmup=r.cached_at_warmup,
+                fleet_status=verdict.get(r.rank),
+                via=r.via,
                 run_started=iso(report.started),
             )
             rows += 1

@@ -62,8 +62,10 @@ class WarmOutcome:
             return {"dry_run": True, "plan": self.plan.to_dict(self.profile)}
         last = self.reports[-1].to_dict()
         if len(self.reports) > 1:
-            last["rounds"] = [{"status": r.status, "exit_code": r.exit_code, "duration_s": round(r.duration_s, 3)}
-                              for r in self.reports]
+            last["rounds"] = [
+                {"status": r.status, "exit_code": r.exit_code, "duration_s": round(r.duration_s, 3)}
+                for r in self.reports
+            ]
         return last
 
 
@@ -120,8 +122,12 @@ def recipes_source(req: WarmRequest) -> WarmSource:
     recipes = load_recipes(req.recipes)
     endpoints = endpoints_from_options(req.endpoints, req.endpoints_file, req.api_key_env)
     return source_from_recipes(
-        recipes, tokenizer=req.tokenizer, endpoint=endpoints[0] if endpoints else None, model=req.options.model,
-        keys=list(req.keys) or None, lock=load_lock_if_present(req.lock),
+        recipes,
+        tokenizer=req.tokenizer,
+        endpoint=endpoints[0] if endpoints else None,
+        model=req.options.model,
+        keys=list(req.keys) or None,
+        lock=load_lock_if_present(req.lock),
     )
 
 
@@ -160,8 +166,7 @@ def warm(
         return WarmOutcome(plan=plan, reports=(one(0),), profile=profile)
     if req.for_s is None and req.rounds is None:
         raise UsageError("--every needs a bound: --for DURATION or --rounds N")
-    reports = keepalive(one, req.every_s, max_duration_s=req.for_s, max_rounds=req.rounds, stop=stop,
-                        on_round=on_round)
+    reports = keepalive(one, req.every_s, max_duration_s=req.for_s, max_rounds=req.rounds, stop=stop, on_round=on_round)
     return WarmOutcome(plan=plan, reports=tuple(reports), profile=profile)
 
 

@@ -25,8 +25,9 @@ from prefixplan.warming.plan import WarmCandidate, WarmSource
 _SECRET_FIELDS = ("api_key", "apikey", "token", "password", "authorization")
 
 
-def candidate_from_record(c: CandidateRecord, lookup: Callable[[str], Sequence[int] | None] | None = None
-                          ) -> WarmCandidate:
+def candidate_from_record(
+    c: CandidateRecord, lookup: Callable[[str], Sequence[int] | None] | None = None
+) -> WarmCandidate:
     """An analysis candidate as a warm candidate (withheld ids filled from the store when the
     candidate has a registered key that ``lookup`` knows)."""
     ids = c.token_ids
@@ -50,12 +51,16 @@ def candidate_from_record(c: CandidateRecord, lookup: Callable[[str], Sequence[i
     )
 
 
-def source_from_record(record: AnalysisRecord, lookup: Callable[[str], Sequence[int] | None] | None = None
-                       ) -> WarmSource:
+def source_from_record(
+    record: AnalysisRecord, lookup: Callable[[str], Sequence[int] | None] | None = None
+) -> WarmSource:
     """The candidates of an analysis record (``prefixplan analyze --json``)."""
-    return WarmSource(candidates=tuple(candidate_from_record(c, lookup) for c in record.candidates),
-                      tokenizer=None if record.tokenizer.spec == "trace" else record.tokenizer,
-                      block_size=record.block_size, origin="analysis")
+    return WarmSource(
+        candidates=tuple(candidate_from_record(c, lookup) for c in record.candidates),
+        tokenizer=None if record.tokenizer.spec == "trace" else record.tokenizer,
+        block_size=record.block_size,
+        origin="analysis",
+    )
 
 
 def latest_source(db: str | None = None) -> WarmSource:
@@ -71,15 +76,19 @@ def latest_source(db: str | None = None) -> WarmSource:
     with open_store(db) as store:
         runs = store.analyses()
         if not runs:
-            raise UsageError("the store holds no analysis",
-                             hint="run prefixplan analyze LOG --json FILE first, or pass --analysis FILE")
+            raise UsageError(
+                "the store holds no analysis",
+                hint="run prefixplan analyze LOG --json FILE first, or pass --analysis FILE",
+            )
         newest = runs[0]
         path = newest.get("record_path")
         if path and Path(path).is_file():
             return source_from_record(load_record(path), lookup)
         stored = store.analysis_candidates(int(newest["id"]))
-    cands = tuple(candidate_from_record(CandidateRecord.from_json(c, f"stored analysis {newest['id']}: candidates[{i}]"),
-                                        lookup) for i, c in enumerate(stored))
+    cands = tuple(
+        candidate_from_record(CandidateRecord.from_json(c, f"stored analysis {newest['id']}: candidates[{i}]"), lookup)
+        for i, c in enumerate(stored)
+    )
     return WarmSource(candidates=cands, tokenizer=None, block_size=None, origin="store")
 
 
@@ -116,11 +125,18 @@ def source_from_store_keys(keys: Sequence[str], db: str | None = None) -> WarmSo
                 raise UsageError(f"key {key} is not registered", hint="see prefixplan keys list")
             ids = store.token_ids(rec.name, rec.version)
             fingerprint = fingerprint or rec.tokenizer_fingerprint
-            cands.append(WarmCandidate(
-                rank=rank, name=rec.name, key=str(rec.key), token_ids=tuple(ids) if ids is not None else None,
-                length=rec.token_count or (len(ids) if ids else 0), namespace=rec.namespace,
-                token_hash=rec.token_hash, label=rec.kind,
-            ))
+            cands.append(
+                WarmCandidate(
+                    rank=rank,
+                    name=rec.name,
+                    key=str(rec.key),
+                    token_ids=tuple(ids) if ids is not None else None,
+                    length=rec.token_count or (len(ids) if ids else 0),
+                    namespace=rec.namespace,
+                    token_hash=rec.token_hash,
+                    label=rec.kind,
+                )
+            )
     tok = TokenizerInfo(spec="", label="stored key", fingerprint=fingerprint, exact=True) if fingerprint else None
     return WarmSource(candidates=tuple(cands), tokenizer=tok, origin="store")
 
@@ -176,11 +192,15 @@ def load_endpoints(path: str | Path, *, default_api_key_env: str | None = None) 
         if not isinstance(verify, (bool, str)):
             raise InputError(f"{where}.verify_tls: expected true, false or a CA bundle path")
         try:
-            out.append(Endpoint(
-                url=str(r["url"]), headers=tuple((str(k), str(v)) for k, v in headers.items()),
-                api_key_env=r.get("api_key_env") or default_api_key_env, verify_tls=verify,
-                name=str(r["name"]) if r.get("name") else None,
-            ))
+            out.append(
+                Endpoint(
+                    url=str(r["url"]),
+                    headers=tuple((str(k), str(v)) for k, v in headers.items()),
+                    api_key_env=r.get("api_key_env") or default_api_key_env,
+                    verify_tls=verify,
+                    name=str(r["name"]) if r.get("name") else None,
+                )
+            )
         except UsageError as err:
             raise InputError(f"{where}: {err}") from None
     return out

@@ -105,8 +105,11 @@ def replica_status(
             adapters.append(None)
             first.append(None)
             msg = str(err)
-            out.append(ReplicaStatus(endpoint=ep.label, target=target, verdict="unreachable",
-                                     error=msg, keys=keys_seen(ep.label, db)))
+            out.append(
+                ReplicaStatus(
+                    endpoint=ep.label, target=target, verdict="unreachable", error=msg, keys=keys_seen(ep.label, db)
+                )
+            )
     if window_s > 0 and any(a is not None for a in adapters):
         sleep(window_s)
     result: list[ReplicaStatus] = []
@@ -139,9 +142,23 @@ def replica_status(
             verdict = "no-traffic"
         else:
             verdict = "ok" if judged is not None and judged >= target else "below-target"
-        result.append(ReplicaStatus(
-            endpoint=ep.label, engine=info.engine, model=info.model, block_size=info.block_size,
-            hits=hits, queries=queries, hit_rate=rate, window_s=window_s, window_hits=wh, window_queries=wq,
-            window_hit_rate=wrate, target=target, verdict=verdict, error=err_text, keys=keys_seen(ep.label, db),
-        ))
+        result.append(
+            ReplicaStatus(
+                endpoint=ep.label,
+                engine=info.engine,
+                model=info.model,
+                block_size=info.block_size,
+                hits=hits,
+                queries=queries,
+                hit_rate=rate,
+                window_s=window_s,
+                window_hits=wh,
+                window_queries=wq,
+                window_hit_rate=wrate,
+                target=target,
+                verdict=verdict,
+                error=err_text,
+                keys=keys_seen(ep.label, db),
+            )
+        )
     return result

@@ -44,10 +44,20 @@ def driver(tmp_path_factory):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-                "--disable-extensions", "--disable-default-apps", "--window-size=1280,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        "--disable-extensions",
+        "--disable-default-apps",
+        "--window-size=1280,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
@@ -78,7 +88,8 @@ def open_page(driver):
         driver.get(path.resolve().as_uri())
         driver.execute_script("return document.readyState")
         load_ms = driver.execute_script(
-            "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;")
+            "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"
+        )
         requests = []
         for entry in driver.get_log("performance"):
             msg = json.loads(entry["message"])["message"]

@@ -29,8 +29,23 @@ def reports(tmp_path_factory) -> dict:
     with ``prefixplan report`` from the record."""
     d = tmp_path_factory.mktemp("report")
     rec_path, page = d / "analysis.json", d / "report.html"
-    assert main(["analyze", str(EXAMPLE), "--no-record", "-q", "--capacity", str(CAPACITY), "--json", str(rec_path),
-                 "--html", str(page)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(EXAMPLE),
+                "--no-record",
+                "-q",
+                "--capacity",
+                str(CAPACITY),
+                "--json",
+                str(rec_path),
+                "--html",
+                str(page),
+            ]
+        )
+        == 0
+    )
     again = d / "again.html"
     assert main(["report", str(rec_path), "--html", str(again)]) == 0
     record = json.loads(rec_path.read_text())
@@ -63,8 +78,10 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
     pts = js("""return Array.from(document.querySelectorAll('#pp-capacity circle.pp-pt')).map(c => ({
         policy: c.dataset.policy, capacity: +c.dataset.capacity, rate: +c.dataset.hitRate,
         cx: +c.getAttribute('cx'), cy: +c.getAttribute('cy')}));""")
-    box = js("var s = document.getElementById('pp-capacity').dataset; return {lo: +s.xMin, hi: +s.xMax, "
-             "left: +s.left, top: +s.top, w: +s.width, h: +s.height, scale: s.xScale};")
+    box = js(
+        "var s = document.getElementById('pp-capacity').dataset; return {lo: +s.xMin, hi: +s.xMax, "
+        "left: +s.left, top: +s.top, w: +s.width, h: +s.height, scale: s.xScale};"
+    )
     curves = record["simulation"]["curves"]
     expected = {(p, pt["capacity_tokens"], pt["hit_rate_tokens"]) for p, pts in curves.items() for pt in pts}
     assert {(p["policy"], p["capacity"], p["rate"]) for p in pts} == expected
@@ -80,14 +97,18 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
     # the stacked bar: one segment per kind, widths to scale
     segs = js("""return Array.from(document.querySelectorAll('#pp-kinds rect.pp-kind')).map(r => ({
         kind: r.dataset.kind, tokens: +r.dataset.tokens, reused: +r.dataset.reused, w: r.getBBox().width}));""")
-    assert {s["kind"]: (s["tokens"], s["reused"]) for s in segs} == {k: (x["tokens"], x["reused"]) for k, x in record["kinds"].items()}
+    assert {s["kind"]: (s["tokens"], s["reused"]) for s in segs} == {
+        k: (x["tokens"], x["reused"]) for k, x in record["kinds"].items()
+    }
     total = sum(s["tokens"] for s in segs)
     assert total == record["summary"]["prompt_tokens"]
     bar_w = js("return +document.getElementById('pp-kinds').dataset.width")
     for s in segs:
         assert s["w"] == pytest.approx(s["tokens"] / total * bar_w, abs=0.05)
     # summary cards and the prefix table
-    cards = js("return Object.fromEntries(Array.from(document.querySelectorAll('.card[data-value]')).map(c => [c.dataset.metric, +c.dataset.value]))")
+    cards = js(
+        "return Object.fromEntries(Array.from(document.querySelectorAll('.card[data-value]')).map(c => [c.dataset.metric, +c.dataset.value]))"
+    )
     assert cards["requests"] == record["summary"]["requests"]
     assert cards["prompt_tokens"] == record["summary"]["prompt_tokens"]
     runs = {r["label"]: r for r in record["simulation"]["runs"]}
@@ -98,7 +119,8 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
         rank: +r.dataset.rank, length: +r.dataset.length, hits: +r.dataset.hits, withheld: r.dataset.withheld === 'true',
         cells: Array.from(r.cells).map(c => c.textContent)}));""")
     assert [(r["rank"], r["length"], r["hits"], r["withheld"]) for r in rows] == [
-        (c["rank"], c["length"], c["hits"], c["withheld"]) for c in record["candidates"]]
+        (c["rank"], c["length"], c["hits"], c["withheld"]) for c in record["candidates"]
+    ]
     for r, c in zip(rows, record["candidates"], strict=False):
         assert r["cells"][2] == f"{c['length']:,}" and r["cells"][5] == f"{c['reusable_tokens']:,}"
     # the embedded JSON is what was drawn

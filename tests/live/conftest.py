@@ -68,14 +68,22 @@ def vllm_server() -> Iterator[LiveServer]:
     ARTIFACTS.mkdir(exist_ok=True)
     log = ARTIFACTS / "vllm-server.log"
     try:
-        info, proc = mod.start(model, python=python, log_path=log, timeout=float(os.environ.get("PREFIXPLAN_VLLM_START_TIMEOUT", "300")))
+        info, proc = mod.start(
+            model, python=python, log_path=log, timeout=float(os.environ.get("PREFIXPLAN_VLLM_START_TIMEOUT", "300"))
+        )
     except mod.ServerError as err:
         _unavailable(str(err))
     try:
         if info.block_size is None:
             _unavailable("the server did not expose vllm:cache_config_info{block_size}")
-        yield LiveServer(url=info.url, served_model_name=info.served_model_name, model_dir=Path(info.model_dir),
-                         block_size=int(info.block_size), log_path=log, startup_s=info.startup_s)
+        yield LiveServer(
+            url=info.url,
+            served_model_name=info.served_model_name,
+            model_dir=Path(info.model_dir),
+            block_size=int(info.block_size),
+            log_path=log,
+            startup_s=info.startup_s,
+        )
     finally:
         mod.stop_process(proc.pid)
         proc.wait(timeout=30)
