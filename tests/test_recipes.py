@@ -199,7 +199,7 @@ def test_chunk_modes() -> None:
 
 
 def test_emit_recipe_roundtrip(tmp_path: Path) -> None:
-    from prefixplan.keys.recipes import emit_recipe
+    from prefixplan.keys.emit import emit_recipe
 
     system = "You are the Acme support assistant.\r\nKeep answers short.  \n"
     tools = ['{"type": "function", "function": {"name": "lookup order"}}', b'{"name":"refund"}']

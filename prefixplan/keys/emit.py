@@ -2,7 +2,7 @@
 
 For each ranked candidate labelled ``system``, ``tools`` or ``system+tools`` that privacy
 allows to store, the representative request is read again from the log and its system text
-and covered tool schemas are written as recipe parts (``prefixplan.keys.recipes.emit_recipe``), so
+and covered tool schemas are written as recipe parts (:func:`emit_recipe`), so
 the prefix found in traffic can be locked and guarded by ``prefixplan check``. Tool files hold
 the schema as parsed from the log, serialised with its key order kept
 (``json.dumps(tool, ensure_ascii=False)``).
@@ -11,13 +11,16 @@ the schema as parsed from the log, serialised with its key order kept
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from prefixplan.analysis.record import AnalysisRecord
-from prefixplan.keys import parse_key
+from prefixplan.errors import RecipeError
+from prefixplan.keys import DEFAULT_RETAIN_SECONDS, NAME_RE, parse_key
 from prefixplan.keys.lineage import assign_lineage
-from prefixplan.keys.recipes import emit_recipe
 from prefixplan.logs import LineErrors
 from prefixplan.render.spans import message_text, tool_name
 from prefixplan.render.stream import SourceOptions, iter_source_requests
@@ -64,3 +67,67 @@ def emit_recipes(
             )
         )
     return paths
+
+
+def emit_recipe(
+    out_dir: str | os.PathLike[str],
+    name: str,
+    *,
+    version: int = 1,
+    system_text: str | None = None,
+    tools: Sequence[str | bytes] = (),
+    documents: Sequence[str | bytes] = (),
+    model: str | None = None,
+    retain: int = DEFAULT_RETAIN_SECONDS,
+    pin: bool = False,
+    description: str | None = None,
+) -> Path:
+    """Write ``out_dir/<name>.yaml`` plus its part files so a discovered prefix joins the gate.
+
+    Parts are written byte-exact (``parts/<name>/system.txt``, ``parts/<name>/tools/NN-<tool>.json``,
+    ``parts/<name>/documents/NN.txt``), so the emitted recipe's content hash equals
+    ``content_hash`` of the same parts. Used by ``analyze --emit-recipes DIR``.
+
+    Raises:
+        RecipeError: the name is invalid or no part is given.
+    """
+    if not NAME_RE.match(name):
+        raise RecipeError(f"cannot emit a recipe named {name!r}: use letters, digits, '.', '_' or '-'")
+    if system_text is None and not tools and not documents:
+        raise RecipeError(f"cannot emit recipe {name}: it has no parts")
+    import yaml
+
+    from prefixplan.core.fileio import atomic_write_bytes, atomic_write_text
+
+    out = Path(out_dir)
+    base = out / "parts" / name
+    entry: dict[str, Any] = {"name": name, "version": int(version)}
+    if description:
+        entry["description"] = description
+    entry["retain"] = f"{retain // 86400}d" if retain % 86400 == 0 else int(retain)
+    entry["pin"] = bool(pin)
+    if model:
+        entry["model"] = model
+
+    def put(rel: str, data: str | bytes) -> str:
+        atomic_write_bytes(base / rel, data.encode("utf-8") if isinstance(data, str) else data)
+        return (Path("parts") / name / rel).as_posix()
+
+    if system_text is not None:
+        entry["system"] = {"file": put("system.txt", system_text)}
+    tool_paths = []
+    for i, t in enumerate(tools):
+        from prefixplan.render.spans import schema_tool_name as tool_name
+
+        raw = t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", tool_name(raw) or "tool")[:60]
+        tool_paths.append(put(f"tools/{i:02d}-{slug}.json", t))
+    if tool_paths:
+        entry["tools"] = tool_paths
+    doc_paths = [put(f"documents/{i:02d}.txt", d) for i, d in enumerate(documents)]
+    if doc_paths:
+        entry["documents"] = doc_paths
+    path = out / f"{name}.yaml"
+    header = "# Emitted by prefixplan from observed traffic. Review, then run `prefixplan lock`.\n"
+    atomic_write_text(path, header + yaml.safe_dump({"prefixes": [entry]}, sort_keys=False, allow_unicode=True))
+    return path
