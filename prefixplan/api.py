@@ -395,7 +395,7 @@ def warm(
     """
     from dataclasses import fields
 
-    from prefixplan.warming.run import WarmOptions
+    from prefixplan.warming.results import WarmOptions
     from prefixplan.warming.service import WarmRequest
     from prefixplan.warming.service import warm as run_warm
 

@@ -136,7 +136,7 @@ def warm(
     2 bad options; 4 no replica usable (unreachable, tokenizer mismatch).
     """
     from prefixplan.warming.keepalive import parse_duration
-    from prefixplan.warming.run import WarmOptions
+    from prefixplan.warming.results import WarmOptions
     from prefixplan.warming.service import WarmRequest
     from prefixplan.warming.service import warm as run
 

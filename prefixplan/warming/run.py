@@ -32,13 +32,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Any
 
-from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.core.granularity import aligned
 from prefixplan.engines.base import (
-    TOKENIZER_PROBE_TEXT,
     CacheCounters,
     Completion,
     Endpoint,
@@ -46,163 +42,18 @@ from prefixplan.engines.base import (
     EngineRequestError,
     with_retries,
 )
-from prefixplan.errors import EndpointError, ExitCode, PrefixplanError, UsageError
+from prefixplan.errors import ExitCode, UsageError
 from prefixplan.warming.plan import WarmItem, WarmPlan
+from prefixplan.warming.preflight import (
+    Connector,
+    fleet_agreement,
+    preflight,
+    Replica,
+    default_connector,
+    expected_probe_ids,
+)
 from prefixplan.warming.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
-
-STATUSES = ("verified", "unverified", "failed", "skipped")
-
-
-@dataclass(frozen=True, slots=True)
-class WarmOptions:
-    """How to run a plan."""
-
-    engine: str = "auto"
-    concurrency: int = 8
-    timeout: float = 30.0
-    retries: int = 2
-    backoff: float = 0.5
-    model: str | None = None
-    block_size: int | None = None  # override the server's
-    priority: int | None = None  # SGLang --radix-eviction-policy priority
-    verify: bool = True
-    suffix_tokens: int = 2
-    via: str = "auto"  # auto | ids | chat: how prefixes are sent (see run_warm)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaInfo:
-    """Pre-flight result of one replica."""
-
-    endpoint: str
-    engine: str | None = None
-    model: str | None = None
-    block_size: int | None = None
-    block_size_source: str | None = None
-    tokenizer_check: str = "unchecked"  # match | mismatch | unchecked: why
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ItemResult:
-    """One prefix on one replica."""
-
-    endpoint: str
-    rank: int
-    key: str
-    version: int | None
-    tokens: int
-    expected_cached: int
-    status: str  # verified | unverified | failed | skipped
-    cold_ttft_s: float | None = None
-    warm_ttft_s: float | None = None
-    cached_tokens: int | None = None
-    cached_at_warmup: int | None = None
-    method: str | None = None  # usage | metrics
-    error: str | None = None
-    via: str | None = None  # ids (exact token ids) | chat (a request the server renders)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True, slots=True)
-class KeyVerdict:
-    """Fleet verdict of one prefix."""
-
-    rank: int
-    key: str
-    tokens: int
-    status: str  # ready | partial | failed
-    verified: int
-    replicas: int
-    errors: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class WarmReport:
-    """Everything a warm run did."""
-
-    plan: WarmPlan
-    replicas: tuple[ReplicaInfo, ...]
-    results: tuple[ItemResult, ...]
-    keys: tuple[KeyVerdict, ...]
-    status: str  # ready | partial | failed
-    exit_code: int
-    duration_s: float
-    started: float = field(default_factory=time.time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "duration_s": round(self.duration_s, 3),
-            "replicas": [{f: getattr(r, f) for f in r.__dataclass_fields__} for r in self.replicas],
-            "keys": [
-                {f: (list(v) if isinstance(v := getattr(k, f), tuple) else v) for f in k.__dataclass_fields__}
-                for k in self.keys
-            ],
-            "results": [r.to_dict() for r in self.results],
-            "plan": self.plan.to_dict(),
-        }
-
-
-Connector = Callable[[Endpoint, WarmOptions], EngineAdapter]
-
-
-def default_connector(endpoint: Endpoint, options: WarmOptions) -> EngineAdapter:
-    from prefixplan.engines.detect import connect
-
-    return connect(
-        endpoint, engine=options.engine, timeout=options.timeout, model=options.model, block_size=options.block_size
-    )
-
-
-def expected_probe_ids(tokenizer: TokenizerInfo | None) -> tuple[list[int] | None, str]:
-    """Probe ids of the analysis tokenizer: stored ``probe_ids``, else rendered from its spec."""
-    if not tokenizer:
-        return None, "the analysis names no tokenizer"
-    stored = list(tokenizer.probe_ids) if tokenizer.probe_ids is not None else None
-    if isinstance(stored, list):
-        return [int(i) for i in stored], "stored"
-    spec = tokenizer.spec
-    if not spec:
-        return None, "the analysis tokenizer has no spec"
-    try:
-        from prefixplan.render import load_renderer
-
-        ids, _ = load_renderer(str(spec)).encode_text(TOKENIZER_PROBE_TEXT, add_special_tokens=False)
-    except (PrefixplanError, ImportError, OSError) as err:
-        return None, f"cannot load the analysis tokenizer {spec}: {err}"
-    return [int(i) for i in ids], "rendered"
-
-
-def _describe_tokenizer(tokenizer: TokenizerInfo | None) -> str:
-    if not tokenizer:
-        return "the analysis tokenizer"
-    label = tokenizer.label or tokenizer.spec or "?"
-    fp = tokenizer.fingerprint
-    return f"analysis tokenizer {label}" + (f" ({fp})" if fp else "")
-
-
-def _first_diff(a: Sequence[int], b: Sequence[int]) -> str:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return f"first difference at token {i}: server {x} vs analysis {y}"
-    return f"lengths differ: server {len(a)} vs analysis {len(b)} tokens"
-
-
-class _Replica:
-    """Mutable per-replica state during a run (adapter, dead flag)."""
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-        self.adapter: EngineAdapter | None = None
-        self.info = ReplicaInfo(endpoint=endpoint.label)
-        self.probe_ids: list[int] | None = None
-        self.dead: str | None = None
-        self.via_chat = False  # learned: the server takes no token-id prompts
-        self.via_chat_reason = ""
+from prefixplan.warming.results import ItemResult, KeyVerdict, WarmOptions, WarmReport
 
 
 def warm_prompt(ids: Sequence[int]) -> list[int]:
@@ -215,86 +66,6 @@ def probe_prompt(ids: Sequence[int], suffix_tokens: int = 2) -> list[int]:
     """The verification probe: the prefix plus a short suffix of valid ids."""
     suffix = [ids[-1], ids[0], ids[min(1, len(ids) - 1)]][: max(1, suffix_tokens)]
     return [*ids, *suffix]
-
-
-def _preflight(
-    rep: _Replica,
-    options: WarmOptions,
-    connector: Connector,
-    expected: list[int] | None,
-    why_unchecked: str,
-    tokenizer: TokenizerInfo | None,
-) -> None:
-    try:
-        adapter = with_retries(
-            lambda: connector(rep.endpoint, options), retries=options.retries, backoff=options.backoff
-        )
-        rep.adapter = adapter
-        info = with_retries(adapter.server_info, retries=options.retries, backoff=options.backoff)
-        if not info.model:
-            raise EndpointError(f"{rep.endpoint.label}: serves no model (empty /v1/models)")
-        probe = with_retries(
-            lambda: adapter.tokenize_text(TOKENIZER_PROBE_TEXT), retries=options.retries, backoff=options.backoff
-        )
-        rep.probe_ids = probe
-        if probe is None:
-            check = "unchecked: the server offers no /tokenize"
-        elif expected is None:
-            check = f"unchecked: {why_unchecked}"
-        elif list(probe) == list(expected):
-            check = "match"
-        else:
-            rep.info = ReplicaInfo(
-                endpoint=rep.endpoint.label,
-                engine=info.engine,
-                model=info.model,
-                block_size=info.block_size,
-                block_size_source=info.block_size_source,
-                tokenizer_check="mismatch",
-                error=(
-                    f"tokenizer mismatch: server model {info.model} tokenizes the probe text differently from "
-                    f"{_describe_tokenizer(tokenizer)}; {_first_diff(probe, expected)}"
-                ),
-            )
-            return
-        rep.info = ReplicaInfo(
-            endpoint=rep.endpoint.label,
-            engine=info.engine,
-            model=info.model,
-            block_size=info.block_size,
-            block_size_source=info.block_size_source,
-            tokenizer_check=check,
-        )
-    except PrefixplanError as err:
-        rep.info = replace(
-            rep.info, error=str(err) if str(err).startswith(rep.endpoint.label) else f"{rep.endpoint.label}: {err}"
-        )
-
-
-def _fleet_agreement(reps: list[_Replica]) -> None:
-    """Replicas must serve the same model with the same tokenizer: the first healthy one is the reference."""
-    healthy = [r for r in reps if r.info.error is None]
-    if len(healthy) < 2:
-        return
-    ref = healthy[0]
-    for r in healthy[1:]:
-        if r.info.model != ref.info.model:
-            r.info = replace(
-                r.info,
-                error=(
-                    f"replicas disagree on the model: {r.endpoint.label} serves {r.info.model}, "
-                    f"{ref.endpoint.label} serves {ref.info.model}"
-                ),
-            )
-        elif r.probe_ids is not None and ref.probe_ids is not None and r.probe_ids != ref.probe_ids:
-            r.info = replace(
-                r.info,
-                tokenizer_check="mismatch",
-                error=(
-                    f"replicas disagree on the tokenizer: {r.endpoint.label} and {ref.endpoint.label} tokenize the "
-                    f"probe differently ({_first_diff(r.probe_ids, ref.probe_ids)})"
-                ),
-            )
 
 
 def _counters(adapter: EngineAdapter) -> CacheCounters | None:
@@ -336,7 +107,7 @@ class FormResolver:
 
 
 def _warm_one(
-    rep: _Replica, item: WarmItem, options: WarmOptions, plan_block: int, forms: FormResolver | None = None
+    rep: Replica, item: WarmItem, options: WarmOptions, plan_block: int, forms: FormResolver | None = None
 ) -> ItemResult:
     block = rep.info.block_size or options.block_size or 1
     expected = aligned(item.length, block)
@@ -532,11 +303,11 @@ def run_warm(
     t0 = time.perf_counter()
     started = time.time()
     expected, why = expected_probe_ids(plan.tokenizer)
-    reps = [_Replica(e) for e in endpoints]
+    reps = [Replica(e) for e in endpoints]
     workers = max(1, min(options.concurrency, len(reps)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda r: _preflight(r, options, connector, expected, why, plan.tokenizer), reps))
-    _fleet_agreement(reps)
+        list(pool.map(lambda r: preflight(r, options, connector, expected, why, plan.tokenizer), reps))
+    fleet_agreement(reps)
 
     lock = threading.Lock()
     results: list[ItemResult] = []
@@ -548,7 +319,7 @@ def run_warm(
         if progress is not None:
             progress(res)
 
-    def replica_job(rep: _Replica) -> None:
+    def replica_job(rep: Replica) -> None:
         for item in plan.items:
             if stop is not None and stop.is_set():
                 emit(
