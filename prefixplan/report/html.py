@@ -15,43 +15,21 @@ the SVG elements and as JSON in ``<script type="application/json" id="pp-data">`
 
 from __future__ import annotations
 
-import html
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prefixplan.report import views as v
-
-KIND_COLORS = {
-    "system": "#4e79a7",
-    "tools": "#f28e2b",
-    "rag": "#59a14f",
-    "history": "#b07aa1",
-    "user": "#9d9d9d",
-    "template": "#edc948",
-    "system+tools": "#e15759",
-    "raw": "#76b7b2",
-    "trace": "#76b7b2",
-    "unknown": "#bab0ac",
-}
-POLICY_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#ff9da7", "#9c755f")
-PLOT_W = 680
-ICICLE_MAX = 300  # candidates drawn in the nesting view (by rank); keeps the page small with --top 0
-
-
-def _e(x: Any) -> str:
-    """Escape text for HTML content and (double-quoted) attribute values."""
-    return html.escape("" if x is None else str(x), quote=True)
-
-
-def _num(x: float | int) -> str:
-    """A number for a data-* attribute: exact (JSON round-trip) for floats."""
-    return repr(float(x)) if isinstance(x, float) else str(int(x))
-
-
-def _px(x: float) -> str:
-    return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
+from prefixplan.report.svg import (
+    ICICLE_MAX,
+    KIND_COLORS,
+    capacity_plot,
+    esc,
+    finite,
+    icicle_svg,
+    kinds_bar,
+    num_attr,
+)
 
 
 def _script_json(data: Any) -> str:
@@ -66,204 +44,24 @@ def _script_json(data: Any) -> str:
     )
 
 
-def _finite(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-# --- plots -------------------------------------------------------------------------------
-
-
-def capacity_plot(
-    curves: Mapping[str, Sequence[tuple[float, float]]], configured: float | None, infinite: float | None
-) -> str:
-    """Hit rate vs cache capacity, one line per policy, a marker at the configured capacity.
-
-    The SVG carries its scale (``data-x-scale``, ``data-x-min``/``max`` in tokens, the plot
-    box in ``data-left/top/width/height``) so a reader can map points back to values.
-    """
-    W, H, L, R, T, B = PLOT_W, 340, 64, 16, 16, 46
-    pw, ph = W - L - R, H - T - B
-    xs = [c for pts in curves.values() for c, _ in pts] + ([configured] if configured else [])
-    lo, hi = min(xs), max(xs)
-    log = lo > 0 and hi / lo >= 10
-    if log:
-        a, b = math.log10(lo), math.log10(hi)
-    else:
-        a, b = (0.0, hi * 1.1 or 1.0) if lo >= 0 else (lo, hi)
-    if b - a < 1e-12:
-        a, b = a - 0.5, b + 0.5
-
-    def sx(x: float) -> float:
-        u = math.log10(x) if log else x
-        return L + (u - a) / (b - a) * pw
-
-    def sy(y: float) -> float:
-        return T + (1 - y) * ph
-
-    out = [
-        f'<svg id="pp-capacity" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-        f'aria-label="hit rate versus cache capacity" data-x-scale="{"log" if log else "linear"}" '
-        f'data-x-min="{_num(10**a if log else a)}" data-x-max="{_num(10**b if log else b)}" '
-        f'data-left="{L}" data-top="{T}" data-width="{pw}" data-height="{ph}">'
-    ]
-    for i in range(6):  # y grid: 0..100 %
-        y = sy(i / 5)
-        out.append(
-            f'<line class="grid" x1="{L}" x2="{L + pw}" y1="{_px(y)}" y2="{_px(y)}"/>'
-            f'<text class="tick" x="{L - 6}" y="{_px(y + 4)}" text-anchor="end">{i * 20}%</text>'
-        )
-    ticks = (
-        [10.0**k for k in range(math.ceil(a - 1e-9), math.floor(b + 1e-9) + 1)]
-        if log
-        else [a + (b - a) * i / 4 for i in range(5)]
-    )
-    for t in ticks:
-        x = sx(t)
-        out.append(
-            f'<line class="grid" x1="{_px(x)}" x2="{_px(x)}" y1="{T}" y2="{T + ph}"/>'
-            f'<text class="tick" x="{_px(x)}" y="{T + ph + 16}" text-anchor="middle">{_e(v.si(t))}</text>'
-        )
-    out.append(
-        f'<text class="axis" x="{L + pw / 2}" y="{H - 6}" text-anchor="middle">cache capacity (tokens'
-        f"{', log scale' if log else ''})</text>"
-        f'<text class="axis" transform="rotate(-90)" x="{-(T + ph / 2)}" y="14" text-anchor="middle">'
-        f"hit rate (share of prompt tokens)</text>"
-    )
-    if infinite is not None:
-        y = sy(infinite)
-        out.append(
-            f'<line class="pp-infinite" data-hit-rate="{_num(infinite)}" x1="{L}" x2="{L + pw}" '
-            f'y1="{_px(y)}" y2="{_px(y)}"><title>infinite cache: {_e(v.pct(infinite))}</title></line>'
-            f'<text class="note" x="{L + pw - 4}" y="{_px(y - 5)}" text-anchor="end">infinite cache '
-            f"{_e(v.pct(infinite))}</text>"
-        )
-    if configured:
-        x = sx(configured)
-        out.append(
-            f'<line class="pp-cap-marker" data-capacity="{_num(configured)}" x1="{_px(x)}" x2="{_px(x)}" '
-            f'y1="{T}" y2="{T + ph}"><title>configured capacity: {_e(v.n(configured))} tokens</title></line>'
-            f'<text class="note" x="{_px(x + 4)}" y="{T + 12}">configured {_e(v.si(configured))}</text>'
-        )
-    for i, (policy, pts) in enumerate(curves.items()):
-        color = POLICY_COLORS[i % len(POLICY_COLORS)]
-        path = " ".join(f"{_px(sx(c))},{_px(sy(r))}" for c, r in pts)
-        out.append(
-            f'<g class="pp-series" data-policy="{_e(policy)}"><polyline fill="none" stroke="{color}" '
-            f'stroke-width="2" points="{path}"/>'
-        )
-        for c, r in pts:
-            tip = f"{policy}: {v.n(c)} tokens → {v.pct(r)}"
-            out.append(
-                f'<circle class="pp-pt" data-policy="{_e(policy)}" data-capacity="{_num(c)}" '
-                f'data-hit-rate="{_num(r)}" cx="{_px(sx(c))}" cy="{_px(sy(r))}" r="4" fill="{color}" '
-                f'data-tip="{_e(tip)}"><title>{_e(tip)}</title></circle>'
-            )
-        ly = T + 16 + 18 * i
-        out.append(
-            f'<rect x="{L + 10}" y="{ly - 9}" width="14" height="4" fill="{color}"/>'
-            f'<text class="legend" x="{L + 30}" y="{ly - 4}">{_e(policy)}</text></g>'
-        )
-    out.append("</svg>")
-    return "".join(out)
-
-
-def kinds_bar(kinds: Sequence[tuple[str, int, int]]) -> str:
-    """One stacked horizontal bar: prompt tokens by kind; the darker part of each is reused."""
-    W, H, barh = PLOT_W, 56, 36
-    total = sum(max(0, t) for _, t, _ in kinds) or 1
-    out = [
-        f'<svg id="pp-kinds" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-        f'aria-label="where prompt tokens go" data-total="{total}" data-width="{W}">'
-    ]
-    x = 0.0
-    for kind, tokens, reused in kinds:
-        w = max(0, tokens) / total * W
-        rw = min(max(0, reused), max(0, tokens)) / total * W
-        color = KIND_COLORS.get(kind, "#bab0ac")
-        tip = f"{v.KIND_LABELS.get(kind, kind)}: {v.n(tokens)} tokens ({v.pct(tokens / total)}), {v.n(reused)} reusable"
-        out.append(
-            f'<g class="pp-kind-seg" data-tip="{_e(tip)}"><rect class="pp-kind" data-kind="{_e(kind)}" '
-            f'data-tokens="{tokens}" data-reused="{reused}" x="{_px(x)}" y="0" width="{_px(w)}" height="{barh}" '
-            f'fill="{color}" fill-opacity="0.55"/><rect class="pp-kind-reused" data-kind="{_e(kind)}" '
-            f'x="{_px(x)}" y="0" width="{_px(rw)}" height="{barh}" fill="{color}"/><title>{_e(tip)}</title></g>'
-        )
-        x += w
-    out.append(
-        f'<text class="note" x="0" y="{H - 4}">darker part: tokens an infinite prefix cache would reuse</text></svg>'
-    )
-    return "".join(out)
-
-
-def _fit(label: str, width: float) -> str:
-    chars = int((width - 8) / 7)
-    if chars < 2:
-        return ""
-    return label if len(label) <= chars else label[: chars - 1] + "…"
-
-
-def icicle_svg(
-    nodes: Sequence[Mapping[str, Any]], cands: Mapping[int, Mapping[str, Any]], record: Mapping[str, Any]
-) -> str:
-    """The candidate nesting as an icicle; click a box to zoom into it, the top box zooms out."""
-    W, rowh = PLOT_W, 30
-    depth = max((nd["depth"] for nd in nodes), default=0)
-    H = (depth + 1) * rowh
-    out = [
-        f'<svg id="pp-icicle" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-        f'aria-label="prefix nesting" data-width="{W}">'
-    ]
-    for nd in nodes:
-        x0, x1 = nd["x0"] * W, nd["x1"] * W
-        rank = nd["rank"]
-        c = cands.get(rank, {}) if rank is not None else {}
-        if rank is None:
-            label = f"all requests ({v.n(nd['hits'])})"
-            tip = label
-            color = "#cfd6de"
-        else:
-            label = f"#{rank} {nd['label']} · {v.n(nd['tokens'])} tok"
-            prev = v.safe_preview(c)
-            tip = (
-                f"#{rank} {nd['label']}: {v.n(nd['tokens'])} tokens, {v.n(nd['hits'])} hits, "
-                f"{v.users(c)} users, {v.n(c.get('reusable_tokens'))} reusable"
-            )
-            if prev:
-                tip += f" — {prev}"
-            elif c.get("withheld"):
-                tip += " — " + v.withheld_note(c, record)
-            color = KIND_COLORS.get(str(nd["label"]), "#bab0ac")
-        y = nd["depth"] * rowh
-        out.append(
-            f'<g class="pp-ice" tabindex="0" data-rank="{"" if rank is None else rank}" data-depth="{nd["depth"]}" '
-            f'data-x0="{_num(float(nd["x0"]))}" data-x1="{_num(float(nd["x1"]))}" data-hits="{_num(nd["hits"])}" '
-            f'data-tokens="{"" if nd["tokens"] is None else nd["tokens"]}" data-label="{_e(label)}" data-tip="{_e(tip)}">'
-            f'<rect x="{_px(x0)}" y="{y}" width="{_px(max(0.0, x1 - x0))}" height="{rowh - 2}" fill="{color}"/>'
-            f'<text x="{_px(x0 + 4)}" y="{y + 19}">{_e(_fit(label, x1 - x0))}</text><title>{_e(tip)}</title></g>'
-        )
-    out.append("</svg>")
-    return "".join(out)
-
-
 # --- page sections -----------------------------------------------------------------------
 
 
 def _card(metric: str, title: str, value: str, sub: str = "", raw: Any = None) -> str:
-    data = f' data-value="{_e(_num(raw))}"' if isinstance(raw, (int, float)) and not isinstance(raw, bool) else ""
+    data = f' data-value="{esc(num_attr(raw))}"' if isinstance(raw, (int, float)) and not isinstance(raw, bool) else ""
     return (
-        f'<div class="card" data-metric="{_e(metric)}"{data}><div class="t">{_e(title)}</div>'
-        f'<div class="v">{_e(value)}</div><div class="s">{_e(sub)}</div></div>'
+        f'<div class="card" data-metric="{esc(metric)}"{data}><div class="t">{esc(title)}</div>'
+        f'<div class="v">{esc(value)}</div><div class="s">{esc(sub)}</div></div>'
     )
 
 
 def _table(cls: str, head: Sequence[str], rows: Sequence[str]) -> str:
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _td(x: Any, cls: str = "") -> str:
-    return f'<td class="{cls}">{_e(x)}</td>' if cls else f"<td>{_e(x)}</td>"
+    return f'<td class="{cls}">{esc(x)}</td>' if cls else f"<td>{esc(x)}</td>"
 
 
 def _summary(record: Mapping[str, Any], sim: Mapping[str, Any] | None) -> str:
@@ -313,7 +111,7 @@ def _summary(record: Mapping[str, Any], sim: Mapping[str, Any] | None) -> str:
         for label, value in sav:
             cards.append(_card("saving", label, value, "estimated"))
     parts = ['<section id="summary"><h2>Summary</h2><div class="cards">', *cards, "</div>"]
-    rows = [f"<tr><th>{_e(k)}</th>{_td(val)}</tr>" for k, val in v.assumptions(record)]
+    rows = [f"<tr><th>{esc(k)}</th>{_td(val)}</tr>" for k, val in v.assumptions(record)]
     rows += [f"<tr><th>savings model</th>{_td(a)}</tr>" for a in v.savings_assumptions(sim)]
     parts.append(
         f'<h3>Assumptions</h3><table class="kv" id="pp-assumptions"><tbody>{"".join(rows)}</tbody></table></section>'
@@ -355,8 +153,8 @@ def _prefix_table(record: Mapping[str, Any], top: int | None) -> str:
             _td(prev if prev is not None else (v.withheld_note(c, record) if c.get("withheld") else ""), "preview")
         )
         rows.append(
-            f'<tr{cls} data-rank="{_e(c.get("rank"))}" data-length="{_e(c.get("length"))}" '
-            f'data-hits="{_e(c.get("hits"))}" data-withheld="{str(bool(c.get("withheld"))).lower()}">{"".join(cells)}</tr>'
+            f'<tr{cls} data-rank="{esc(c.get("rank"))}" data-length="{esc(c.get("length"))}" '
+            f'data-hits="{esc(c.get("hits"))}" data-withheld="{str(bool(c.get("withheld"))).lower()}">{"".join(cells)}</tr>'
         )
     note = (
         f"Tokens are counted at block {v.n(g.get('block_size'))} granularity; <i>reusable</i> = tokens the prefix "
@@ -384,7 +182,7 @@ def _rag(record: Mapping[str, Any]) -> str:
             f"{v.n(w.get('reusable_tokens'))} reusable tokens vs {v.n(w.get('reusable_tokens_now'))} now "
             f"({w.get('gain_tokens', 0):+,})."
         )
-    return f'<section id="rag"><h2>RAG documents</h2><p>{_e(text)}</p></section>'
+    return f'<section id="rag"><h2>RAG documents</h2><p>{esc(text)}</p></section>'
 
 
 def _breakers(record: Mapping[str, Any]) -> str:
@@ -392,7 +190,7 @@ def _breakers(record: Mapping[str, Any]) -> str:
     if not bs:
         return '<section id="breakers"><h2>Cache breakers</h2><p>No cache breakers found.</p></section>'
     rows = [
-        f'<tr data-kind="{_e(b.get("kind"))}" data-cost="{_e(b.get("cost_tokens"))}">'
+        f'<tr data-kind="{esc(b.get("kind"))}" data-cost="{esc(b.get("cost_tokens"))}">'
         + "".join(
             [
                 _td(b.get("kind")),
@@ -447,18 +245,18 @@ def _errors(record: Mapping[str, Any]) -> str:
     if not count and not s.get("render_failures"):
         return '<section id="errors"><h2>Input problems</h2><p>No malformed lines.</p></section>'
     rows = [
-        f'<tr data-reason="{_e(k)}" data-count="{_e(c)}">{_td(k)}{_td(v.n(c), "r")}</tr>'
+        f'<tr data-reason="{esc(k)}" data-count="{esc(c)}">{_td(k)}{_td(v.n(c), "r")}</tr>'
         for k, c in sorted((errs.get("by_reason") or {}).items())
     ]
     samples = "".join(
-        f"<li><code>{_e(e.get('source'))}:{_e(e.get('line'))}</code>: {_e(e.get('reason'))}</li>"
+        f"<li><code>{esc(e.get('source'))}:{esc(e.get('line'))}</code>: {esc(e.get('reason'))}</li>"
         for e in (errs.get("samples") or [])[:20]
     )
     return (
-        f'<section id="errors"><h2>Input problems</h2><p id="pp-malformed" data-count="{_e(count)}">'
-        f"{_e(v.n(count))} malformed line(s) skipped"
+        f'<section id="errors"><h2>Input problems</h2><p id="pp-malformed" data-count="{esc(count)}">'
+        f"{esc(v.n(count))} malformed line(s) skipped"
         + (
-            f"; {_e(v.n(s.get('render_failures')))} request(s) could not be rendered"
+            f"; {esc(v.n(s.get('render_failures')))} request(s) could not be rendered"
             if s.get("render_failures")
             else ""
         )
@@ -477,7 +275,7 @@ def plot_data(record: Mapping[str, Any], top: int | None = None) -> dict[str, An
     return {
         "schema_version": record.get("schema_version"),
         "summary": {
-            k: _finite(s.get(k))
+            k: finite(s.get(k))
             for k in (
                 "requests",
                 "prompt_tokens",
@@ -596,10 +394,10 @@ def render_html(record: Mapping[str, Any], *, top: int | None = None, title: str
     min_t = (record.get("privacy") or {}).get("min_tenants")
     by_rank = {c["rank"]: c for c in cands if c.get("rank") is not None}
     body = [
-        f"<h1>{_e(title)}</h1>",
-        f'<p class="sub">{_e(v.n(s.get("requests")))} requests · {_e(record.get("tool", "prefixplan"))} · '
-        f"created {_e(record.get('created', '-'))} · tokens {'exact' if s.get('exact') else 'APPROXIMATE'}</p>",
-        f'<p class="note" id="pp-privacy" data-min-tenants="{_e(min_t)}">Privacy: {_e(v.privacy_sentence(record))}. '
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="sub">{esc(v.n(s.get("requests")))} requests · {esc(record.get("tool", "prefixplan"))} · '
+        f"created {esc(record.get('created', '-'))} · tokens {'exact' if s.get('exact') else 'APPROXIMATE'}</p>",
+        f'<p class="note" id="pp-privacy" data-min-tenants="{esc(min_t)}">Privacy: {esc(v.privacy_sentence(record))}. '
         "This page loads nothing from the network.</p>",
         _summary(record, sim),
     ]
@@ -614,8 +412,8 @@ def render_html(record: Mapping[str, Any], *, top: int | None = None, title: str
     if kinds:
         total = sum(max(0, t) for _, t, _ in kinds) or 1
         legend = [
-            f'<tr data-kind="{_e(k)}"><td><span style="background:{KIND_COLORS.get(k, "#bab0ac")}"></span>'
-            f"{_e(v.KIND_LABELS.get(k, k))}</td>{_td(v.n(t), 'r')}{_td(v.pct(t / total), 'r')}"
+            f'<tr data-kind="{esc(k)}"><td><span style="background:{KIND_COLORS.get(k, "#bab0ac")}"></span>'
+            f"{esc(v.KIND_LABELS.get(k, k))}</td>{_td(v.n(t), 'r')}{_td(v.pct(t / total), 'r')}"
             f"{_td(v.pct(r / t) if t else '-', 'r')}</tr>"
             for k, t, r in kinds
         ]
@@ -635,14 +433,14 @@ def render_html(record: Mapping[str, Any], *, top: int | None = None, title: str
         )
     body += [_rag(record), _breakers(record), _findings(record), _errors(record)]
     body.append(
-        f"<footer>Inputs: {_e(inputs)}. Generated by {_e(record.get('tool', 'prefixplan'))} from analysis "
-        f"record schema {_e(record.get('schema_version'))}.</footer>"
+        f"<footer>Inputs: {esc(inputs)}. Generated by {esc(record.get('tool', 'prefixplan'))} from analysis "
+        f"record schema {esc(record.get('schema_version'))}.</footer>"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
-        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         + "".join(body)
         + '<div id="pp-tip" role="tooltip"></div>'
         + f'<script type="application/json" id="pp-data">{_script_json(plot_data(record, top))}</script>'

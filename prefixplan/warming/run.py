@@ -46,11 +46,11 @@ from prefixplan.errors import ExitCode, UsageError
 from prefixplan.warming.plan import WarmItem, WarmPlan
 from prefixplan.warming.preflight import (
     Connector,
-    fleet_agreement,
-    preflight,
     Replica,
     default_connector,
     expected_probe_ids,
+    fleet_agreement,
+    preflight,
 )
 from prefixplan.warming.prompts import PROBE_QUESTION, WARM_QUESTION, PromptForm
 from prefixplan.warming.results import ItemResult, KeyVerdict, WarmOptions, WarmReport
