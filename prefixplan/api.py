@@ -36,7 +36,8 @@ from prefixplan.render.stream import SourceOptions
 
 if TYPE_CHECKING:
     from prefixplan.gate.findings import CheckResult, LockResult
-    from prefixplan.simulation.api import SimConfig, SimResult
+    from prefixplan.simulation.config import SimConfig
+    from prefixplan.simulation.result import SimResult
     from prefixplan.warming.service import WarmOutcome
 
 Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[Mapping[str, Any]]
@@ -289,7 +290,7 @@ class Simulation:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document ``prefixplan simulate --json`` writes."""
-        from prefixplan.simulation.api import to_json
+        from prefixplan.simulation.result import to_json
 
         doc = to_json(self.result)
         doc["line_errors"] = self.malformed_lines
@@ -328,7 +329,7 @@ def simulate(
             command-line style values (``capacity="1e6,40GB"``, ``policy="lru,lfu"``).
         pins_from: an analysis record whose top ``pin_top`` candidates are pinned.
     """
-    from prefixplan.simulation.api import SimConfig
+    from prefixplan.simulation.config import SimConfig
     from prefixplan.simulation.source import simulate_source
 
     result, errors = simulate_source(

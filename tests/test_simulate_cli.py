@@ -10,7 +10,7 @@ import pytest
 from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import lookup_builtin
-from prefixplan.simulation.api import parse_capacity, parse_tier
+from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.options import build_config
 
 ROOT = Path(__file__).resolve().parent.parent

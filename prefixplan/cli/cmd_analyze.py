@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
 def _capacity(text: str | None) -> float | None:
     if text is None:
         return None
-    from prefixplan.simulation.api import parse_capacity
+    from prefixplan.simulation.capacity import parse_capacity
 
     return parse_capacity(text, None)
 

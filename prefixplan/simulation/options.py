@@ -7,7 +7,7 @@ from pathlib import Path
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
-from prefixplan.simulation.api import parse_capacity, parse_tier
+from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.models import AutoPromote
 

@@ -18,8 +18,9 @@ from typing import Any
 from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts
-from prefixplan.simulation.api import SimResult, Simulation, simulate, to_json
+from prefixplan.simulation.api import Simulation, simulate
 from prefixplan.simulation.config import CacheModel, SimConfig
+from prefixplan.simulation.result import SimResult, to_json
 from prefixplan.simulation.trace import SimRequest
 
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
