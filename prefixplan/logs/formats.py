@@ -13,13 +13,27 @@ Detection is per line (a file may mix shapes); see docs/logs.md for the rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from prefixplan.core.types import Request
-from prefixplan.logs.anthropic import anthropic_tool, convert, looks_anthropic
+from prefixplan.logs.anthropic import anthropic_tool, convert
 from prefixplan.logs.badline import BadLine, jtype
-from prefixplan.logs.times import find_time, timestamp_value
+from prefixplan.logs.envelope import (
+    UINT32,
+    Envelope,
+    LineContext,
+    batch_kind,
+    classify,
+    common_fields,
+    int_or_none,
+    lora_of,
+    model_of,
+    request_id,
+    salt_of,
+    tenant_of,
+    unwrap,
+)
+from prefixplan.logs.times import timestamp_value
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -38,84 +52,6 @@ CHAT_EXTRA_KEYS = (
     "response_format",
 )
 
-_ID_KEYS = ("custom_id", "id", "request_id")
-_TENANT_KEYS = ("tenant", "tenant_id", "user", "user_id")
-_UINT32 = 1 << 32
-_BODY_KEYS = ("messages", "prompt", "input", "hash_ids")
-
-
-@dataclass(frozen=True, slots=True)
-class LineContext:
-    """Where a line came from and the options that shape its records."""
-
-    source: str
-    line_no: int
-    trace_block_size: int = 512
-
-
-@dataclass(slots=True)
-class _Envelope:
-    outer: dict[str, Any]
-    body: dict[str, Any]
-    response: dict[str, Any] | None
-    batch: str | None  # "openai" | "anthropic" | None
-    url: str | None
-
-
-def _unwrap(obj: dict[str, Any]) -> _Envelope:
-    response = obj.get("response")
-    if isinstance(response, dict) and "usage" not in response and isinstance(response.get("body"), dict):
-        response = response["body"]
-    if not isinstance(response, dict):
-        response = None
-    body = obj.get("body")
-    if isinstance(body, dict) and ("custom_id" in obj or "url" in obj or "method" in obj):
-        url = obj.get("url")
-        return _Envelope(obj, body, response, "openai", url if isinstance(url, str) else None)
-    params = obj.get("params")
-    if "custom_id" in obj and isinstance(params, dict):
-        return _Envelope(obj, params, response, "anthropic", None)
-    request = obj.get("request")
-    if isinstance(request, dict):
-        inner = request.get("body")
-        if isinstance(inner, dict) and not any(k in request for k in _BODY_KEYS):
-            # an HTTP-style record: {"request": {"method", "url", "headers", "body": {...}}}
-            url = request.get("url")
-            return _Envelope(obj, inner, response, None, url if isinstance(url, str) else None)
-        return _Envelope(obj, request, response, None, None)
-    if isinstance(body, dict) and "messages" not in obj and "prompt" not in obj:
-        return _Envelope(obj, body, response, None, None)
-    return _Envelope(obj, obj, response, None, None)
-
-
-def _classify(env: _Envelope) -> str:
-    body = env.body
-    if "hash_ids" in body:
-        return "mooncake"
-    if "messages" in body:
-        return "anthropic" if looks_anthropic(body, env.outer) else "openai-chat"
-    if "prompt" in body:
-        return "openai-completion" if "model" in body else "raw"
-    if "input" in body:
-        return "raw"
-    raise BadLine("missing field: no messages, prompt, input or hash_ids")
-
-
-def _batch_kind(env: _Envelope) -> str:
-    """Kind of request from the envelope's endpoint URL (batch lines, HTTP records)."""
-    url = env.url
-    if url is None:
-        return _classify(env)
-    path = url.split("?", 1)[0].rstrip("/")
-    if path.endswith("/chat/completions"):
-        return "openai-chat"
-    if path.endswith("/completions"):
-        return "openai-completion"
-    if path.endswith("/messages"):
-        return "anthropic"
-    what = "batch url" if env.batch else "url"
-    raise BadLine(f"unsupported: {what} {url[:80]!r} is not a chat, completion or messages endpoint")
-
 
 def parse_object(obj: Any, ctx: LineContext, fmt: str = "auto") -> list[Request]:
     """Requests for one decoded log line.
@@ -130,20 +66,20 @@ def parse_object(obj: Any, ctx: LineContext, fmt: str = "auto") -> list[Request]
     """
     if not isinstance(obj, dict):
         raise BadLine(f"not an object: line is a JSON {jtype(obj)}")
-    env = _unwrap(obj)
+    env = unwrap(obj)
     if fmt == "auto":
         if env.batch == "openai":
-            kind, label = _batch_kind(env), "openai-batch"
+            kind, label = batch_kind(env), "openai-batch"
         elif env.batch == "anthropic":
             kind = label = "anthropic"
         elif env.url is not None:
-            kind = label = _batch_kind(env)
+            kind = label = batch_kind(env)
         else:
-            kind = label = _classify(env)
+            kind = label = classify(env)
     elif fmt == "openai-batch":
         if env.batch != "openai":
             raise BadLine("missing field: not an OpenAI Batch line (needs custom_id and body)")
-        kind, label = _batch_kind(env), "openai-batch"
+        kind, label = batch_kind(env), "openai-batch"
     else:
         kind = label = fmt
     if kind == "mooncake":
@@ -153,134 +89,6 @@ def parse_object(obj: Any, ctx: LineContext, fmt: str = "auto") -> list[Request]
     if kind == "openai-chat":
         return [_chat(env, ctx, label)]
     return _completion(env, ctx, label, kind)
-
-
-# ---------------------------------------------------------------- shared fields
-
-
-def _scalar_str(value: Any) -> str | None:
-    if isinstance(value, str) and value:
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _sources(env: _Envelope) -> tuple[dict[str, Any], ...]:
-    return (env.outer,) if env.outer is env.body else (env.outer, env.body)
-
-
-def _request_id(env: _Envelope, ctx: LineContext) -> str:
-    for obj in (*_sources(env), env.response or {}):
-        for key in _ID_KEYS:
-            value = obj.get(key)
-            if value is not None:
-                found = _scalar_str(value)
-                if found is not None:
-                    return found
-    return f"{ctx.source}:{ctx.line_no}"
-
-
-def _tenant(env: _Envelope) -> str | None:
-    for obj in _sources(env):
-        for key in _TENANT_KEYS:
-            value = obj.get(key)
-            if value is not None:
-                found = _scalar_str(value)
-                if found is not None:
-                    return found
-        meta = obj.get("metadata")
-        if isinstance(meta, dict):
-            found = _scalar_str(meta.get("user_id"))
-            if found is not None:
-                return found
-    return None
-
-
-def _model(env: _Envelope) -> str | None:
-    for obj in (env.body, env.outer):
-        model = obj.get("model")
-        if model is None:
-            continue
-        if not isinstance(model, str):
-            raise BadLine(f"wrong type: model is {jtype(model)}, expected string")
-        return model
-    return None
-
-
-def _lora(env: _Envelope) -> str | None:
-    for obj in _sources(env)[::-1]:
-        for key in ("lora", "lora_request", "lora_name"):
-            value = obj.get(key)
-            if value is None:
-                continue
-            if isinstance(value, dict):
-                value = value.get("lora_name", value.get("name"))
-            found = _scalar_str(value)
-            if found is not None:
-                return found
-    return None
-
-
-def _salt(env: _Envelope) -> str | None:
-    for obj in _sources(env)[::-1]:
-        salt = obj.get("cache_salt")
-        if isinstance(salt, str) and salt:
-            return salt
-    return None
-
-
-def _usage(env: _Envelope) -> dict[str, Any]:
-    for obj in (env.response, env.outer, env.body):
-        if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
-            return obj["usage"]
-    return {}
-
-
-def _time(env: _Envelope) -> float | None:
-    try:
-        return find_time(*_sources(env), env.response)
-    except ValueError as exc:
-        raise BadLine(f"bad timestamp: {exc}") from None
-
-
-def _common(env: _Envelope, ctx: LineContext, label: str) -> dict[str, Any]:
-    usage = _usage(env)
-    prompt_tokens = _int(usage.get("prompt_tokens"))
-    cached = None
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict):
-        cached = _int(details.get("cached_tokens"))
-    if prompt_tokens is None and _int(usage.get("input_tokens")) is not None:  # Anthropic usage
-        read = _int(usage.get("cache_read_input_tokens")) or 0
-        created = _int(usage.get("cache_creation_input_tokens")) or 0
-        prompt_tokens = usage["input_tokens"] + read + created
-        cached = read
-    output = _int(usage.get("completion_tokens"))
-    if output is None:
-        output = _int(usage.get("output_tokens"))
-    if output is None:
-        output = _int(env.body.get("max_completion_tokens"))
-    if output is None:
-        output = _int(env.body.get("max_tokens"))
-    return {
-        "source": ctx.source,
-        "line_no": ctx.line_no,
-        "id": _request_id(env, ctx),
-        "format": label,
-        "time": _time(env),
-        "model": _model(env),
-        "tenant": _tenant(env),
-        "lora": _lora(env),
-        "cache_salt": _salt(env),
-        "logged_prompt_tokens": prompt_tokens,
-        "logged_cached_tokens": cached,
-        "output_length": output,
-    }
 
 
 # ---------------------------------------------------------------- chat
@@ -358,7 +166,7 @@ def _chat_tools(body: dict[str, Any]) -> tuple[dict[str, Any], ...] | None:
     return tuple(out)
 
 
-def _chat(env: _Envelope, ctx: LineContext, label: str) -> Request:
+def _chat(env: Envelope, ctx: LineContext, label: str) -> Request:
     body = env.body
     messages = body.get("messages")
     if messages is None:
@@ -371,17 +179,17 @@ def _chat(env: _Envelope, ctx: LineContext, label: str) -> Request:
         check_message(i, msg)
     extra = {key: body[key] for key in CHAT_EXTRA_KEYS if key in body}
     return Request(
-        **_common(env, ctx, label),
+        **common_fields(env, ctx, label),
         messages=tuple(messages),
         tools=_chat_tools(body),
         extra=extra or None,
     )
 
 
-def _anthropic(env: _Envelope, ctx: LineContext, label: str) -> Request:
+def _anthropic(env: Envelope, ctx: LineContext, label: str) -> Request:
     messages, tools, bps, extra = convert(env.body)
     return Request(
-        **_common(env, ctx, label),
+        **common_fields(env, ctx, label),
         messages=tuple(messages),
         tools=tuple(tools) if tools is not None else None,
         breakpoints=tuple(bps),
@@ -394,7 +202,7 @@ def _anthropic(env: _Envelope, ctx: LineContext, label: str) -> Request:
 
 def _ids(value: list[Any], what: str) -> tuple[int, ...]:
     for k, tok in enumerate(value):
-        if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < _UINT32:
+        if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < UINT32:
             raise BadLine(f"wrong type: {what} not ints in [0, 2^32) (item {k} is {jtype(tok)} {str(tok)[:20]})")
     return tuple(value)
 
@@ -422,13 +230,13 @@ def _prompts(prompt: Any, key: str) -> list[tuple[str | None, tuple[int, ...] | 
     return out
 
 
-def _completion(env: _Envelope, ctx: LineContext, label: str, kind: str) -> list[Request]:
+def _completion(env: Envelope, ctx: LineContext, label: str, kind: str) -> list[Request]:
     body = env.body
     key = "prompt" if "prompt" in body or kind == "openai-completion" else "input"
     if body.get(key) is None:
         raise BadLine("missing field: prompt" if kind == "openai-completion" else "missing field: prompt or input")
     prompts = _prompts(body[key], key)
-    common = _common(env, ctx, label)
+    common = common_fields(env, ctx, label)
     base = common.pop("id")
     many = len(prompts) > 1
     return [
@@ -446,7 +254,7 @@ def _completion(env: _Envelope, ctx: LineContext, label: str, kind: str) -> list
 # ---------------------------------------------------------------- mooncake
 
 
-def _mooncake(env: _Envelope, ctx: LineContext, label: str) -> Request:
+def _mooncake(env: Envelope, ctx: LineContext, label: str) -> Request:
     body = env.body
     hash_ids = body.get("hash_ids")
     if hash_ids is None:
@@ -459,7 +267,7 @@ def _mooncake(env: _Envelope, ctx: LineContext, label: str) -> Request:
     lengths = {}
     for key in ("input_length", "output_length"):
         value = body.get(key)
-        if value is not None and _int(value) is None:
+        if value is not None and int_or_none(value) is None:
             raise BadLine(f"wrong type: {key} is {jtype(value)}, expected integer")
         lengths[key] = value
     stamp = body.get("timestamp")
@@ -476,13 +284,13 @@ def _mooncake(env: _Envelope, ctx: LineContext, label: str) -> Request:
     return Request(
         source=ctx.source,
         line_no=ctx.line_no,
-        id=_request_id(env, ctx),
+        id=request_id(env, ctx),
         format=label,
         time=time,
-        model=_model(env),
-        tenant=_tenant(env),
-        lora=_lora(env),
-        cache_salt=_salt(env),
+        model=model_of(env),
+        tenant=tenant_of(env),
+        lora=lora_of(env),
+        cache_salt=salt_of(env),
         hash_ids=tuple(hash_ids),
         trace_block_size=ctx.trace_block_size,
         input_length=lengths["input_length"],

@@ -19,7 +19,8 @@ from typing import Any
 from prefixplan.core.types import FORMATS, Request
 from prefixplan.errors import InputError, LogLineError, UsageError
 from prefixplan.logs.badline import BadLine
-from prefixplan.logs.formats import LineContext, parse_object
+from prefixplan.logs.envelope import LineContext
+from prefixplan.logs.formats import parse_object
 from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
 
 MAX_SAMPLES = 100
