@@ -333,7 +333,10 @@ def simulate(
     from prefixplan.simulation.source import simulate_source
 
     result, errors = simulate_source(
-        source_options(inputs, **source), config or SimConfig(), pins_from=pins_from, pin_top=pin_top
+        source_options(inputs, **source),
+        config or SimConfig(),
+        pins_from=os.fspath(pins_from) if pins_from is not None else None,
+        pin_top=pin_top,
     )
     return Simulation(result, errors.count)
 
@@ -358,7 +361,12 @@ def lock(
     """Write ``prefixplan.lock`` from the recipes and register each ``name@vN`` (``prefixplan lock``)."""
     from prefixplan.gate.lock import lock_recipes
 
-    return lock_recipes(recipes, lock_path, db=db, register=store)
+    if not store:
+        return lock_recipes(recipes, lock_path)
+    from prefixplan.store import open_store
+
+    with open_store(db) as opened:
+        return lock_recipes(recipes, lock_path, store=opened)
 
 
 def check(

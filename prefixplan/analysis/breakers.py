@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from prefixplan.analysis import dynamic as lint
 from prefixplan.core.hashes import segment_hash
@@ -63,8 +64,8 @@ class Breaker:
     tenants: int = 0  # distinct users seen (at most the finder's min_tenants)
     withheld: bool = False  # fewer than min_tenants users: example and preview hold no text
 
-    def to_json(self) -> dict:
-        return {f: getattr(self, f) for f in self.__slots__}  # type: ignore[attr-defined]
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from prefixplan.cli import common
 from prefixplan.cli.output import report_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def register(app: typer.Typer) -> None:
@@ -140,27 +144,28 @@ def _capacity(text: str | None) -> float | None:
 class common_progress:
     """A transient rich progress line counting requests (disabled when not a terminal)."""
 
-    def __init__(self, console, disabled: bool) -> None:
+    def __init__(self, console: Console, disabled: bool) -> None:
         self.console = console
         self.disabled = disabled
-        self._progress = None
+        self._progress: Any = None
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[int], None] | None:
         if self.disabled:
             return None
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(
+        progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.console, transient=True
         )
-        self._progress.start()
-        task = self._progress.add_task("reading and rendering", total=None)
+        progress.start()
+        task = progress.add_task("reading and rendering", total=None)
+        self._progress = progress
 
         def update(n: int) -> None:
-            self._progress.update(task, description=f"rendered {n:,} requests")
+            progress.update(task, description=f"rendered {n:,} requests")
 
         return update
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -28,7 +28,7 @@ def _emit_json(target: str, data: object) -> None:
     atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def _table(records: list, title: str) -> None:  # type: ignore[type-arg]
+def _table(records: list[Any], title: str) -> None:
     from rich.table import Table
 
     from prefixplan.cli.output import report_console

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from prefixplan.cli import common
 from prefixplan.cli.output import report_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def register(app: typer.Typer) -> None:
@@ -163,7 +166,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def render(doc: dict, console) -> None:
+def render(doc: dict[str, Any], console: Console) -> None:
     """Print the two-generation comparison, capacity curves, savings and notes."""
     from rich.table import Table
 

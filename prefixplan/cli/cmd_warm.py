@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,7 +16,7 @@ def _command_class() -> type:
     from typer.core import TyperCommand
 
     class WarmCommand(TyperCommand):
-        def parse_args(self, ctx, args):  # type: ignore[no-untyped-def]
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
             args = list(args)
             for i, arg in enumerate(args):
                 if arg == "--":

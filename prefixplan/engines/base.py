@@ -324,6 +324,21 @@ class EngineAdapter:
     ) -> Completion:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def complete_text(self, prompt: str, *, max_tokens: int = 1, stream: bool = True) -> Completion:
+        """A completion of a text prompt the server tokenizes (chat warming of plain prompts)."""
+        raise self._error("text-prompt completions are not supported by this adapter", kind="unsupported")
+
+    def complete_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int = 1,
+        stream: bool = True,
+    ) -> Completion:
+        """A chat completion the server renders itself (warming through a chat request)."""
+        raise self._error("chat completions are not supported by this adapter", kind="unsupported")
+
     def tokenize_text(self, text: str) -> list[int] | None:  # pragma: no cover - abstract
         raise NotImplementedError
 

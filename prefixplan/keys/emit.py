@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.analysis.record import AnalysisRecord
+from prefixplan.core.types import Request
 from prefixplan.errors import RecipeError
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS, NAME_RE, parse_key
 from prefixplan.keys.lineage import assign_lineage
@@ -37,7 +38,7 @@ def emit_recipes(
     if not wanted:
         return []
     by_line = {(c.example.source, c.example.line): c for c in wanted if c.example is not None}
-    found: dict[tuple[str, int], Any] = {}
+    found: dict[tuple[str, int], Request] = {}
     for req in iter_source_requests(source, LineErrors()):
         key = (req.source, req.line_no)
         if key in by_line:
@@ -47,9 +48,10 @@ def emit_recipes(
     paths: list[Path] = []
     used: set[str] = set()
     for key, cand in by_line.items():
-        req = found.get(key)
-        if req is None:
+        example = found.get(key)
+        if example is None:
             continue
+        req = example
         system = None
         if "system" in cand.label and req.messages and req.messages[0].get("role") in ("system", "developer"):
             system = message_text(req.messages[0].get("content"))

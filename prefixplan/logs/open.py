@@ -59,9 +59,7 @@ def _decompressed(stream: io.BufferedReader) -> BinaryIO:
     if kind == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(  # type: ignore[return-value]
-            stream, read_across_frames=True
-        )
+        return zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
     return stream
 
 

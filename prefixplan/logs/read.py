@@ -148,7 +148,7 @@ def expand_paths(specs: Sequence[str]) -> list[str]:
 try:
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but optional here
-    _fast_loads = None
+    _fast_loads = None  # type: ignore[assignment]
 _NOT_PARSED = object()
 
 

@@ -15,7 +15,7 @@ Mooncake traces carry block hash ids, not text: they are "rendered" to one id pe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -139,10 +139,10 @@ class RenderSet:
         spec = self.by_model.get(model or "", self.default_spec) or DEFAULT_TOKENIZER
         renderer = self._loaded.get(spec)
         if renderer is None:
-            kwargs = {}
             if spec.startswith("hf:"):
-                kwargs = {"chat_template": self.chat_template, "template_kwargs": self.template_kwargs}
-            renderer = load_renderer(spec, **kwargs)
+                renderer = load_renderer(spec, chat_template=self.chat_template, template_kwargs=self.template_kwargs)
+            else:
+                renderer = load_renderer(spec)
             self._loaded[spec] = renderer
         return renderer
 
@@ -177,7 +177,13 @@ class RenderSet:
                 out[i] = p
         return out  # type: ignore[return-value]
 
-    def render_stream(self, requests: Iterable[Request], *, batch: int = 256, on_error=None) -> Iterator[Prompt]:
+    def render_stream(
+        self,
+        requests: Iterable[Request],
+        *,
+        batch: int = 256,
+        on_error: Callable[[Request, TokenizerError], None] | None = None,
+    ) -> Iterator[Prompt]:
         """Render requests in arrival order, in batches (cache misses are encoded together).
 
         ``on_error(request, exc)`` receives requests that fail to render (counted by the

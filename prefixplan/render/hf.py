@@ -105,9 +105,10 @@ class HFRenderer:
                 f"hf:{path}: the tokenizer has no chat template",
                 hint="pass --chat-template FILE",
             )
-        self.backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if self.backend is None:
+        backend: Any = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
             raise TokenizerError(f"hf:{path}: only fast (tokenizer.json) tokenizers are supported")
+        self.backend = backend
         self.path = path
         self.spec = f"hf:{path}"
         self.label = f"hf:{path.name}"
@@ -181,12 +182,14 @@ class HFRenderer:
         if request.messages is None:
             raise TokenizerError(f"{request.source}:{request.line_no}: not a chat request")
         try:
-            return self.tokenizer.apply_chat_template(
-                list(request.messages),
-                tools=list(request.tools) if request.tools else None,
-                add_generation_prompt=True,
-                tokenize=False,
-                **self.template_kwargs,
+            return str(
+                self.tokenizer.apply_chat_template(
+                    list(request.messages),
+                    tools=list(request.tools) if request.tools else None,
+                    add_generation_prompt=True,
+                    tokenize=False,
+                    **self.template_kwargs,
+                )
             )
         except Exception as exc:  # jinja errors, template exceptions (raise_exception)
             raise TokenizerError(f"{request.source}:{request.line_no}: chat template failed: {exc}") from exc
@@ -293,7 +296,7 @@ class HFRenderer:
                 item = self._encode_one(enc, piece)
                 fresh[piece] = item
                 self.cache.put(piece, item)
-        out = []
+        out: list[tuple[np.ndarray, np.ndarray]] = []
         for layout in layouts:
             id_parts: list[np.ndarray] = []
             start_parts: list[np.ndarray] = []
@@ -302,11 +305,11 @@ class HFRenderer:
                     id_parts.append(np.array([special], dtype=np.uint32))
                     start_parts.append(np.array([offset], dtype=np.int64))
                     continue
-                item = fresh.get(piece) or self.cache.get(piece)
-                if item is None:  # evicted between lookup and use: encode directly
-                    item = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
-                id_parts.append(item[0])
-                start_parts.append(item[1] + offset)
+                got = fresh.get(piece) or self.cache.get(piece)
+                if got is None:  # evicted between lookup and use: encode directly
+                    got = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
+                id_parts.append(got[0])
+                start_parts.append(got[1] + offset)
             if id_parts:
                 out.append((as_token_ids(np.concatenate(id_parts)), np.concatenate(start_parts)))
             else:
@@ -333,7 +336,7 @@ class HFRenderer:
                 ids, starts = encoded[i]
                 text = texts[i]
                 segments, chunks = assign(text, starts, locate(text, req.messages, req.tools))
-                prompts.append(Prompt(req, ids, segments, chunks, exact=True))
+                prompts.append(Prompt(req, as_token_ids(ids), segments, chunks, exact=True))
             elif req.prompt is not None:
                 prompts.append(self._raw_prompt(req))
             else:

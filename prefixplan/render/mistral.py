@@ -90,10 +90,9 @@ class MistralRenderer:
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
         try:
-            chat = ChatCompletionRequest(
-                messages=[_clean_message(m) for m in request.messages],
-                tools=list(request.tools) if request.tools else None,
-            )
+            messages: Any = [_clean_message(m) for m in request.messages]
+            tools: Any = list(request.tools) if request.tools else None
+            chat: Any = ChatCompletionRequest(messages=messages, tools=tools)
             ids = self.tokenizer.encode_chat_completion(chat).tokens
         except Exception as exc:  # pydantic validation, mistral-common request rules
             raise TokenizerError(f"{request.source}:{request.line_no}: mistral rendering failed: {exc}") from exc

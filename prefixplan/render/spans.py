@@ -254,7 +254,7 @@ def assign(
     return tuple(segments), tuple(chunks)
 
 
-def _template_hash(text: str, token_starts: np.ndarray, a: int, b: int) -> str:
+def _template_hash(text: str, token_starts: np.ndarray, a: int, b: int) -> SegmentHash:
     ca = int(token_starts[a])
     cb = int(token_starts[b]) if b < token_starts.shape[0] else len(text)
     return segment_hash(text[ca:cb])

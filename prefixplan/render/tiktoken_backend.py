@@ -27,11 +27,12 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from prefixplan.core.hashes import segment_hash
-from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.types import Prompt, Request, Segment, TokenIds, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.hf import PieceCache, raw_ids_prompt
 from prefixplan.render.spans import ROLE_KIND, message_text, tool_name
@@ -64,7 +65,7 @@ def _find_rank_file(name: str) -> Path:
     )
 
 
-def load_encoding(name: str):  # -> tiktoken.Encoding
+def load_encoding(name: str) -> tuple[Any, Path]:
     """Build a tiktoken Encoding from a local rank file, with tiktoken's own pattern/specials."""
     import tiktoken
     import tiktoken.load
@@ -77,11 +78,11 @@ def load_encoding(name: str):  # -> tiktoken.Encoding
     if ctor is None:
         raise TokenizerError(f"tiktoken:{name}: unknown encoding; choose one of {', '.join(KNOWN)}")
     original = public.load_tiktoken_bpe
-    public.load_tiktoken_bpe = lambda *a, **k: ranks  # type: ignore[assignment]
+    public.load_tiktoken_bpe = lambda *a, **k: ranks
     try:
         params = ctor()
     finally:
-        public.load_tiktoken_bpe = original  # type: ignore[assignment]
+        public.load_tiktoken_bpe = original
     return tiktoken.Encoding(**params), path
 
 
@@ -97,13 +98,13 @@ class TiktokenRenderer:
         self.fingerprint = "tok1:" + h.hexdigest()[:32]
         self.cache = PieceCache(4_000_000)
 
-    def _enc(self, text: str) -> np.ndarray:
+    def _enc(self, text: str) -> TokenIds:
         item = self.cache.get(text)
         if item is None:
             ids = as_token_ids(self.encoding.encode_ordinary(text))
             item = (ids, np.zeros(0, np.int64))
             self.cache.put(text, item)
-        return item[0]
+        return TokenIds(item[0])
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         ids = as_token_ids(self.encoding.encode_ordinary(text))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -101,7 +101,7 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     cands = record.get("candidates") or []
     if cands:
         t = Table(title=f"Top shared prefixes (block {g['block_size']})", title_justify="left")
-        for col, just in (
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
             ("#", "right"),
             ("label", "left"),
             ("tokens", "right"),
@@ -111,7 +111,8 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
             ("marginal", "right"),
             ("parent", "right"),
             ("preview", "left"),
-        ):
+        )
+        for col, just in columns:
             if col == "preview":
                 t.add_column(col, justify=just, overflow="ellipsis", no_wrap=True, max_width=70, ratio=1)
             else:

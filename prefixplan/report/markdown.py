@@ -35,7 +35,7 @@ def _row(cells: list[Any]) -> str:
     return "| " + " | ".join(md_escape(c) for c in cells) + " |"
 
 
-def _table(head: list[str], rows: list[list[Any]], right: set[int] = frozenset()) -> list[str]:
+def _table(head: list[str], rows: list[list[Any]], right: frozenset[int] | set[int] = frozenset()) -> list[str]:
     out = [_row(head), "|" + "|".join("---:" if i in right else "---" for i in range(len(head))) + "|"]
     out += [_row(r) for r in rows]
     return out

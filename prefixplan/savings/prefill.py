@@ -139,7 +139,7 @@ def profile_from_mapping(data: Mapping[str, Any], where: str) -> PrefillProfile:
         if raw is None and not required:
             raw = 0.0
         try:
-            value = float(raw)  # type: ignore[arg-type]
+            value = float(raw)
         except (TypeError, ValueError):
             raise InputError(f"{where}: {key}: missing or not a number", hint=_PROFILE_HINT) from None
         if not math.isfinite(value):

@@ -58,7 +58,7 @@ def _run_from_blocks(
     hits: np.ndarray,
     evictions: int,
     gran: Granularity,
-    tier_blocks=None,
+    tier_blocks: dict[str, np.ndarray] | None = None,
 ) -> CacheRun:
     cached = hits * trace.block_tokens
     if gran.min_tokens and gran.breakpoints is None:

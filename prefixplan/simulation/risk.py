@@ -27,7 +27,9 @@ class PrefixRisk:
     by_model: dict[str, tuple[int, int]] = field(default_factory=dict)  # model -> (reprefills, tokens)
 
 
-def prefix_users(trace: BlockTrace, tree: NodeTree, last_block: int, intervals=None) -> np.ndarray:
+def prefix_users(
+    trace: BlockTrace, tree: NodeTree, last_block: int, intervals: tuple[np.ndarray, np.ndarray] | None = None
+) -> np.ndarray:
     """Boolean mask of requests whose path contains ``last_block``."""
     tin, tout = intervals if intervals is not None else tree.dfs_intervals()
     u = int(tree.node_of_block[last_block])

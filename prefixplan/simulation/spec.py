@@ -4,6 +4,7 @@ block-level helpers every model shares (capacity in blocks, pin selection, unbou
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,7 +140,7 @@ def capacity_blocks(trace: BlockTrace, tokens: float | None) -> float:
     return float(int(tokens // max(1, bt)))
 
 
-def choose_pins(trace: BlockTrace, pins, budget_blocks: float) -> list[int]:
+def choose_pins(trace: BlockTrace, pins: Sequence[tuple[str, np.ndarray]], budget_blocks: float) -> list[int]:
     """Block ids of the pinned prefixes that fit in ``budget_blocks`` (in order given)."""
     chosen: dict[int, None] = {}
     for namespace, tokens in pins:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -288,7 +288,9 @@ class TraceBuilder:
 
 
 def build_trace(
-    requests, granularity: Granularity, observer: Callable[[SimRequest, np.ndarray], None] | None = None
+    requests: Iterable[SimRequest],
+    granularity: Granularity,
+    observer: Callable[[SimRequest, np.ndarray], None] | None = None,
 ) -> BlockTrace:
     """Stream ``requests`` (any iterable of :class:`SimRequest`) into a :class:`BlockTrace`."""
     builder = TraceBuilder(granularity, observer)

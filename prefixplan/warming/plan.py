@@ -181,6 +181,11 @@ def _parents(cands: dict[int, WarmCandidate]) -> dict[int, int | None]:
     return parents
 
 
+def _parent_aligned(aligned: Mapping[int, int], parent: int | None) -> int:
+    """Block-aligned length of a chain parent (0 for a root)."""
+    return aligned[parent] if parent is not None else 0
+
+
 def _ancestors(rank: int, parents: Mapping[int, int | None]) -> list[int]:
     out = []
     cur = parents.get(rank)
@@ -339,9 +344,7 @@ def plan_warm(
         capacity_tokens = int(budget_bytes // float(kv_bpt))
         unit = block * max(1, math.ceil((capacity_tokens // block) / MAX_DP_UNITS))
         values = {r: max(0, all_cands[r].value) for r in closure}
-        costs = {
-            r: -(-(aligned[r] - (aligned[tparents[r]] if tparents[r] is not None else 0)) // unit) for r in closure
-        }
+        costs = {r: -(-(aligned[r] - _parent_aligned(aligned, tparents.get(r))) // unit) for r in closure}
         chosen = select_within_budget(values, costs, tparents, capacity_tokens // unit)
         for r in sorted(set(usable) - chosen):
             skipped.append((r, f"over the KV budget of {budget_gb:g} GB"))
@@ -379,7 +382,7 @@ def plan_warm(
             )
         )
     chain_nodes = set(selected) | {a for r in selected for a in _ancestors(r, parents) if a in closure}
-    memory_tokens = sum(aligned[r] - (aligned[tparents[r]] if tparents.get(r) is not None else 0) for r in chain_nodes)
+    memory_tokens = sum(aligned[r] - _parent_aligned(aligned, tparents.get(r)) for r in chain_nodes)
     return WarmPlan(
         items=tuple(items),
         selected=tuple(sorted(selected)),

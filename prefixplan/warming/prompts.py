@@ -72,7 +72,8 @@ class PromptForm:
         msgs = tuple(dict(m) for m in data["messages"] if isinstance(m, Mapping))
         tools = data.get("tools")
         tools_t = tuple(dict(t) for t in tools if isinstance(t, Mapping)) if isinstance(tools, list) and tools else None
-        lead = data.get("user_lead") if isinstance(data.get("user_lead"), str) else ""
+        raw_lead = data.get("user_lead")
+        lead = raw_lead if isinstance(raw_lead, str) else ""
         return cls(mode="chat", messages=msgs, tools=tools_t, user_lead=lead)
 
 

@@ -153,7 +153,7 @@ def _select(recipes: Sequence[Recipe], keys: Sequence[str] | None) -> list[Recip
         return sorted(recipes, key=lambda r: (not r.pin, r.name))
     from prefixplan.keys import parse_key_ref
 
-    out = []
+    out: list[Recipe] = []
     for k in keys:
         name, ver = parse_key_ref(k)
         hit = [r for r in recipes if r.name == name and (ver is None or r.version == ver)]

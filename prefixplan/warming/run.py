@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from prefixplan.core.granularity import aligned
 from prefixplan.engines.base import (
@@ -111,19 +112,20 @@ def _warm_one(
 ) -> ItemResult:
     block = rep.info.block_size or options.block_size or 1
     expected = aligned(item.length, block)
-    base = {
-        "endpoint": rep.endpoint.label,
-        "rank": item.rank,
-        "key": item.record_key,
-        "version": item.version,
-        "tokens": item.length,
-        "expected_cached": expected,
-    }
+    base = ItemResult(
+        endpoint=rep.endpoint.label,
+        rank=item.rank,
+        key=item.record_key,
+        version=item.version,
+        tokens=item.length,
+        expected_cached=expected,
+        status="failed",
+    )
     if rep.dead:
-        return ItemResult(**base, status="failed", error=f"replica unreachable: {rep.dead}")
+        return replace(base, status="failed", error=f"replica unreachable: {rep.dead}")
     if expected == 0:
-        return ItemResult(
-            **base, status="skipped", error=f"prefix shorter than one cache block ({item.length} < {block} tokens)"
+        return replace(
+            base, status="skipped", error=f"prefix shorter than one cache block ({item.length} < {block} tokens)"
         )
     adapter = rep.adapter
     assert adapter is not None
@@ -144,7 +146,7 @@ def _warm_one(
             if not (options.via == "auto" and rep.info.engine == "openai-compatible" and _rejects_ids(err)):
                 if err.kind in ("refused", "timeout"):
                     rep.dead = err.reason
-                return ItemResult(**base, status="failed", error=str(err))
+                return replace(base, status="failed", error=str(err))
             fallback = f"token-id prompt rejected ({_strip(str(err), rep.endpoint.label)})"
         else:
             if (
@@ -164,14 +166,14 @@ def _warm_one(
         form, why = forms(item)
         if form is None:
             reason = f"{rep.via_chat_reason}; " if rep.via_chat_reason else ""
-            return ItemResult(
-                **base,
+            return replace(
+                base,
                 status="failed",
                 error=f"{rep.endpoint.label}: {reason}cannot warm through a chat request: {why}",
             )
         if not hasattr(adapter, "complete_chat"):
-            return ItemResult(
-                **base,
+            return replace(
+                base,
                 status="failed",
                 error=(
                     f"{rep.endpoint.label}: --via chat needs an OpenAI-compatible server ({adapter.engine} adapter)"
@@ -180,9 +182,9 @@ def _warm_one(
 
         def send(question: str) -> Completion:
             if form.mode == "completion":
-                return call(lambda: adapter.complete_text(form.prompt(question), max_tokens=1, stream=True))  # type: ignore[attr-defined]
+                return call(lambda: adapter.complete_text(form.prompt(question), max_tokens=1, stream=True))
             msgs, tools = form.chat(question)
-            return call(lambda: adapter.complete_chat(msgs, tools=tools, max_tokens=1, stream=True))  # type: ignore[attr-defined]
+            return call(lambda: adapter.complete_chat(msgs, tools=tools, max_tokens=1, stream=True))
     else:
         probe_ids = probe_prompt(list(item.token_ids), options.suffix_tokens)
 
@@ -193,8 +195,8 @@ def _warm_one(
         if warm is None:
             warm = send(WARM_QUESTION)
         if not options.verify:
-            return ItemResult(
-                **base,
+            return replace(
+                base,
                 status="unverified",
                 cold_ttft_s=warm.ttft_s,
                 via=via,
@@ -206,20 +208,16 @@ def _warm_one(
     except EngineRequestError as err:
         if err.kind in ("refused", "timeout"):
             rep.dead = err.reason
-        return ItemResult(**base, status="failed", via=via, error=str(err))
+        return replace(base, status="failed", via=via, error=str(err))
     probe_len = len(probe_ids) if via == "ids" else probe.prompt_tokens
-    common = {
-        "cold_ttft_s": warm.ttft_s,
-        "warm_ttft_s": probe.ttft_s,
-        "cached_at_warmup": warm.cached_tokens,
-        "via": via,
-    }
+    started = replace(
+        base, cold_ttft_s=warm.ttft_s, warm_ttft_s=probe.ttft_s, cached_at_warmup=warm.cached_tokens, via=via
+    )
     if probe.cached_tokens is not None:
         if probe.cached_tokens >= expected:
-            return ItemResult(**base, **common, status="verified", cached_tokens=probe.cached_tokens, method="usage")
-        return ItemResult(
-            **base,
-            **common,
+            return replace(started, status="verified", cached_tokens=probe.cached_tokens, method="usage")
+        return replace(
+            started,
             status="failed",
             cached_tokens=probe.cached_tokens,
             method="usage",
@@ -235,9 +233,8 @@ def _warm_one(
         )
     after = _counters(adapter)
     if before is None or after is None:
-        return ItemResult(
-            **base,
-            **common,
+        return replace(
+            started,
             status="unverified",
             error=(
                 f"{rep.endpoint.label}: the server reports no per-request cached tokens and no prefix-cache counters "
@@ -254,9 +251,8 @@ def _warm_one(
         and int(queries) == probe_len
     )
     if not idle:
-        return ItemResult(
-            **base,
-            **common,
+        return replace(
+            started,
             status="unverified",
             error=(
                 f"{rep.endpoint.label}: no per-request cached tokens and the replica is not idle "
@@ -264,10 +260,9 @@ def _warm_one(
             ),
         )
     if hits >= expected:
-        return ItemResult(**base, **common, status="verified", cached_tokens=int(hits), method="metrics")
-    return ItemResult(
-        **base,
-        **common,
+        return replace(started, status="verified", cached_tokens=int(hits), method="metrics")
+    return replace(
+        started,
         status="failed",
         cached_tokens=int(hits),
         method="metrics",

@@ -118,12 +118,11 @@ def replica_status(
             result.append(done)
             continue
         a, info = pair
+        err_text: str | None = None
         try:
             c1 = a.cache_counters() if window_s > 0 else c0
         except EngineRequestError as err:
             c1, err_text = None, str(err)
-        else:
-            err_text = None
         finally:
             a.close()
         hits = c1.hits if c1 else None
