@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from prefixplan.cli import common
-from prefixplan.cli.output import report_console
+from prefixplan.report.terminal import report_console
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -54,32 +54,7 @@ def check(
         for line in github_annotations(result):
             typer.echo(line)
     elif fmt == "human" and json_out != "-":
-        _render_human(result)
+        from prefixplan.report.console_gate import render_check
+
+        render_check(result)
     raise typer.Exit(result.exit_code)
-
-
-def _render_human(result: object) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
-    con = Console(highlight=False, soft_wrap=True)
-    style = {"error": "bold red", "warning": "yellow", "notice": "cyan"}
-    findings = result.findings  # type: ignore[attr-defined]
-    for f in findings:
-        where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
-        con.print(f"[{style.get(f.severity, '')}]{f.severity}[/] [bold]{f.code}[/] {escape(where)}")
-        con.print(f"  {escape(f.message)}")
-        for d in f.diff:
-            color = (
-                "green"
-                if d.startswith("+") and not d.startswith("+++")
-                else ("red" if d.startswith("-") and not d.startswith("---") else "dim")
-            )
-            con.print(f"    [{color}]{escape(d)}[/]")
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "notice")}
-    keys = len(result.keys)  # type: ignore[attr-defined]
-    verdict = "[green]ok[/]" if result.ok else f"[red]failed (exit {result.exit_code})[/]"  # type: ignore[attr-defined]
-    con.print(
-        f"check: {keys} keys, {counts['error']} errors, {counts['warning']} warnings, "
-        f"{counts['notice']} notices: {verdict}"
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -28,39 +28,6 @@ def _emit_json(target: str, data: object) -> None:
     atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def _table(records: list[Any], title: str) -> None:
-    from rich.table import Table
-
-    from prefixplan.cli.output import report_console
-
-    t = Table(title=title)
-    for col in (
-        "key",
-        "status",
-        "kind",
-        "content hash",
-        "tokens",
-        "created",
-        "retain until",
-        "pin",
-        "source",
-    ):
-        t.add_column(col)
-    for r in records:
-        t.add_row(
-            str(r.key),
-            r.status,
-            r.kind or "",
-            r.content_hash[:23] + "…",
-            "" if r.token_count is None else str(r.token_count),
-            r.created,
-            r.retain_until or "",
-            "yes" if r.pinned else "",
-            r.source or "",
-        )
-    report_console().print(t)
-
-
 def list_cmd(
     status: Annotated[str | None, typer.Option("--status", help="active, superseded or expired.")] = None,
     db: DbOpt = None,
@@ -75,7 +42,9 @@ def list_cmd(
         _emit_json(json_out, [r.to_dict() for r in records])
         if json_out == "-":
             return
-    _table(records, "keys" + (f" ({status})" if status else ""))
+    from prefixplan.report.console_fleet import render_versions
+
+    render_versions(records, "keys" + (f" ({status})" if status else ""))
 
 
 def show_cmd(
@@ -97,7 +66,7 @@ def show_cmd(
         _emit_json(json_out, rec.to_dict())
         if json_out == "-":
             return
-    from prefixplan.cli.output import report_console
+    from prefixplan.report.terminal import report_console
 
     con = report_console()
     for k, v in rec.to_dict().items():
@@ -122,7 +91,9 @@ def history_cmd(
         _emit_json(json_out, [r.to_dict() for r in records])
         if json_out == "-":
             return
-    _table(records, f"history of {name}")
+    from prefixplan.report.console_fleet import render_versions
+
+    render_versions(records, f"history of {name}")
 
 
 def expire_cmd(

@@ -27,22 +27,16 @@ def lock(
     ] = None,
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
-    from prefixplan.gate.lock import lock_recipes
-    from prefixplan.store import open_store
+    from prefixplan.api import lock as run_lock
 
-    store = None if no_store else open_store(db)
-    try:
-        result = lock_recipes(recipes, lock_path, store=store)
-    finally:
-        if store is not None:
-            store.close()
+    result = run_lock(recipes, lock_path, db=db, store=not no_store)
     if json_out is not None:
         from prefixplan.core.fileio import atomic_write_text
 
         atomic_write_text(json_out, json.dumps(result.to_dict(), indent=2) + "\n")
         if json_out == "-":
             return
-    from prefixplan.cli.output import report_console
+    from prefixplan.report.terminal import report_console
 
     con = report_console()
     state = "written" if result.written else "unchanged"

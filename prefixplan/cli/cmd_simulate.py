@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from prefixplan.cli import common
-from prefixplan.cli.output import report_console
+from prefixplan.report.terminal import report_console
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    pass
 
 
 def register(app: typer.Typer) -> None:
@@ -159,116 +159,6 @@ def register(app: typer.Typer) -> None:
         if json_out:
             atomic_write_json(json_out, doc)
         if not quiet:
-            render(doc, console)
+            from prefixplan.report.console_simulate import render_simulation
 
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def render(doc: dict[str, Any], console: Console) -> None:
-    """Print the two-generation comparison, capacity curves, savings and notes."""
-    from rich.table import Table
-
-    console.print(
-        f"[bold]{doc['requests']:,} requests, {doc['prompt_tokens']:,} prompt tokens[/]  "
-        f"granularity: {doc['granularity']}"
-    )
-    table = Table(title="Cache models", title_justify="left")
-    for col in (
-        "model",
-        "hit rate (tokens)",
-        "hit rate (requests)",
-        "prefill computed",
-        "prefill saved",
-        "evicted blocks",
-    ):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for run in doc["runs"]:
-        name = run["label"]
-        if name == doc["headline"] and name not in (doc["persistent"], doc["in_batch"]):
-            name += " *"
-        table.add_row(
-            name,
-            _pct(run["hit_rate_tokens"]),
-            _pct(run["hit_rate_requests"]),
-            f"{run['prefill_tokens_computed']:,}",
-            f"{run['hit_tokens']:,}",
-            f"{run['evictions_blocks']:,}",
-        )
-    console.print(table)
-    if doc["curves"]:
-        console.print("[bold]Capacity curve[/] (token hit rate by total capacity)")
-        curve = Table()
-        curve.add_column("capacity (tokens)", justify="right")
-        pols = list(doc["curves"])
-        for p in pols:
-            curve.add_column(p, justify="right")
-        for i, pt in enumerate(doc["curves"][pols[0]]):
-            curve.add_row(f"{pt['capacity_tokens']:.3g}", *(_pct(doc["curves"][p][i]["hit_rate_tokens"]) for p in pols))
-        console.print(curve)
-    runs = {r["label"]: r for r in doc["runs"]}
-    head = runs.get(doc["headline"], {})
-    part = head.get("partition")
-    if part:
-        pol = part["policy"]
-        text = (
-            f"[bold]Partition[/] of {part['total_tokens']:,.0f} tokens: {part['pinned_fraction']:.0%} pinned "
-            f"({part['pinned_tokens']:,} tok, by {part['pinned_by']}; {part['pinned_used_tokens']:,} tok held"
-            f"{' at the end' if part['pinned_by'] == 'auto-promotion' else ''}) / "
-            f"{part['policy_fraction']:.0%} {pol} ({part['policy_tokens']:,} tok)"
-        )
-        if part["running_fraction"]:
-            text += f" / {part['running_fraction']:.0%} running ({part['running_tokens']:,.0f} tok, not cache)"
-        console.print(text)
-    if head.get("loaded_tokens"):
-        console.print(
-            "[bold]Tier loads[/] ("
-            + doc["headline"]
-            + "): "
-            + ", ".join(f"{name} {tok:,} tok" for name, tok in head["loaded_tokens"].items())
-            + " reused from lower tiers"
-        )
-    if doc.get("risk"):
-        models = list(doc["risk"][0]["by_model"])
-        cap = doc.get("risk_capacity_tokens")
-        risk = Table(
-            title=f"Eviction risk of hot prefixes at {cap:,.0f} tokens: re-prefills after first use"
-            if cap
-            else "Eviction risk of hot prefixes",
-            title_justify="left",
-        )
-        for col in ("prefix", "tokens", "uses", *models):
-            risk.add_column(col, justify="left" if col == "prefix" else "right")
-        for r in doc["risk"]:
-            risk.add_row(
-                r["label"],
-                f"{r['tokens']:,}",
-                f"{r['uses']:,}",
-                *(f"{r['by_model'][m]['reprefills']:,} ({r['by_model'][m]['reprefill_tokens']:,} tok)" for m in models),
-            )
-        console.print(risk)
-    sav = doc.get("savings")
-    if sav:
-        console.print(
-            f"[bold]Savings[/] ({doc['headline']}; profile {sav['profile']}"
-            f"{', an assumption' if sav['profile_is_assumption'] else ''}): "
-            f"GPU-seconds {sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} "
-            f"(saved {sav['gpu_seconds_saved']:,.1f}); TTFT p50 {sav['ttft_p50_without_s'] * 1000:.0f} -> "
-            f"{sav['ttft_p50_with_s'] * 1000:.0f} ms, p95 {sav['ttft_p95_without_s'] * 1000:.0f} -> "
-            f"{sav['ttft_p95_with_s'] * 1000:.0f} ms"
-        )
-    money = doc.get("money")
-    if money:
-        console.print(
-            f"[bold]Money[/] ({money['provider']} {money['model']}, prices as of {money['prices_as_of']}): "
-            f"${money['usd_without']:,.2f} -> ${money['usd_with']:,.2f} (saved ${money['usd_saved']:,.2f})"
-        )
-    elif doc.get("self_hosted_usd_saved") is not None:
-        console.print(f"[bold]Money[/] self-hosted: ${doc['self_hosted_usd_saved']:,.2f} of GPU time saved")
-    if doc.get("kv_bytes_per_token"):
-        console.print(f"KV cache: {doc['kv_bytes_per_token']:,} bytes/token")
-    for note in doc["notes"]:
-        console.print(f"[dim]note: {note}[/]")
-    if doc.get("line_errors"):
-        console.print(f"[yellow]{doc['line_errors']} malformed log lines skipped[/]")
+            render_simulation(doc, console)

@@ -61,44 +61,11 @@ def status(
 
         atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
     if json_out != "-":
-        _render(rows)
+        from prefixplan.report.console_fleet import render_status
+
+        render_status(rows)
     if any(r.verdict == "unreachable" for r in rows):
         raise typer.Exit(ExitCode.ENDPOINT)
     if any(r.verdict == "below-target" for r in rows):
         raise typer.Exit(ExitCode.FINDINGS)
     raise typer.Exit(ExitCode.OK)
-
-
-def _pct(x: float | None) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "-"
-
-
-def _render(rows: list) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    con = Console(highlight=False, soft_wrap=True)
-    t = Table(title="prefix cache")
-    for col in ("endpoint", "engine", "model", "block", "hit rate (since start)", "hit rate (window)", "verdict"):
-        t.add_column(col)
-    for r in rows:
-        color = {"ok": "green", "below-target": "yellow", "unreachable": "red"}.get(r.verdict, "dim")
-        t.add_row(
-            escape(r.endpoint),
-            r.engine or "-",
-            escape(str(r.model or "-")),
-            str(r.block_size or "-"),
-            _pct(r.hit_rate),
-            _pct(r.window_hit_rate) if r.window_s else "-",
-            f"[{color}]{r.verdict}[/]",
-        )
-    con.print(t)
-    for r in rows:
-        if r.error:
-            con.print(f"[red]{escape(r.endpoint)}[/]: {escape(r.error)}")
-        for k in r.keys:
-            con.print(
-                f"  {escape(r.endpoint)} {escape(k.key)}: last verified {k.last_verified or 'never'} "
-                f"(last run {k.last_run}: {k.last_status})"
-            )
