@@ -10,6 +10,9 @@ Convention (also stated at the top of docs/README.md):
   non-empty line other than ``...`` must appear, whitespace-normalised, inside a line of the
   real output (stdout and stderr together), in the same order.
 * A line ``# exit N`` right after the command sets the expected exit code (default 0).
+* A ```python block is run with the test's interpreter in the page's scratch folder; an
+  ```output block right after it lists lines its output must contain. Expected lines match
+  whole words and numbers ("requests 400" does not match "requests 4000").
 * Commands that need a live server or the network go in a ```console-live block (not run
   here). A block whose output needs a setup the harness cannot make is preceded by the line
   ``<!-- docs-test: skip REASON -->`` naming where it is tested instead.
@@ -67,6 +70,7 @@ def parse_page(text: str, doc: str = "<doc>") -> Page:
     lines = text.splitlines()
     i = 0
     prev = ""
+    last_python: Example | None = None
     while i < len(lines):
         m = FENCE.match(lines[i])
         if not m:
@@ -85,6 +89,16 @@ def parse_page(text: str, doc: str = "<doc>") -> Page:
         prev = ""
         if lang == "console-live":
             skipped.append((start + 1, "console-live: needs a live server or the network"))
+            continue
+        if lang == "output" and last_python is not None:
+            last_python.expected.extend(x for x in body if x.strip() and x.strip() != "...")
+            last_python = None
+            continue
+        last_python = None
+        if lang == "python" and not skip:
+            code = "\n".join(body)
+            last_python = Example(doc, start + 2, f"python - <<'PYDOC'\n{code}\nPYDOC")
+            examples.append(last_python)
             continue
         if lang != "console":
             continue
@@ -117,13 +131,28 @@ def _norm(s: str) -> str:
     return " ".join(s.split())
 
 
+def _find_whole(text: str, want: str, pos: int) -> int:
+    """First match of ``want`` at or after ``pos`` that does not cut a word or number in two
+    ("requests 400" does not match "requests 4000")."""
+    k = text.find(want, pos)
+    while k >= 0:
+        before = text[k - 1] if k > 0 else " "
+        after = text[k + len(want)] if k + len(want) < len(text) else " "
+        ok_before = not (want[:1].isalnum() and before.isalnum())
+        ok_after = not (want[-1:].isalnum() and after.isalnum())
+        if ok_before and ok_after:
+            return k
+        k = text.find(want, k + 1)
+    return -1
+
+
 def missing_lines(expected: list[str], output: str) -> list[str]:
     """Expected lines not found in ``output``: each, whitespace-normalised, must occur within one
     output line, after the previous expected line's match (later on the same line counts)."""
     text = "\n".join(_norm(x) for x in output.splitlines())
     pos, missing = 0, []
     for want in (_norm(x) for x in expected):
-        k = text.find(want, pos)
+        k = _find_whole(text, want, pos)
         if k < 0:
             missing.append(want)
         else:
@@ -287,3 +316,18 @@ def test_output_matching_is_ordered_and_whitespace_normalised() -> None:
     assert missing_lines(["error:", "missing.jsonl"], "error: log file not found: missing.jsonl") == []
     assert missing_lines(["missing.jsonl", "error:"], "error: log file not found: missing.jsonl") == ["error:"]
     assert missing_lines(["tokens 400"], "tokens\n400") == ["tokens 400"]  # never across lines
+
+
+def test_output_matching_takes_whole_words_and_numbers() -> None:
+    assert missing_lines(["requests 400"], "requests 4000") == ["requests 400"]
+    assert missing_lines(["requests 400"], "subrequests 400") == ["requests 400"]
+    assert missing_lines(["requests 400"], "requests 4000 then requests 400") == []
+    assert missing_lines(["hit rate 54.2%"], "hit rate 54.2% (unbounded)") == []
+    assert missing_lines(["…"], "a…b") == []  # expectations that do not end in a word char match inside words
+
+
+def test_python_blocks_run_and_check_their_output() -> None:
+    page = parse_page("```python\nprint(1 + 1)\n```\n\n```output\n2\n```\n\n```python\nx = 1\n```\n")
+    first, second = page.examples
+    assert "print(1 + 1)" in first.command and first.command.startswith("python - <<'PYDOC'")
+    assert first.expected == ["2"] and second.expected == []

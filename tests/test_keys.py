@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,3 +131,42 @@ def test_cache_key_validates() -> None:
         CacheKey("-bad", 1)
     with pytest.raises(UsageError):
         CacheKey("ok", 0)
+
+
+MALFORMED_KEYS = ["x@v0", "x@3", "x@", "x@v", "x@v01x", "@v1", "x@v-1"]
+
+
+@pytest.mark.parametrize("bad", MALFORMED_KEYS)
+def test_every_key_parser_path_rejects_malformed_keys(
+    bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One grammar (keys/grammar.py) behind every place a key is read: the library parsers, the
+    lock file, warm's key selection (analysis and store), and the CLI."""
+    from records import plan_from_record
+
+    from prefixplan.cli.app import main
+    from prefixplan.errors import ExitCode, InputError
+    from prefixplan.keys import CacheKey, parse_key_ref
+    from prefixplan.keys.lockfile import parse_lock_text
+
+    with pytest.raises(UsageError):
+        parse_key(bad)
+    with pytest.raises(UsageError):
+        CacheKey.parse(bad)
+    with pytest.raises(UsageError):
+        parse_key_ref(bad)
+    lock = f'lock_version: 1\nscheme: pp1\nkeys:\n  "{bad}":\n    hash: pp1:sha256:{"0" * 64}\n'
+    with pytest.raises(InputError, match="invalid cache key"):
+        parse_lock_text(lock)
+    record = {
+        "candidates": [
+            {"rank": 1, "name": "x", "key": "x@v1", "length": 32, "token_ids": list(range(32)), "marginal_tokens": 1}
+        ]
+    }
+    with pytest.raises(UsageError):
+        plan_from_record(record, keys=[bad])
+    db = str(tmp_path / "k.db")
+    for argv in (["keys", "show", bad], ["keys", "history", bad], ["warm", "--keys", bad, "--dry-run"]):
+        capsys.readouterr()
+        assert main([*argv, "--db", db]) == ExitCode.USAGE, argv
+        assert "invalid" in capsys.readouterr().err, argv  # refused as malformed, not as unknown

@@ -150,3 +150,51 @@ def test_kv_bytes_from_config() -> None:
     }
     assert from_config(cfg).bytes_per_token == 512  # vLLM reported 512 for the tiny model
     assert from_config({**cfg, "torch_dtype": "bfloat16"}).bytes_per_token == 256
+
+
+def test_mla_model_config_budget_uses_the_latent_kv_size(tmp_path, capsys) -> None:
+    """warm --budget with a DeepSeek (MLA) config: 61 x (512 + 64) x 2 B = 70,272 B/token, not the
+    1,748,992 B/token of a per-head K/V formula (which would overstate memory 25x)."""
+    import json
+
+    from prefixplan.cli.app import main
+
+    cfg = {
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "hidden_size": 7168,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ids = list(range(1024))
+    rec = {
+        "schema_version": 1,
+        "tokenizer": {"spec": "hf:x", "fingerprint": "fp"},
+        "granularity": {"block_size": 16},
+        "candidates": [{"rank": 1, "name": "sys", "length": 1024, "token_ids": ids, "marginal_tokens": 5000}],
+    }
+    (tmp_path / "a.json").write_text(json.dumps(rec))
+    # 0.1 GB holds 1,024 tokens at 70,272 B (72 MB) but not at 1,748,992 B (1.79 GB).
+    code = main(
+        [
+            "warm",
+            "--analysis",
+            str(tmp_path / "a.json"),
+            "--budget",
+            "0.1",
+            "--model-config",
+            str(tmp_path / "config.json"),
+            "--dry-run",
+            "--json",
+            "-",
+            "--no-record",
+        ]
+    )
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert code == 0 and plan["kv_bytes_per_token"] == 70_272
+    assert [i["rank"] for i in plan["items"]] == [1] and plan["memory_bytes"] == 1024 * 70_272
