@@ -1,7 +1,7 @@
 """Size and load time of the HTML report for an analysis record, in headless Chromium.
 
     python scripts/make_logs.py bench --out /tmp/bench.jsonl.gz
-    prefixplan analyze /tmp/bench.jsonl.gz --no-record -q --json /tmp/bench.json
+    prefixplan analyze /tmp/bench.jsonl.gz --no-store -q --json /tmp/bench.json
     python benchmarks/bench_report.py /tmp/bench.json [--runs 5]
 
 Prints the render time in Python, the file size, and per run the navigation-to-load time

@@ -142,6 +142,7 @@ class AnalyzeOutcome:
     analysis: Analysis
     written: list[tuple[str, str]] = field(default_factory=list)  # (what, path)
     analysis_id: int | None = None
+    created_store: str | None = None  # the store file this run created
 
 
 def run_analyze(
@@ -157,10 +158,12 @@ def run_analyze(
 
     from prefixplan.analysis.pipeline import analyze as run_pipeline
 
+    created_store = None
     if outputs.store:  # an unusable --db fails before the analysis, not after it
         from prefixplan.store import open_store
 
-        open_store(outputs.db).close()
+        with open_store(outputs.db) as opened:
+            created_store = str(opened.path) if opened.created else None
     sinks = []
     sim = None
     if headline is not None:
@@ -175,7 +178,7 @@ def run_analyze(
         from prefixplan.simulation.source import headline_json
 
         analysis.record = replace(analysis.record, simulation=headline_json(sim.result(), headline.configured_capacity))
-    outcome = AnalyzeOutcome(analysis)
+    outcome = AnalyzeOutcome(analysis, created_store=created_store)
     if outputs.store:
         from prefixplan.store.register import register_analysis
 

@@ -156,27 +156,27 @@ def test_cli_reports_malformed_lines_and_strict(tmp_path, capsys):
         tmp_path / "log.jsonl", [_chat("q1", "u1"), "{not json", _chat("q2", "u2"), "\xff\xfe garbage", "[1,2]"]
     )
     out = tmp_path / "rec.json"
-    assert main(["analyze", str(log), "--no-record", "--json", str(out)]) == 0
+    assert main(["analyze", str(log), "--no-store", "--json", str(out)]) == 0
     rec = json.loads(out.read_text())
     assert rec["summary"]["requests"] == 2
     assert sorted(e["line"] for e in rec["errors"]["samples"]) == [2, 4, 5]
     text = capsys.readouterr().out
     assert f"{log}:2: bad JSON" in text
-    assert main(["analyze", str(log), "--no-record", "--strict"]) == 2
+    assert main(["analyze", str(log), "--no-store", "--strict"]) == 2
     assert "log.jsonl:2" in capsys.readouterr().err
 
 
 def test_cli_missing_file_and_bad_tokenizer(tmp_path, capsys):
-    assert main(["analyze", str(tmp_path / "nope.jsonl"), "--no-record"]) == 2
+    assert main(["analyze", str(tmp_path / "nope.jsonl"), "--no-store"]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
     log = _write(tmp_path / "log.jsonl", [_chat("q1", "u1")])
-    assert main(["analyze", str(log), "--no-record", "--tokenizer", "bogus:x"]) == 2
+    assert main(["analyze", str(log), "--no-store", "--tokenizer", "bogus:x"]) == 2
     assert "unknown scheme" in capsys.readouterr().err
 
 
 def test_json_to_stdout_is_clean(tmp_path, capsys):
     log = _write(tmp_path / "log.jsonl", [_chat("q1", "u1"), _chat("q2", "u2")])
-    assert main(["analyze", str(log), "--no-record", "--json", "-", "-q"]) == 0
+    assert main(["analyze", str(log), "--no-store", "--json", "-", "-q"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["schema_version"] == 1 and rec["tokenizer"]["spec"] == "mistral:nemo"
     assert rec["tokenizer"]["fingerprint"].startswith("tok1:")
@@ -211,7 +211,7 @@ def test_recorded_prefixes_get_lineage_keys(tmp_path):
 def test_emit_recipes_puts_found_prefixes_under_the_gate(tmp_path):
     log = _write(tmp_path / "log.jsonl", [_chat(f"q{i}", f"u{i}") for i in range(4)])
     out = tmp_path / "recipes"
-    assert main(["analyze", str(log), "--no-record", "-q", "--emit-recipes", str(out)]) == 0
+    assert main(["analyze", str(log), "--no-store", "-q", "--emit-recipes", str(out)]) == 0
     written = sorted(out.glob("*.yaml"))
     assert written
     lock = tmp_path / "prefixplan.lock"

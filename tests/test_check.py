@@ -260,7 +260,7 @@ def test_cli_exit_codes(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 2  # malformed recipe
     assert "recipes/broken.yaml: prefixes[0].version" in capsys.readouterr().out
     assert main(["lock"]) == 2
-    assert main(["check", "--format", "nope"]) == 2
+    assert main(["check", "--output-format", "nope"]) == 2
 
 
 def test_cli_json_and_github_annotations(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -270,7 +270,7 @@ def test_cli_json_and_github_annotations(repo: Path, capsys: pytest.CaptureFixtu
     assert main(["check", "--json", "-"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["exit_code"] == 1 and data["findings"][0]["code"] == "content-changed"
-    assert main(["check", "--format", "github"]) == 1
+    assert main(["check", "--output-format", "github"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     m = re.fullmatch(r"::error file=([^,]+),line=(\d+),title=([^:]+)::(.*)", lines[0])
@@ -280,7 +280,7 @@ def test_cli_json_and_github_annotations(repo: Path, capsys: pytest.CaptureFixtu
     assert "\n" not in body and "%0A-3. Be brief and friendly" in body
     # warnings and malformed recipes annotate too
     (repo / "recipes/broken.yaml").write_text("prefixes:\n  - name: x\n    version: 1\n    tools: [missing.json]\n")
-    assert main(["check", "--format", "github"]) == 2
+    assert main(["check", "--output-format", "github"]) == 2
     out = capsys.readouterr().out
     assert (
         "::error file=recipes/broken.yaml,line=4,title=recipe-invalid::recipes/broken.yaml: prefixes[0].tools[0]: file not found: missing.json"

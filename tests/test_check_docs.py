@@ -49,7 +49,7 @@ def test_every_documented_prefixplan_command_runs(repo: Path, capsys: pytest.Cap
             line = line.split("  #")[0].strip()
             if line.startswith("prefixplan "):
                 commands.append(shlex.split(line)[1:])
-    assert ["check", "--base", "origin/main", "--format", "github"] in commands
+    assert ["check", "--base", "origin/main", "--output-format", "github"] in commands
     assert any(c[:2] == ["keys", "gc"] for c in commands)
     for args in commands:
         assert main(args) == 0, args
@@ -60,7 +60,7 @@ def test_github_actions_step_is_valid_yaml() -> None:
     (step,) = [b for b in _blocks("yaml") if "GITHUB_BASE_REF" in b]
     parsed = yaml.safe_load(step)
     assert parsed[0]["name"] == "prefix cache keys"
-    assert "prefixplan check --base" in parsed[0]["run"] and "--format github" in parsed[0]["run"]
+    assert "prefixplan check --base" in parsed[0]["run"] and "--output-format github" in parsed[0]["run"]
 
 
 def test_documented_failing_output_is_what_check_prints(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,7 +72,7 @@ def test_documented_failing_output_is_what_check_prints(repo: Path, capsys: pyte
     console = _blocks("console")[0].splitlines()
     documented = console[1 : console.index("check: 3 keys, 1 errors, 0 warnings, 0 notices: failed (exit 1)") + 1]
     assert printed == [ln.rstrip() for ln in documented]
-    assert main(["check", "--format", "github"]) == 1
+    assert main(["check", "--output-format", "github"]) == 1
     line = capsys.readouterr().out.strip()
     doc_line = next(ln for ln in console if ln.startswith("::error"))
     assert line.startswith(doc_line.split("; ...")[0])

@@ -486,7 +486,7 @@ def test_analyze_writes_reports(tmp_path, capsys):
             [
                 "analyze",
                 str(log),
-                "--no-record",
+                "--no-store",
                 "-q",
                 "--no-rag-whatif",
                 "--html",

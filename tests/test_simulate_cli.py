@@ -20,7 +20,7 @@ EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
 @pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
 def test_cli_two_generations_and_curve(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    code = main(["simulate", str(EXAMPLE), "--engine", "vllm", "--capacity", "1e4,1e5,1e6", "--json", str(out)])
+    code = main(["simulate", str(EXAMPLE), "--granularity", "vllm", "--capacity", "1e4,1e5,1e6", "--json", str(out)])
     assert code == 0
     text = capsys.readouterr().out
     assert "in-batch sharing (generation a)" in text and "radix cache, unbounded (generation b)" in text
@@ -41,7 +41,7 @@ def test_cli_two_generations_and_curve(tmp_path, capsys):
 
 @pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
 def test_cli_json_to_stdout(capsys):
-    code = main(["simulate", str(EXAMPLE), "--engine", "vllm", "--capacity", "1e4,1e5,1e6", "--json", "-"])
+    code = main(["simulate", str(EXAMPLE), "--granularity", "vllm", "--capacity", "1e4,1e5,1e6", "--json", "-"])
     cap = capsys.readouterr()
     assert code == 0
     doc = json.loads(cap.out)  # stdout is the JSON document alone

@@ -1,4 +1,4 @@
-"""simulate --pins-from: pins and hot prefixes from a real analysis record; partitions; tiers
+"""simulate --analysis: pins and hot prefixes from a real analysis record; partitions; tiers
 and byte capacities end to end from the CLI."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def hot_log(tmp_path_factory):
         )
     log = _write(tmp / "log.jsonl", rows)
     record = tmp / "analysis.json"
-    assert main(["analyze", str(log), "--json", str(record), "-q", "--no-record"]) == 0
+    assert main(["analyze", str(log), "--json", str(record), "-q", "--no-store"]) == 0
     return log, record
 
 
@@ -86,7 +86,7 @@ def test_pins_from_analysis_protect_the_hot_prefix(hot_log, capsys):
     top = json.loads(record.read_text())["candidates"][0]
     assert top["token_ids"] is not None and top["length"] > 300
     code, doc, _ = _sim(
-        capsys, str(log), "--pins-from", str(record), "--pin-top", "1", "--pinned-fraction", "0.4", "--capacity", "1000"
+        capsys, str(log), "--analysis", str(record), "--top", "1", "--pinned-fraction", "0.4", "--capacity", "1000"
     )
     assert code == 0
     (risk,) = doc["risk"]
@@ -113,9 +113,9 @@ def test_pins_from_analysis_protect_the_hot_prefix(hot_log, capsys):
             [
                 "simulate",
                 str(log),
-                "--pins-from",
+                "--analysis",
                 str(record),
-                "--pin-top",
+                "--top",
                 "1",
                 "--pinned-fraction",
                 "0.4",
@@ -148,9 +148,9 @@ def test_twenty_sixty_twenty_partition(hot_log, capsys):
     code, doc, _ = _sim(
         capsys,
         str(log),
-        "--pins-from",
+        "--analysis",
         str(record),
-        "--pin-top",
+        "--top",
         "1",
         "--capacity",
         "2000",
@@ -174,11 +174,11 @@ def test_withheld_and_missing_pins_are_noted(hot_log, tmp_path, capsys):
     doc["candidates"][0]["token_ids"] = None
     withheld = tmp_path / "withheld.json"
     withheld.write_text(json.dumps(doc))
-    code, out, _ = _sim(capsys, str(log), "--pins-from", str(withheld), "--pin-top", "3", "--capacity", "1000")
+    code, out, _ = _sim(capsys, str(log), "--analysis", str(withheld), "--top", "3", "--capacity", "1000")
     assert code == 0 and out["risk"] == []
     notes = " ".join(out["notes"])
     assert "withheld by the privacy rule" in notes and "no pins" in notes
-    code, _, err = _sim(capsys, str(log), "--pins-from", str(tmp_path / "nope.json"), "--capacity", "1000")
+    code, _, err = _sim(capsys, str(log), "--analysis", str(tmp_path / "nope.json"), "--capacity", "1000")
     assert code == 2 and "not found" in err
 
 
@@ -191,7 +191,7 @@ def test_tokenizer_fingerprint_mismatch_is_refused(hot_log, tmp_path, capsys):
         t["spec"] = "hf:/elsewhere"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(doc))
-    code, _, err = _sim(capsys, str(log), "--pins-from", str(other), "--capacity", "1000")
+    code, _, err = _sim(capsys, str(log), "--analysis", str(other), "--capacity", "1000")
     assert code == 2
     err = " ".join(err.split())
     assert "tok1:0123456789abcdef" in err and real in err and "never match" in err
@@ -200,7 +200,7 @@ def test_tokenizer_fingerprint_mismatch_is_refused(hot_log, tmp_path, capsys):
 def test_tokenizer_mismatch_real_tokenizers(hot_log, qwen3_path, capsys):
     log, record = hot_log  # analysed with the default mistral:nemo
     code, _, err = _sim(
-        capsys, str(log), "--tokenizer", f"hf:{qwen3_path}", "--pins-from", str(record), "--capacity", "1000"
+        capsys, str(log), "--tokenizer", f"hf:{qwen3_path}", "--analysis", str(record), "--capacity", "1000"
     )
     assert code == 2
     err = " ".join(err.split())

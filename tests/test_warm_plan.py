@@ -192,7 +192,7 @@ def test_mla_model_config_budget_uses_the_latent_kv_size(tmp_path, capsys) -> No
             "--dry-run",
             "--json",
             "-",
-            "--no-record",
+            "--no-store",
         ]
     )
     plan = json.loads(capsys.readouterr().out)["plan"]

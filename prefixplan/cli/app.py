@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+from typing import Any
 
 import typer
 
@@ -29,7 +30,7 @@ def build_app() -> typer.Typer:
         help="Find, simulate, version, guard and warm shared prompt prefixes for vLLM and SGLang.",
         no_args_is_help=True,
         pretty_exceptions_show_locals=False,
-        add_completion=False,
+        add_completion=True,
         rich_markup_mode="rich",
     )
 
@@ -50,10 +51,35 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _plain_help(command: Any) -> Any:
+    """Help that reads like a person wrote it: no type column for arguments (``<list[str]>``) or
+    for ``--help`` (``<bool>``); metavars (``LOG...``, ``FILE``, ``N``) say what to pass."""
+
+    def help_option(ctx: Any, original: Any = command.get_help_option) -> Any:
+        option = original(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", "") == "argument":
+            param.display_type_rich = lambda ctx: None
+        elif getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""  # a flag takes no value: show none
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+    return command
+
+
+def build_command() -> Any:
+    """The click command tree of :func:`build_app`, with the help adjustments of :func:`_plain_help`."""
+    return _plain_help(typer.main.get_command(build_app()))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
-    app = build_app()
-    return run_with_error_boundary(app, argv if argv is not None else sys.argv[1:])
+    return run_with_error_boundary(build_command(), argv if argv is not None else sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from prefixplan.cli import common
+from prefixplan.cli import options as o
 from prefixplan.report.terminal import report_console
 
 if TYPE_CHECKING:
@@ -16,71 +17,68 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(no_args_is_help=True)
+    @app.command()
     def analyze(
-        logs: common.Logs,
-        format: common.Format = "auto",
-        since: common.Since = None,
-        until: common.Until = None,
-        sample: common.Sample = None,
-        strict: common.Strict = False,
-        trace_block_size: common.TraceBlock = 512,
-        tokenizer: common.Tokenizer = None,
-        tokenizer_map: common.TokenizerMap = None,
-        chat_template: common.ChatTemplate = None,
-        template_kwargs: common.TemplateKwargs = None,
-        engine: common.Engine = "vllm",
-        block_size: common.BlockSize = None,
-        top: Annotated[int, typer.Option("--top", help="Candidates to show and record.")] = 20,
+        logs: o.Logs,
+        log_format: o.LogFormat = "auto",
+        since: o.Since = None,
+        until: o.Until = None,
+        sample: o.Sample = None,
+        strict: o.Strict = False,
+        trace_block_size: o.TraceBlock = 512,
+        tokenizer: o.Tokenizer = None,
+        tokenizer_map: o.TokenizerMap = None,
+        chat_template: o.ChatTemplate = None,
+        template_kwargs: o.TemplateKwargs = None,
+        granularity: o.Granularity = "vllm",
+        block_size: o.BlockSize = None,
+        top: o.Top = 20,
         min_tokens: Annotated[
-            int, typer.Option("--min-tokens", help="Shortest prefix (aligned tokens) to report.")
+            int, typer.Option("--min-tokens", metavar="N", help="Shortest prefix (block-aligned tokens) to report.")
         ] = 32,
-        min_hits: Annotated[int, typer.Option("--min-hits", help="Fewest requests sharing a prefix.")] = 2,
+        min_hits: Annotated[int, typer.Option("--min-hits", metavar="N", help="Fewest requests sharing a prefix.")] = 2,
         min_tenants: Annotated[
             int,
-            typer.Option("--min-tenants", help="Fewest distinct users before a prefix's text or ids are shown/stored."),
+            typer.Option(
+                "--min-tenants",
+                metavar="N",
+                help="Fewest distinct users before a prefix's text or ids are shown/stored.",
+            ),
         ] = 2,
         show_user_text: Annotated[
-            bool, typer.Option("--show-user-text", help="Allow previews of user-authored text (off by default).")
+            bool,
+            typer.Option("--show-user-text", metavar="", help="Allow previews of user-authored text (off by default)."),
         ] = False,
         rag_whatif: Annotated[
             bool,
-            typer.Option("--rag-whatif/--no-rag-whatif", help="Measure the documents-first layout (a second pass)."),
+            typer.Option(
+                "--rag-whatif/--no-rag-whatif", metavar="", help="Measure the documents-first layout (a second pass)."
+            ),
         ] = True,
         simulate: Annotated[
             bool,
             typer.Option(
                 "--simulate/--no-simulate",
+                metavar="",
                 help="Also replay the log: in-batch vs persistent cache, LRU capacity curve, savings.",
             ),
         ] = True,
-        capacity: Annotated[
-            Optional[str],
-            typer.Option(
-                "--capacity",
-                help="Your KV cache capacity in tokens (e.g. 2e6): marked on the curve; savings refer to it.",
-            ),
-        ] = None,
-        json_out: Annotated[
-            Optional[str], typer.Option("--json", help="Write the analysis record (JSON) to FILE, or - for stdout.")
-        ] = None,
-        html_out: Annotated[
-            Optional[str], typer.Option("--html", help="Write a self-contained HTML report to FILE.")
-        ] = None,
-        markdown_out: Annotated[
-            Optional[str], typer.Option("--markdown", help="Write a Markdown report (PR comments) to FILE.")
-        ] = None,
-        record: Annotated[
-            bool, typer.Option("--record/--no-record", help="Record the run in the SQLite store.")
-        ] = True,
-        db: Annotated[
-            Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
-        ] = None,
+        capacity: o.Capacity = None,
+        json_out: o.Json = None,
+        html_out: o.Html = None,
+        markdown_out: o.Markdown = None,
+        store: o.Store = True,
+        db: o.Db = None,
         emit_recipes: Annotated[
             Optional[Path],
-            typer.Option("--emit-recipes", help="Write the top system/tool prefixes as recipe files into DIR."),
+            typer.Option(
+                "--emit-recipes", metavar="DIR", help="Write the top system/tool prefixes as recipe files into DIR."
+            ),
         ] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console report.")] = False,
+        quiet: o.Quiet = False,
+        old_format: Annotated[Optional[str], o.deprecated("--format", "--log-format")] = None,
+        old_engine: Annotated[Optional[str], o.deprecated("--engine", "--granularity")] = None,
+        old_record: Annotated[Optional[bool], o.deprecated("--record/--no-record", "--store/--no-store")] = None,
     ) -> None:
         """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
         from prefixplan.analysis.pipeline import AnalyzeOptions
@@ -88,11 +86,14 @@ def register(app: typer.Typer) -> None:
         from prefixplan.errors import UsageError
         from prefixplan.report.console import render_analysis
 
+        top = 20 if top is None else top
         if top < 0:
             raise UsageError("--top must be >= 0 (0 keeps every candidate)")
+        granularity = o.prefer(granularity, old_engine, "vllm")
+        store = store if old_record is None else old_record
         source = common.source_options(
             logs,
-            format=format,
+            format=o.prefer(log_format, old_format, "auto"),
             since=since,
             until=until,
             sample=sample,
@@ -105,7 +106,7 @@ def register(app: typer.Typer) -> None:
         )
         options = AnalyzeOptions(
             source=source,
-            engine=engine,
+            engine=granularity,
             block_size=block_size,
             top=top,
             min_tokens=min_tokens,
@@ -116,7 +117,7 @@ def register(app: typer.Typer) -> None:
         )
         headline = HeadlineOptions(configured_capacity=_capacity(capacity)) if simulate else None
         outputs = AnalyzeOutputs(
-            store=record,
+            store=store,
             db=str(db) if db else None,
             json=json_out,
             html=html_out,
@@ -126,9 +127,12 @@ def register(app: typer.Typer) -> None:
         console = report_console(stderr=json_out == "-")
         with common_progress(console, quiet or not console.is_terminal) as progress:
             outcome = run_analyze(options, headline=headline, outputs=outputs, progress=progress)
+        notes = report_console(stderr=True)
+        if outcome.created_store:
+            notes.print(f"created the store {outcome.created_store} (--db or PREFIXPLAN_DB put it elsewhere)")
         for what, path in outcome.written:
-            if what == "recipe":
-                console.print(f"wrote recipe {path}")
+            if path != "-":
+                notes.print(f"wrote {path} ({what})")
         if not quiet:
             render_analysis(outcome.analysis.record.to_json(), console, top=top)
 

@@ -8,43 +8,42 @@ from typing import Annotated, Optional
 
 import typer
 
+from prefixplan.cli import options as o
+
 
 def register(app: typer.Typer) -> None:
     app.command("calibrate")(calibrate)
 
 
 def calibrate(
-    endpoint: Annotated[str, typer.Option("--endpoint", help="Server URL.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write (use it with --profile).")] = Path(
-        "prefill-profile.yaml"
-    ),
-    engine: Annotated[str, typer.Option("--engine", help="auto, vllm, sglang or openai-compatible.")] = "auto",
-    model: Annotated[Optional[str], typer.Option("--model", help="Served model name.")] = None,
-    api_key_env: Annotated[
-        Optional[str], typer.Option("--api-key-env", help="Name of the env var holding the API key.")
-    ] = None,
+    endpoint: Annotated[
+        str, typer.Option("--endpoint", metavar="URL", help="Server (replica) URL; warm and status take several.")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="FILE", help="Profile YAML to write (use it with --profile).")
+    ] = Path("prefill-profile.yaml"),
+    engine: o.Engine = "auto",
+    model: o.Model = None,
+    api_key_env: o.ApiKeyEnv = None,
     lengths: Annotated[
-        str, typer.Option("--lengths", help="Prompt lengths in tokens, comma-separated.")
+        str, typer.Option("--lengths", metavar="N[,N...]", help="Prompt lengths in tokens, comma-separated.")
     ] = "256,512,1024,2048",
     fractions: Annotated[
-        str, typer.Option("--fractions", help="Cached fractions, comma-separated, each in [0,1).")
+        str, typer.Option("--fractions", metavar="F[,F...]", help="Cached fractions, comma-separated, each in [0,1).")
     ] = "0,0.5,0.9",
-    repeats: Annotated[int, typer.Option("--repeats", help="Repeats of each (length, fraction).")] = 2,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 60.0,
-    json_out: Annotated[
-        Optional[str], typer.Option("--json", help="Write the profile as JSON to FILE ('-' = stdout).")
-    ] = None,
+    repeats: Annotated[int, typer.Option("--repeats", metavar="N", help="Repeats of each (length, fraction).")] = 2,
+    timeout: o.Timeout = 60.0,
+    json_out: o.Json = None,
     name: Annotated[
         Optional[str],
         typer.Option(
             "--name",
+            metavar="NAME",
             help="Store the profile under NAME (default <model>@<host>-<port>); simulate --profile NAME finds it.",
         ),
     ] = None,
-    store: Annotated[bool, typer.Option("--store/--no-store", help="Also save the profile in the store.")] = True,
-    db: Annotated[
-        Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
-    ] = None,
+    store: o.Store = True,
+    db: o.Db = None,
 ) -> None:
     """Measure cold and warm TTFT over prompt lengths and cached fractions; fit a + b*new + c*new*(cached+new/2)."""
     from prefixplan.errors import UsageError

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
+
+from prefixplan.cli import options as o
 
 
 def register(app: typer.Typer) -> None:
@@ -20,19 +22,23 @@ def _write_json(target: str, data: object) -> None:
 
 
 def check(
-    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
-    lock: Annotated[Path, typer.Option("--lock", help="Lock file.")] = Path("prefixplan.lock"),
+    recipes: o.Recipes = Path("recipes"),
+    lock: o.LockFile = Path("prefixplan.lock"),
     base: Annotated[
-        str | None, typer.Option("--base", help="Git ref to compare the lock with (e.g. origin/main).")
+        str | None, typer.Option("--base", metavar="REF", help="Git ref to compare the lock with (e.g. origin/main).")
     ] = None,
     fail_on: Annotated[
-        str, typer.Option("--fail-on", help="Fail on 'error' (default) or also on lint 'warning'.")
+        str, typer.Option("--fail-on", metavar="LEVEL", help="Fail on 'error' (default) or also on lint 'warning'.")
     ] = "error",
-    fmt: Annotated[str, typer.Option("--format", help="human, github (annotations) or json.")] = "human",
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
-    ] = None,
-    no_lint: Annotated[bool, typer.Option("--no-lint", help="Skip the cache-breaker lint.")] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--output-format", metavar="FORMAT", help="Console output: human, github (workflow annotations) or json."
+        ),
+    ] = "human",
+    json_out: o.Json = None,
+    no_lint: Annotated[bool, typer.Option("--no-lint", metavar="", help="Skip the cache-breaker lint.")] = False,
+    old_format: Annotated[Optional[str], o.deprecated("--format", "--output-format")] = None,
 ) -> None:
     """Fail when recipe content changed under an unchanged name@vN, or a bump is not locked.
 
@@ -43,8 +49,9 @@ def check(
     from prefixplan.gate.annotations import github_annotations
     from prefixplan.gate.check import run_check
 
+    fmt = o.prefer(fmt, old_format, "human")
     if fmt not in ("human", "github", "json"):
-        raise UsageError(f"--format must be human, github or json, got {fmt!r}")
+        raise UsageError(f"--output-format must be human, github or json, got {fmt!r}")
     result = run_check(recipes, lock, base_ref=base, fail_on=fail_on, lint=not no_lint)
     if json_out is not None:
         _write_json(json_out, result.to_dict())

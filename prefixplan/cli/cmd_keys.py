@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
-DbOpt = Annotated[str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")]
-JsonOpt = Annotated[str | None, typer.Option("--json", help="Write JSON to FILE ('-' = stdout).")]
+from prefixplan.cli import options as o
+
+DbOpt = o.Db
+JsonOpt = o.Json
 
 
 def register(app: typer.Typer) -> None:
@@ -29,14 +31,16 @@ def _emit_json(target: str, data: object) -> None:
 
 
 def list_cmd(
-    status: Annotated[str | None, typer.Option("--status", help="active, superseded or expired.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", metavar="STATUS", help="active, superseded or expired.")
+    ] = None,
     db: DbOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
     """List all versions (optionally of one status)."""
     from prefixplan.store import open_store
 
-    with open_store(db) as store:
+    with open_store(str(db) if db else None) as store:
         records = store.list_keys(status)
     if json_out is not None:
         _emit_json(json_out, [r.to_dict() for r in records])
@@ -48,7 +52,7 @@ def list_cmd(
 
 
 def show_cmd(
-    key: Annotated[str, typer.Argument(help="name@vN, or a name for its active version.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="name@vN, or a name for its active version.")],
     db: DbOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
@@ -58,7 +62,7 @@ def show_cmd(
     from prefixplan.store import open_store
 
     name, version = parse_key_ref(key)
-    with open_store(db) as store:
+    with open_store(str(db) if db else None) as store:
         rec = store.get(name, version)
     if rec is None:
         raise UsageError(f"no such key {key!r} in the store", hint="see `prefixplan keys list`")
@@ -74,7 +78,7 @@ def show_cmd(
 
 
 def history_cmd(
-    name: Annotated[str, typer.Argument(help="Prefix name (without @vN).")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Prefix name (without @vN).")],
     db: DbOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
@@ -83,7 +87,7 @@ def history_cmd(
     from prefixplan.keys import parse_key_ref
     from prefixplan.store import open_store
 
-    with open_store(db) as store:
+    with open_store(str(db) if db else None) as store:
         records = store.versions(parse_key_ref(name)[0])
     if not records:
         raise UsageError(f"no versions of {name!r} in the store", hint="see `prefixplan keys list`")
@@ -97,14 +101,16 @@ def history_cmd(
 
 
 def expire_cmd(
-    now: Annotated[float | None, typer.Option("--now", help="Pretend the time is this epoch second.")] = None,
+    now: Annotated[
+        float | None, typer.Option("--now", metavar="EPOCH", help="Pretend the time is this epoch second.")
+    ] = None,
     db: DbOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Mark superseded versions past their retention as expired."""
     from prefixplan.store import open_store
 
-    with open_store(db) as store:
+    with open_store(str(db) if db else None) as store:
         records = store.expire(now if now is not None else time.time())
     if json_out is not None:
         _emit_json(json_out, [r.to_dict() for r in records])
@@ -116,14 +122,14 @@ def expire_cmd(
 
 
 def gc_cmd(
-    yes: Annotated[bool, typer.Option("--yes", help="Really delete (default: dry run).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar="", help="Really delete (default: dry run).")] = False,
     db: DbOpt = None,
     json_out: JsonOpt = None,
 ) -> None:
     """Delete expired versions (dry run unless --yes)."""
     from prefixplan.store import open_store
 
-    with open_store(db) as store:
+    with open_store(str(db) if db else None) as store:
         records = store.gc(dry_run=not yes)
     if json_out is not None:
         _emit_json(json_out, {"deleted": yes, "keys": [str(r.key) for r in records]})

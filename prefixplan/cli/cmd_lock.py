@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
+
+from prefixplan.cli import options as o
 
 
 def register(app: typer.Typer) -> None:
@@ -14,22 +15,16 @@ def register(app: typer.Typer) -> None:
 
 
 def lock(
-    recipes: Annotated[Path, typer.Option("--recipes", help="Recipes folder (*.yaml) or file.")] = Path("recipes"),
-    lock_path: Annotated[Path, typer.Option("--lock", help="Lock file to write.")] = Path("prefixplan.lock"),
-    db: Annotated[
-        str | None, typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
-    ] = None,
-    no_store: Annotated[
-        bool, typer.Option("--no-store", help="Only write the lock; do not register versions.")
-    ] = False,
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
-    ] = None,
+    recipes: o.Recipes = Path("recipes"),
+    lock_path: o.LockFile = Path("prefixplan.lock"),
+    db: o.Db = None,
+    store: o.Store = True,
+    json_out: o.Json = None,
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
     from prefixplan.api import lock as run_lock
 
-    result = run_lock(recipes, lock_path, db=db, store=not no_store)
+    result = run_lock(recipes, lock_path, db=str(db) if db else None, store=store)
     if json_out is not None:
         from prefixplan.core.fileio import atomic_write_text
 

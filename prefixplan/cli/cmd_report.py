@@ -7,31 +7,28 @@ from typing import Annotated, Optional
 
 import typer
 
+from prefixplan.cli import options as o
+
 
 def register(app: typer.Typer) -> None:
-    @app.command(no_args_is_help=True)
+    @app.command()
     def report(
         analysis: Annotated[
             str,
-            typer.Argument(help="Analysis record from prefixplan analyze --json (or - for stdin).", show_default=False),
-        ],
-        html: Annotated[
-            Optional[str], typer.Option("--html", help="Write a self-contained HTML report to FILE (- = stdout).")
-        ] = None,
-        markdown: Annotated[
-            Optional[str],
-            typer.Option(
-                "--markdown", help="Write a GitHub Markdown report to FILE (- = stdout). Default when no --html."
+            typer.Argument(
+                metavar="ANALYSIS",
+                help="Analysis record from prefixplan analyze --json (or - for stdin).",
+                show_default=False,
             ),
-        ] = None,
+        ],
+        html: o.Html = None,
+        markdown: o.Markdown = None,
         check: Annotated[
-            Optional[Path], typer.Option("--check", help="Add the findings of prefixplan check --json FILE.")
+            Optional[Path],
+            typer.Option("--check", metavar="FILE", help="Add the findings of prefixplan check --json FILE."),
         ] = None,
-        top: Annotated[
-            Optional[int],
-            typer.Option("--top", help="Prefixes to list (default: all in the record for HTML, 10 for Markdown)."),
-        ] = None,
-        title: Annotated[Optional[str], typer.Option("--title", help="Report title.")] = None,
+        top: o.Top = None,
+        title: Annotated[Optional[str], typer.Option("--title", metavar="TEXT", help="Report title.")] = None,
     ) -> None:
         """Render an analysis record as a self-contained HTML page (plots, no network) and/or Markdown for PR comments."""
         from prefixplan.report.files import load_report_input, write_reports

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from prefixplan.cli import options as o
 
 
 def register(app: typer.Typer) -> None:
@@ -14,23 +15,18 @@ def register(app: typer.Typer) -> None:
 
 
 def status(
-    endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="Replica URL (repeatable).")] = None,
-    endpoints_file: Annotated[Optional[Path], typer.Option("--endpoints", help="YAML file of replicas.")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="auto, vllm, sglang or openai-compatible.")] = "auto",
-    api_key_env: Annotated[
-        Optional[str], typer.Option("--api-key-env", help="Name of the env var holding the API key.")
-    ] = None,
+    endpoint: o.Endpoint = None,
+    endpoints_file: o.EndpointsFile = None,
+    engine: o.Engine = "auto",
+    api_key_env: o.ApiKeyEnv = None,
     window: Annotated[
-        Optional[str], typer.Option("--window", help="Also measure the hit rate over this interval (e.g. 30s).")
+        Optional[str],
+        typer.Option("--window", metavar="DURATION", help="Also measure the hit rate over this interval (e.g. 30s)."),
     ] = None,
-    target: Annotated[float, typer.Option("--target", help="Hit-rate target (0-1).")] = 0.7,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 10.0,
-    json_out: Annotated[
-        Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
-    ] = None,
-    db: Annotated[
-        Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
-    ] = None,
+    target: Annotated[float, typer.Option("--target", metavar="RATE", help="Hit-rate target (0-1).")] = 0.7,
+    timeout: o.Timeout = 10.0,
+    json_out: o.Json = None,
+    db: o.Db = None,
 ) -> None:
     """Per replica: engine, model, prefix-cache hit rate (since start and over --window), verdict, warmed keys.
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from prefixplan.cli import options as o
+
 DEFAULT_RECIPES = "recipes"
 
 
@@ -39,95 +41,77 @@ def _write_json(target: str, data: object) -> None:
 
 
 def warm(
-    endpoint: Annotated[Optional[list[str]], typer.Option("--endpoint", help="Replica URL (repeatable).")] = None,
-    endpoints_file: Annotated[
-        Optional[Path],
-        typer.Option("--endpoints", help="YAML file of replicas (url, name, headers, api_key_env, verify_tls)."),
-    ] = None,
-    analysis: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--analysis", help="Analysis record (prefixplan analyze --json FILE); default: the store's latest."
-        ),
-    ] = None,
-    top: Annotated[
-        Optional[int], typer.Option("--top", help="Warm the N best-ranked prefixes (default 20; recipes: all).")
-    ] = None,
+    endpoint: o.Endpoint = None,
+    endpoints_file: o.EndpointsFile = None,
+    analysis: o.Analysis = None,
+    top: o.Top = None,
     keys: Annotated[
-        Optional[str], typer.Option("--keys", help="Comma-separated name@vN keys instead of --top.")
+        Optional[str],
+        typer.Option("--keys", metavar="KEY[,KEY...]", help="Comma-separated name@vN keys instead of --top."),
     ] = None,
     recipes: Annotated[
         Optional[str],
-        typer.Option(
-            "--recipes",
-            help="Warm the prefixes of a recipes folder or file (default folder: recipes), rendered with the server's tokenizer.",
-        ),
+        o.RECIPES_OPTION,
     ] = None,
-    tokenizer: Annotated[
-        Optional[str],
-        typer.Option(
-            "--tokenizer",
-            help="Tokenizer rendering --recipes (hf:PATH, vllm:URL, ...); default: the recipe's, else the first endpoint's /tokenize.",
-        ),
-    ] = None,
+    tokenizer: o.Tokenizer = None,
     lock_file: Annotated[
         Optional[Path],
-        typer.Option("--lock", help="Lock file to check --recipes against (default ./prefixplan.lock when present)."),
+        o.LOCK_OPTION,
     ] = None,
     via: Annotated[
-        str, typer.Option("--via", help="auto, ids (exact token ids) or chat (the request, rendered by the server).")
+        str,
+        typer.Option(
+            "--via", metavar="MODE", help="auto, ids (exact token ids) or chat (the request, rendered by the server)."
+        ),
     ] = "auto",
     budget: Annotated[
         Optional[float],
-        typer.Option("--budget", help="KV memory budget in GB: warm the set that maximises reused tokens within it."),
+        typer.Option(
+            "--budget",
+            metavar="GB",
+            help="KV memory budget in GB: warm the set that maximises reused tokens within it.",
+        ),
     ] = None,
     kv_bytes_per_token: Annotated[
-        Optional[float], typer.Option("--kv-bytes-per-token", help="KV bytes per token (for --budget).")
+        Optional[float], typer.Option("--kv-bytes-per-token", metavar="N", help="KV bytes per token (for --budget).")
     ] = None,
-    model_config: Annotated[
-        Optional[Path], typer.Option("--model-config", help="Model config.json to derive KV bytes per token.")
-    ] = None,
-    engine: Annotated[str, typer.Option("--engine", help="auto, vllm, sglang or openai-compatible.")] = "auto",
-    model: Annotated[
-        Optional[str], typer.Option("--model", help="Served model name (default: the server's first).")
-    ] = None,
-    block_size: Annotated[
-        Optional[int], typer.Option("--block-size", help="Override the server's cache block/page size.")
-    ] = None,
-    api_key_env: Annotated[
-        Optional[str],
-        typer.Option("--api-key-env", help="Name of the env var holding the API key (default PREFIXPLAN_API_KEY)."),
-    ] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Replicas warmed in parallel.")] = 8,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 30.0,
-    retries: Annotated[int, typer.Option("--retries", help="Retries per request on refused/timeout/5xx.")] = 2,
+    model_config: o.ModelConfig = None,
+    engine: o.Engine = "auto",
+    model: o.Model = None,
+    block_size: o.BlockSize = None,
+    api_key_env: o.ApiKeyEnv = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", metavar="N", help="Replicas warmed in parallel.")] = 8,
+    timeout: o.Timeout = 30.0,
+    retries: Annotated[
+        int, typer.Option("--retries", metavar="N", help="Retries per request on refused/timeout/5xx.")
+    ] = 2,
     priority: Annotated[
-        Optional[int], typer.Option("--priority", help="SGLang request priority (--radix-eviction-policy priority).")
+        Optional[int],
+        typer.Option("--priority", metavar="N", help="SGLang request priority (--radix-eviction-policy priority)."),
     ] = None,
     every: Annotated[
-        Optional[str], typer.Option("--every", help="Re-warm every DURATION (e.g. 60s); needs --for or --rounds.")
+        Optional[str],
+        typer.Option("--every", metavar="DURATION", help="Re-warm every DURATION (e.g. 60s); needs --for or --rounds."),
     ] = None,
-    for_: Annotated[Optional[str], typer.Option("--for", help="Total keepalive time (e.g. 1h).")] = None,
-    rounds: Annotated[Optional[int], typer.Option("--rounds", help="Number of keepalive rounds.")] = None,
+    for_: Annotated[
+        Optional[str], typer.Option("--for", metavar="DURATION", help="Total keepalive time (e.g. 1h).")
+    ] = None,
+    rounds: Annotated[Optional[int], typer.Option("--rounds", metavar="N", help="Number of keepalive rounds.")] = None,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the plan (prefixes, tokens, order, estimated prefill) and send nothing."),
+        typer.Option(
+            "--dry-run",
+            metavar="",
+            help="Print the plan (prefixes, tokens, order, estimated prefill) and send nothing.",
+        ),
     ] = False,
-    profile: Annotated[
-        Optional[Path],
-        typer.Option("--profile", help="Prefill profile YAML (prefixplan calibrate) for --dry-run estimates."),
-    ] = None,
-    json_out: Annotated[
-        Optional[str], typer.Option("--json", help="Write the result as JSON to FILE ('-' = stdout).")
-    ] = None,
-    record: Annotated[
-        bool, typer.Option("--record/--no-record", help="Record per-replica results in the store.")
-    ] = True,
-    db: Annotated[
-        Optional[Path], typer.Option("--db", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
-    ] = None,
+    profile: o.Profile = None,
+    json_out: o.Json = None,
+    store: o.Store = True,
+    old_record: Annotated[Optional[bool], o.deprecated("--record/--no-record", "--store/--no-store")] = None,
+    db: o.Db = None,
     progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="Show a progress bar on a terminal.")
+        bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar on a terminal.")
     ] = True,
 ) -> None:
     """Warm the top-N prefixes on every replica, verify them with the engine, record the result.
@@ -167,9 +151,9 @@ def warm(
         every_s=parse_duration(every) if every else None,
         for_s=parse_duration(for_) if for_ else None,
         rounds=rounds,
-        record=record,
+        record=store if old_record is None else old_record,
         db=str(db) if db else None,
-        profile=str(profile) if profile else None,
+        profile=profile,
     )
     from rich.console import Console
 

@@ -1,11 +1,25 @@
-"""The one place where library errors become messages and exit codes."""
+"""The one place where errors become messages and exit codes.
+
+Every failure the user can cause ends in exit 2 (usage), 3, 4 or 5 with two lines on stderr::
+
+    error: <what is wrong, naming the option, file or field>
+    hint: <what to do next>
+
+Errors of the command line itself (unknown option or command, missing argument, bad value) come
+from typer, which bundles its own copy of Click in recent versions and used the ``click``
+package before: they are recognised by their ``exit_code`` and ``format_message`` (the interface
+both share), never by importing ``click``. Anything else is a bug: its traceback is shown and the
+exit code is 70, so a crash is never mistaken for exit 1 (findings) by a CI gate.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from prefixplan.errors import ExitCode, PrefixplanError
 
@@ -14,19 +28,46 @@ def error_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def report_error(err: PrefixplanError) -> int:
+def report(message: str, hint: str | None, code: int) -> int:
+    """Print ``error:`` / ``hint:`` lines on stderr and return ``code``."""
     con = error_console()
-    con.print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
-    if err.hint:
-        con.print(f"[dim]hint:[/] {err.hint}")
-    return err.exit_code
+    con.print(f"[bold red]error:[/] {escape(message)}")
+    if hint:
+        con.print(f"[dim]hint:[/] {escape(hint)}")
+    return code
 
 
-def run_with_error_boundary(app: typer.Typer, argv: list[str]) -> int:
-    """Run the typer app; known errors -> message + exit code, unknown -> traceback + exit 70."""
+def report_error(err: PrefixplanError) -> int:
+    return report(str(err), err.hint, err.exit_code)
+
+
+def _is_cli_usage_error(exc: BaseException) -> bool:
+    """A usage error raised by typer's parser (its own Click or the click package)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return "UsageError" in names and callable(getattr(exc, "format_message", None))
+
+
+def _command_path(exc: Any) -> str:
+    ctx = getattr(exc, "ctx", None)
+    return str(getattr(ctx, "command_path", "") or "prefixplan")
+
+
+def usage_error(exc: Any) -> int:
+    """Report a command-line usage error (exit 2)."""
+    path = _command_path(exc)
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        # ``prefixplan`` (or a group) without a command: show the help, then say what is missing.
+        typer.echo(exc.format_message())
+        return report("missing command", f"run `{path} COMMAND`; `{path} --help` lists the commands", ExitCode.USAGE)
+    message = " ".join(str(exc.format_message()).split())
+    return report(message, f"see `{path} --help`", ExitCode.USAGE)
+
+
+def run_with_error_boundary(command: Any, argv: list[str]) -> int:
+    """Run the command tree; known errors -> message + exit code, unknown -> traceback + exit 70."""
     try:
-        # In non-standalone mode click *returns* the code of a `typer.Exit(code)`.
-        rc = app(args=argv, prog_name="prefixplan", standalone_mode=False)
+        # In non-standalone mode the parser *returns* the code of a `typer.Exit(code)`.
+        rc = command.main(args=argv, prog_name="prefixplan", standalone_mode=False)
     except PrefixplanError as err:
         return report_error(err)
     except typer.Exit as exc:  # raised by commands to set an exit code
@@ -37,12 +78,11 @@ def run_with_error_boundary(app: typer.Typer, argv: list[str]) -> int:
     except KeyboardInterrupt:
         error_console().print("interrupted")
         return 130
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        from click.exceptions import ClickException  # typer's own dependency
-
-        if isinstance(exc, ClickException):
-            exc.show(file=sys.stderr)
-            return ExitCode.USAGE
+    except Exception as exc:
+        if _is_cli_usage_error(exc):
+            return usage_error(exc)
+        if type(exc).__name__ == "Exit" and hasattr(exc, "exit_code"):  # click.exceptions.Exit (older typer)
+            return int(exc.exit_code or 0)
         # A bug: show the traceback (typer's hook when installed, locals never shown) and exit
         # INTERNAL, so a crash is never mistaken for exit 1 (findings) by a CI gate.
         sys.excepthook(type(exc), exc, exc.__traceback__)

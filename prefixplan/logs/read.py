@@ -24,6 +24,7 @@ from prefixplan.logs.formats import parse_object
 from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
 
 MAX_SAMPLES = 100
+FIRST_LINES = 3
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -48,6 +49,15 @@ class LineErrors:
     count: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
     samples: list[LineErrorRecord] = field(default_factory=list)
+    lines_read: int = 0  # non-blank lines (or in-memory records) seen
+    requests_read: int = 0  # requests those lines gave, before the time window
+    first_lines: list[str] = field(default_factory=list)  # what the first lines looked like
+
+    def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
+        """Count one non-blank line; remember the shape of the first few."""
+        self.lines_read += 1
+        if len(self.first_lines) < FIRST_LINES:
+            self.first_lines.append(f"{source} line {line_no} is {describe(data)}")
 
     def add(self, source: str, line_no: int, reason: str) -> None:
         """Record one malformed line."""
@@ -217,12 +227,14 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors) -> Iterator[R
                     continue
                 if not data or data.isspace():
                     continue
+                errors.saw(path, raw.line_no, data)
                 ctx = LineContext(path, raw.line_no, options.trace_block_size)
                 try:
                     requests = _decode(data, ctx, options.format)
                 except BadLine as exc:
                     bad(raw.line_no, exc.reason)
                     continue
+                errors.requests_read += len(requests)
                 for req in requests:
                     t = req.time
                     if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
@@ -269,6 +281,7 @@ def iter_objects(
 
     since, until = options.since, options.until
     for i, obj in enumerate(objects, start=1):
+        errors.saw(source, i, obj)
         if isinstance(obj, Request):
             requests = [obj]
         else:
@@ -283,8 +296,38 @@ def iter_objects(
             except Exception as exc:
                 bad(i, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
+        errors.requests_read += len(requests)
         for req in requests:
             t = req.time
             if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
                 continue
             yield req
+
+
+def describe(data: Any) -> str:
+    """The shape of one log line for messages: a JSON object's first keys, else its first characters."""
+    obj = data
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError):
+            text = bytes(data[:80]).decode("utf-8", "replace").rstrip()
+            return f"not JSON: {text!r}" + ("..." if len(data) > 80 else "")
+    if isinstance(obj, dict):
+        keys = list(obj)[:6]
+        return "a JSON object with keys " + ", ".join(map(str, keys)) + (", ..." if len(obj) > 6 else "")
+    if isinstance(obj, Request):
+        return "a request record"
+    return f"a JSON {type(obj).__name__}" if not isinstance(obj, str) else f"a string {obj[:60]!r}"
+
+
+def no_requests_error(errors: LineErrors, inputs: Sequence[str]) -> InputError:
+    """The error for a non-empty input that gave no request: which formats prefixplan reads, and
+    what the first lines looked like."""
+    where = ", ".join(inputs) or "the input"
+    first = "; ".join(errors.first_lines)
+    return InputError(
+        f"no requests read from {where}: {errors.lines_read} non-empty line(s), none in a format prefixplan reads "
+        f"({', '.join(FORMATS)}); {first}",
+        hint="see docs/logs.md for the formats; force one with --log-format FORMAT",
+    )

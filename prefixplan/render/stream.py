@@ -15,6 +15,7 @@ from typing import Any
 
 from prefixplan.core.types import Prompt, Request
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_objects, iter_requests
+from prefixplan.logs.read import no_requests_error
 from prefixplan.render import RenderSet
 
 
@@ -104,3 +105,5 @@ def iter_prompts(
             failures.append(RenderFailure(req.source, req.line_no, str(exc)))
 
     yield from renderers.render_stream(requests, batch=source.render_batch, on_error=on_error)
+    if errors.requests_read == 0 and errors.lines_read > 0:
+        raise no_requests_error(errors, source.display)

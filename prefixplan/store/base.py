@@ -34,6 +34,7 @@ class StoreBase:
 
         self.path = path
         self.conn = conn
+        self.created = False  # this open created the file
         self.db: Any = Database(conn)
 
     def close(self) -> None:

@@ -65,6 +65,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, migrate: bool = Tr
         StoreError: the file cannot be opened, put in WAL mode or migrated.
     """
     db_path = resolve_db_path(path)
+    created = not db_path.exists()
     try:
         if db_path.parent and not db_path.parent.exists():
             db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +79,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, migrate: bool = Tr
     except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"cannot open store {db_path}: {exc}", hint="check --db / PREFIXPLAN_DB") from exc
     store = Store(db_path, conn)
+    store.created = created
     try:
         store.migrate()
     except (sqlite3.Error, StoreError) as exc:

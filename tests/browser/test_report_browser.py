@@ -34,7 +34,7 @@ def reports(tmp_path_factory) -> dict:
             [
                 "analyze",
                 str(EXAMPLE),
-                "--no-record",
+                "--no-store",
                 "-q",
                 "--capacity",
                 str(CAPACITY),

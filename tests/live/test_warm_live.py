@@ -190,7 +190,7 @@ def test_end_to_end_analyze_warm_replay_matches_prediction(vllm_server, tmp_path
             "20",
             "--json",
             str(rec_path),
-            "--no-record",
+            "--no-store",
             "-q",
         ]
     )
@@ -511,7 +511,7 @@ def test_warm_through_chat_requests_live(vllm_server, tmp_path: Path) -> None:
                 "20",
                 "--json",
                 str(rec),
-                "--no-record",
+                "--no-store",
                 "-q",
             ]
         )

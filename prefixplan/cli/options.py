@@ -1,0 +1,217 @@
+"""Every command-line flag, defined once: one name, one meaning, one help text, one metavar.
+
+Commands take their options from here (defaults may differ per command; the meaning may not).
+``tests/test_cli_contract.py`` fails when two commands give a flag name different help, and
+docs/cli.md lists the table. Old spellings kept for one release are hidden options whose
+callback warns (:func:`deprecated`); the command then prefers the new value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+# -- inputs: logs and tokenizers -------------------------------------------------------------
+Logs = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="LOG...",
+        help="Log files, globs, folders or - for stdin (.gz/.zst read transparently).",
+        show_default=False,
+    ),
+]
+LogFormat = Annotated[
+    str,
+    typer.Option(
+        "--log-format",
+        metavar="FORMAT",
+        help="Input log format: auto (detect per line) or a format name (docs/logs.md).",
+    ),
+]
+Since = Annotated[
+    Optional[str],
+    typer.Option("--since", metavar="TIME", help="Keep requests at or after TIME (ISO-8601 or epoch seconds)."),
+]
+Until = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Keep requests before TIME.")]
+Sample = Annotated[
+    Optional[float],
+    typer.Option("--sample", metavar="FRACTION", help="Keep this deterministic fraction of lines, e.g. 0.1."),
+]
+Strict = Annotated[
+    bool, typer.Option("--strict", metavar="", help="Fail on the first malformed line instead of counting it.")
+]
+TraceBlock = Annotated[
+    int, typer.Option("--trace-block-size", metavar="N", help="Tokens per block of Mooncake hash_ids traces.")
+]
+Tokenizer = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenizer",
+        "-t",
+        metavar="SPEC",
+        help="Tokenizer: hf:PATH, mistral:nemo (default), tiktoken:NAME or vllm:URL (the server's /tokenize).",
+        envvar="PREFIXPLAN_TOKENIZER",
+    ),
+]
+TokenizerMap = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--tokenizer-map", metavar="MODEL=SPEC", help="Tokenizer per model for logs that mix models (repeatable)."
+    ),
+]
+ChatTemplate = Annotated[
+    Optional[Path],
+    typer.Option("--chat-template", metavar="FILE", help="Jinja chat template overriding the tokenizer's (hf: only)."),
+]
+TemplateKwargs = Annotated[
+    Optional[str],
+    typer.Option(
+        "--template-kwargs",
+        metavar="KWARGS",
+        help='Extra chat-template variables: JSON or k=v,... e.g. date_string="26 Jul 2024".',
+    ),
+]
+
+# -- the cache model ---------------------------------------------------------------------------
+Granularity = Annotated[
+    str,
+    typer.Option(
+        "--granularity",
+        metavar="ENGINE",
+        help="Cache granularity preset: vllm (16-token blocks), sglang (1-token pages), lmcache (256-token chunks).",
+    ),
+]
+BlockSize = Annotated[
+    Optional[int],
+    typer.Option(
+        "--block-size", metavar="N", help="Cache block/page size in tokens (overrides --granularity or the server's)."
+    ),
+]
+Capacity = Annotated[
+    Optional[str],
+    typer.Option(
+        "--capacity",
+        metavar="SIZE[,SIZE...]",
+        help="KV cache capacity: tokens (2e6) or bytes with a KV size (40GB); simulate takes a comma-separated list.",
+    ),
+]
+Model = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        metavar="NAME",
+        help="Model name: the one a server serves (default its first), and whose KV size and prices simulate uses.",
+    ),
+]
+ModelConfig = Annotated[
+    Optional[Path],
+    typer.Option("--model-config", metavar="FILE", help="Model config.json giving the KV bytes per token."),
+]
+Profile = Annotated[
+    Optional[str],
+    typer.Option(
+        "--profile",
+        metavar="PROFILE",
+        help="Prefill-time profile: a built-in name (h100-8b, ...), a YAML file, or a name stored by calibrate.",
+    ),
+]
+
+# -- selecting prefixes ------------------------------------------------------------------------
+Analysis = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--analysis",
+        metavar="FILE",
+        help="An analysis record (prefixplan analyze --json FILE); warm defaults to the store's latest.",
+    ),
+]
+Top = Annotated[
+    Optional[int],
+    typer.Option(
+        "--top",
+        metavar="N",
+        help="How many top-ranked prefixes: analyze shows and records, report lists, warm sends, simulate pins them.",
+    ),
+]
+RECIPES_OPTION = typer.Option(
+    "--recipes", metavar="PATH", help="Recipes folder (*.yaml) or recipe file (default: recipes)."
+)
+LOCK_OPTION = typer.Option("--lock", metavar="FILE", help="The lock file (default: prefixplan.lock).")
+Recipes = Annotated[Path, RECIPES_OPTION]
+LockFile = Annotated[Path, LOCK_OPTION]
+
+# -- servers -------------------------------------------------------------------------------------
+Endpoint = Annotated[
+    Optional[list[str]],
+    typer.Option("--endpoint", metavar="URL", help="Server (replica) URL; warm and status take several."),
+]
+EndpointsFile = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--endpoints", metavar="FILE", help="YAML file of replicas (url, name, headers, api_key_env, verify_tls)."
+    ),
+]
+Engine = Annotated[
+    str,
+    typer.Option("--engine", metavar="ENGINE", help="Server type: auto (detect), vllm, sglang or openai-compatible."),
+]
+ApiKeyEnv = Annotated[
+    Optional[str],
+    typer.Option(
+        "--api-key-env",
+        metavar="VAR",
+        help="Name of the environment variable holding the API key (default PREFIXPLAN_API_KEY).",
+    ),
+]
+Timeout = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Seconds each request may take in all.")]
+
+# -- outputs and the store -------------------------------------------------------------------
+Json = Annotated[
+    Optional[str], typer.Option("--json", metavar="FILE", help="Write the result as JSON to FILE ('-' = stdout).")
+]
+Html = Annotated[
+    Optional[str],
+    typer.Option("--html", metavar="FILE", help="Write a self-contained HTML report to FILE ('-' = stdout)."),
+]
+Markdown = Annotated[
+    Optional[str],
+    typer.Option("--markdown", metavar="FILE", help="Write a Markdown report (PR comments) to FILE ('-' = stdout)."),
+]
+Store = Annotated[
+    bool,
+    typer.Option(
+        "--store/--no-store", metavar="", help="Write to the SQLite store (--db); --no-store leaves it untouched."
+    ),
+]
+Db = Annotated[
+    Optional[Path], typer.Option("--db", metavar="FILE", help="Store path (default $PREFIXPLAN_DB or ./prefixplan.db).")
+]
+Quiet = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", metavar="", help="No console report and no progress (errors still go to stderr)."),
+]
+
+
+# -- deprecated spellings (kept for one release) ------------------------------------------------
+def _warn(old: str, new: str) -> Any:
+    def callback(ctx: typer.Context, value: Any) -> Any:
+        if value is not None and not ctx.resilient_parsing:
+            typer.echo(f"warning: {old} is deprecated and will be removed in the next release; use {new}", err=True)
+        return value
+
+    return callback
+
+
+def deprecated(old: str, new: str) -> Any:
+    """A hidden option ``old`` (default None) that warns and points to ``new``; the command merges
+    its value with :func:`prefer`."""
+    return typer.Option(old, hidden=True, callback=_warn(old.split("/")[0], new))
+
+
+def prefer(new: Any, old: Any, default: Any = None) -> Any:
+    """The value of the new spelling, else the deprecated one, else ``default``."""
+    if old is not None and (new is None or new == default):
+        return old
+    return new

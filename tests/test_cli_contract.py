@@ -1,0 +1,196 @@
+"""The contract between prefixplan and whoever types its commands.
+
+* Every command and subcommand answers an unknown option, a missing required argument (or an
+  option without its value) and a misspelled command with exit 2, one ``error:`` line naming
+  the problem, a ``hint:`` line, and no traceback.
+* One meaning per flag name: two commands never give the same flag different help.
+* Help reads like a person wrote it (no ``<bool>``, ``<list[str]>``, ``{logs}`` placeholders).
+* Old spellings still work for one release and say what replaced them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from prefixplan.cli.app import build_app, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    subs = getattr(command, "commands", None)
+    if subs:
+        out = []
+        for name, sub in sorted(subs.items()):
+            out.extend(_leaves(sub, (*path, name)))
+        return out
+    return [(path, command)]
+
+
+LEAVES = _leaves(typer.main.get_command(build_app()))
+GROUPS = [()] + sorted({p[:1] for p, _ in LEAVES if len(p) > 1})
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_usage_error(code: int, err: str, what: str) -> None:
+    assert code == 2, (what, code, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, (what, err)
+    assert any(line.startswith("hint:") for line in lines), (what, err)
+    assert "Traceback" not in err, (what, err)
+
+
+@pytest.mark.parametrize("path", [p for p, _ in LEAVES], ids=" ".join)
+def test_unknown_option(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run([*path, "--no-such-option"], capsys)
+    _assert_usage_error(code, err, path)
+    assert "--no-such-option" in err
+
+
+@pytest.mark.parametrize("path,command", LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
+def test_missing_argument_or_value(path: tuple[str, ...], command: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    required = [p for p in command.params if getattr(p, "required", False)]
+    if required:
+        code, _, err = _run(list(path), capsys)
+        _assert_usage_error(code, err, path)
+        names = [getattr(p, "metavar", None) or p.name for p in required]
+        assert any(
+            str(n).lower().strip(".") in err.lower() or opt in err
+            for p in required
+            for n in names
+            for opt in getattr(p, "opts", [])
+        ), err
+    else:
+        option = next(p for p in command.params if p.param_type_name == "option" and not p.is_flag and not p.hidden)
+        code, _, err = _run([*path, option.opts[0]], capsys)
+        _assert_usage_error(code, err, path)
+        assert option.opts[0] in err
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: " ".join(g) or "prefixplan")
+def test_misspelled_command(group: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run([*group, "analyse" if not group else "lsit"], capsys)
+    _assert_usage_error(code, err, group)
+    assert "No such command" in err
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: " ".join(g) or "prefixplan")
+def test_group_without_command_shows_help_and_exits_2(group: tuple[str, ...], capsys) -> None:
+    code, out, err = _run(list(group), capsys)
+    _assert_usage_error(code, err, group)
+    assert "Usage:" in out
+
+
+def test_non_empty_log_in_an_unknown_format_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("INFO 11-30 10:00:01 [api_server.py:1] Started server process\nINFO 11-30 10:00:02 ready\n")
+    for command in ("analyze", "simulate"):
+        code, _, err = _run([command, str(log), "--no-store"] if command == "analyze" else [command, str(log)], capsys)
+        _assert_usage_error(code, err, command)
+        assert "no requests" in err and "openai-chat" in err and "mooncake" in err and "line 1" in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, _ = _run(["analyze", str(empty), "--no-store", "-q"], capsys)
+    assert code == 0  # an empty log is not an error: there is nothing to read
+
+
+# -- one meaning per flag ----------------------------------------------------------------------
+
+
+def flag_meanings() -> dict[str, dict[str, list[str]]]:
+    """flag -> help text -> commands that use it (visible options only)."""
+    table: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path, command in LEAVES:
+        for p in command.params:
+            if p.param_type_name != "option" or p.hidden:
+                continue
+            for flag in (*p.opts, *p.secondary_opts):
+                table[flag][p.help or ""].append(" ".join(path))
+    return table
+
+
+def test_one_meaning_per_flag_name() -> None:
+    clashes = {flag: dict(helps) for flag, helps in flag_meanings().items() if len(helps) > 1}
+    assert clashes == {}
+
+
+def test_docs_cli_table_lists_every_flag_with_its_commands() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `(--?[a-z][a-z-]*(?:/--[a-z-]+)?)` \|[^|]*\| ([^|]*) \|$", text, re.M)
+    }
+    for flag, helps in flag_meanings().items():
+        if flag in ("--help", "--install-completion", "--show-completion", "--version"):
+            continue
+        key = next((k for k in rows if flag in k.split("/")), None)
+        assert key is not None, f"docs/cli.md has no row for {flag}"
+        commands = {c for cs in helps.values() for c in cs}
+        documented = {c.strip() for c in rows[key].split(",")}
+        assert commands <= documented, (flag, commands - documented)
+
+
+# -- help text ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [(), *[p for p, _ in LEAVES]], ids=lambda p: " ".join(p) or "prefixplan")
+def test_help_reads_like_a_person_wrote_it(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main([*path, "--help"]) == 0
+    out = capsys.readouterr().out
+    for placeholder in ("<bool>", "<list[", "<str>", "<int>", "<float>", "<path>", "{logs}", "{key}", "{analysis}"):
+        assert placeholder not in out, (path, placeholder)
+
+
+def test_shell_completion_is_offered(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "--install-completion" in capsys.readouterr().out
+
+
+# -- deprecated spellings --------------------------------------------------------------------
+
+
+def test_old_spellings_work_and_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "log.jsonl"
+    body = {
+        "model": "m",
+        "messages": [{"role": "system", "content": "You help. " * 60}, {"role": "user", "content": "q"}],
+    }
+    log.write_text("".join(json.dumps({**body, "user": f"u{i}"}) + "\n" for i in range(4)))
+    code, out, err = _run(
+        ["analyze", str(log), "--format", "openai-chat", "--engine", "sglang", "--no-record", "--json", "-", "-q"],
+        capsys,
+    )
+    assert code == 0
+    assert "--format is deprecated" in err and "--log-format" in err and "--granularity" in err and "--store" in err
+    record = json.loads(out)
+    assert record["granularity"]["block_size"] == 1 and record["inputs"]["formats"] == {"openai-chat": 4}
+    db = tmp_path / "prefixplan.db"
+    assert not db.exists()
+
+
+def test_analyze_says_where_the_store_is_and_what_it_wrote(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PREFIXPLAN_DB", raising=False)
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]}) + "\n")
+    code, out, err = _run(["analyze", str(log), "-q", "--json", "a.json", "--markdown", "a.md"], capsys)
+    assert code == 0
+    text = out + err
+    assert "created the store prefixplan.db" in text and "wrote a.json" in text and "wrote a.md" in text
+    code, out, err = _run(["analyze", str(log), "-q"], capsys)
+    assert "created the store" not in out + err  # said once, on first creation
