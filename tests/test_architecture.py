@@ -2,7 +2,7 @@
 ``prefixplan --help`` imports none of the heavy libraries.
 
 Layer order (docs/architecture.md): errors, core -> logs -> render -> analysis -> savings ->
-simulation -> keys -> store -> gate -> engines -> warming -> report -> api -> cli. A module may import
+simulation -> keys -> store -> gate -> engines -> warming -> gateway -> report -> api -> cli. A module may import
 its own package and any package to its left; imports under ``if TYPE_CHECKING:`` and inside
 functions count too (a lazy import is still a dependency).
 """
