@@ -32,6 +32,7 @@ LAYERS = (
     "gate",
     "engines",
     "warming",
+    "gateway",
     "report",
     "api",
     "cli",
