@@ -68,6 +68,23 @@ def token_strs(text: str) -> list[str]:
     return ["".join(_BYTES[b] for b in c.encode("utf-8")) for c in text]
 
 
+class VirtualClock:
+    """A clock the fake server advances by its modelled prefill time and the adapter under test
+    reads (``clock=``): timings are exact whatever the machine's load."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
 class FakeEngine:
     """A fake engine server on 127.0.0.1; use as a context manager (``with FakeEngine() as f``).
 
@@ -96,6 +113,7 @@ class FakeEngine:
         flaky: int = 1,
         ttft_model: tuple[float, float, float] | None = None,
         token_prompts: bool = True,
+        clock: VirtualClock | None = None,
     ) -> None:
         self.flavor = flavor
         self.block_size = block_size
@@ -111,6 +129,7 @@ class FakeEngine:
         self.flaky = flaky
         self.ttft_model = ttft_model
         self.token_prompts = token_prompts
+        self.clock = clock  # with a virtual clock, modelled prefill time advances it instead of sleeping
         self.blocks: set[int] = set()
         self.hits = 0
         self.queries = 0
@@ -312,7 +331,11 @@ class FakeEngine:
         if self.ttft_model is not None:
             a, b, c = self.ttft_model
             new = len(ids) - cached
-            time.sleep(a + b * new + c * new * (cached + new / 2))
+            seconds = a + b * new + c * new * (cached + new / 2)
+            if self.clock is not None:
+                self.clock.advance(seconds)
+            else:
+                time.sleep(seconds)
         max_tokens = (
             (body.get("sampling_params") or {}).get("max_new_tokens")
             if self.flavor == "sglang"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_engine import FakeEngine, free_port_url
+from fake_engine import FakeEngine, VirtualClock, free_port_url
 
 from prefixplan.cli.app import main
 from prefixplan.engines.base import Endpoint
@@ -88,21 +88,39 @@ def test_profile_yaml_round_trip_and_plan_formula(tmp_path: Path) -> None:
 
 
 def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
-    # The fake sleeps a + b*new + c*new*(cached+new/2): the fit must find b within a loose margin.
-    with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0)) as fake:
+    # The fake advances a virtual clock by a + b*new + c*new*(cached+new/2) and the adapter reads that
+    # clock: the timings are exact whatever the machine's load, so the fit must recover the model.
+    clock = VirtualClock()
+    a, b, c = 0.002, 1.0e-4, 2.0e-8
+    with FakeEngine("vllm", block_size=16, ttft_model=(a, b, c), clock=clock) as fake:
         profile, path = calibrate_endpoint(
-            fake.url, lengths=[64, 256, 512], fractions=[0.0, 0.5], repeats=2, out=tmp_path / "prof.yaml"
+            fake.url, lengths=[64, 256, 512, 1024], fractions=[0.0, 0.5, 0.9], repeats=2, out=tmp_path / "prof.yaml",
+            clock=clock,
         )
         sent = [b for _, p, b, _ in fake.requests if p == "/v1/completions"]
-    assert path is not None and path.is_file() and profile.fit.n_samples == 12
-    assert all(b["max_tokens"] == 1 for b in sent)
-    cached = [s.cached for s in profile.samples]
-    assert cached == [0, 32, 0, 128, 0, 256] * 2  # reported by the server, block-aligned
-    # b and c are correlated over this short range; the fitted model must predict the timings.
+    assert path is not None and path.is_file() and profile.fit.n_samples == 24
+    assert all(x["max_tokens"] == 1 for x in sent)
+    cached = [s.cached for s in profile.samples][:6]
+    assert cached == [0, 32, 48, 0, 128, 224]  # reported by the server, block-aligned
+    fit = profile.fit
+    assert fit.a_s == pytest.approx(a, rel=1e-6) and fit.b_s_per_token == pytest.approx(b, rel=1e-6)
+    assert fit.c_s_per_token2 == pytest.approx(c, rel=1e-6) and fit.separable and not fit.clamped
     prof = profile.prefill_profile()
-    for new, cached in ((512, 0), (256, 256), (64, 0)):
-        true = 0.002 + 1.0e-4 * new
-        assert prof.seconds(new, cached) == pytest.approx(true, abs=0.3 * true + 0.004)
+    for new, cached_ in ((512, 0), (256, 256), (64, 0)):
+        assert prof.seconds(new, cached_) == pytest.approx(a + b * new + c * new * (cached_ + new / 2), rel=1e-6)
+
+
+def test_fit_never_returns_a_negative_cost_and_says_what_it_cannot_separate() -> None:
+    # Timings whose best unconstrained fit has b < 0 (a noisy, attention-heavy range).
+    samples = [TimingSample(n, 0, 0.01 + 1e-8 * n * n / 2 - 2e-6 * n) for n in (128, 256, 512, 1024, 2048)]
+    fit = fit_prefill(samples)
+    assert fit.b_s_per_token >= 0 and fit.c_s_per_token2 >= 0 and fit.a_s >= 0
+    assert "b_s_per_token" in fit.clamped or fit.b_s_per_token > 0
+    # Only cold prompts of lengths so close that new and new^2/2 are collinear: no split.
+    close = [TimingSample(n, 0, 0.005 + 1e-4 * n) for n in (1000, 1001, 1002, 1003)]
+    fit = fit_prefill(close)
+    assert not fit.separable and not fit.attention_measurable
+    assert any("cannot separate" in note for note in fit.notes)
 
 
 def test_cli_calibrate_unreachable_exit_4(tmp_path: Path) -> None:

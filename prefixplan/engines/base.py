@@ -141,10 +141,12 @@ class EngineAdapter:
         model: str | None = None,
         block_size: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         import httpx
 
         self.endpoint = endpoint
+        self.clock = clock  # measures TTFT and deadlines; tests inject a virtual one
         self.timeout = float(timeout)
         self._model = model
         self._block_size_override = block_size
@@ -263,7 +265,7 @@ class EngineAdapter:
         import httpx
 
         state = _Stream()
-        t0 = time.perf_counter()
+        t0 = self.clock()
         deadline = t0 + self.timeout
         try:
             with self._client.stream("POST", path, json=body) as resp:
@@ -281,7 +283,7 @@ class EngineAdapter:
                         kind="malformed",
                     )
                 for line in resp.iter_lines():
-                    if time.perf_counter() > deadline:
+                    if self.clock() > deadline:
                         raise self._error(
                             f"timed out after {self.timeout:g}s ({path}, still streaming)",
                             kind="timeout",
@@ -302,13 +304,13 @@ class EngineAdapter:
                     if not isinstance(event, dict):
                         raise self._error(f"malformed stream event from {path}: {data[:80]!r}", kind="malformed")
                     if state.first_at is None:
-                        state.first_at = time.perf_counter() - t0
+                        state.first_at = self.clock() - t0
                     on_event(event, state)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path) from None
         if state.first_at is None:
             raise self._error(f"malformed stream from {path}: no server-sent 'data:' events", kind="malformed")
-        return state, time.perf_counter() - t0
+        return state, self.clock() - t0
 
     # -- the protocol ---------------------------------------------------------------------
     def server_info(self, *, refresh: bool = False) -> ServerInfo:  # pragma: no cover - abstract

@@ -72,6 +72,7 @@ def connect(
     model: str | None = None,
     block_size: int | None = None,
     transport: Any = None,
+    clock: Any = None,
 ) -> EngineAdapter:
     """An adapter for ``endpoint``; ``engine="auto"`` detects it from the server.
 
@@ -82,6 +83,8 @@ def connect(
     if engine not in ENGINE_CHOICES:
         raise UsageError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_CHOICES)}")
     kwargs: dict[str, Any] = {"timeout": timeout, "model": model, "block_size": block_size, "transport": transport}
+    if clock is not None:
+        kwargs["clock"] = clock
     if engine == "auto":
         probe = OpenAICompatAdapter(endpoint, **kwargs)
         try:

@@ -73,11 +73,10 @@ class OpenAICompatAdapter(EngineAdapter):
 
     def _run(self, path: str, body: dict[str, Any], max_tokens: int, stream: bool) -> Completion:
         if not stream:
-            import time
 
-            t0 = time.perf_counter()
+            t0 = self.clock()
             data = self.request_json("POST", path, body)
-            total = time.perf_counter() - t0
+            total = self.clock() - t0
             if not isinstance(data, Mapping):
                 raise self._error(f"malformed answer from {path} (not an object)", kind="malformed")
             return self._finish(data.get("usage"), total, total, False, max_tokens, path)

@@ -40,7 +40,13 @@ class TimingSample:
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """Least-squares coefficients, their standard errors and the fit quality."""
+    """Non-negative least-squares coefficients, their standard errors and the fit quality.
+
+    ``clamped`` names the coefficients the fit held at 0 (a negative cost is not a model);
+    ``separable`` is False when the samples cannot tell the linear and attention terms apart
+    (their columns are nearly collinear over the measured range): then only the total prefill
+    cost is measured, not its split, and ``notes`` says so.
+    """
 
     a_s: float
     b_s_per_token: float
@@ -50,11 +56,29 @@ class Fit:
     r2: float
     max_abs_residual_s: float
     n_samples: int
+    clamped: tuple[str, ...] = ()
+    separable: bool = True
 
     @property
     def attention_measurable(self) -> bool:
         """True when the attention term is positive and more than twice its standard error."""
-        return self.c_s_per_token2 > 0 and self.c_s_per_token2 > 2 * self.stderr[2]
+        return self.separable and self.c_s_per_token2 > 0 and self.c_s_per_token2 > 2 * self.stderr[2]
+
+    @property
+    def notes(self) -> list[str]:
+        out = []
+        if self.clamped:
+            out.append(f"held at 0 (a negative cost is not a model): {', '.join(self.clamped)}")
+        if not self.separable:
+            out.append(
+                "the samples cannot separate the per-token and attention terms over this range; "
+                "their sum predicts TTFT, their split does not"
+            )
+        elif not self.attention_measurable:
+            out.append(
+                "attention term c not measurable on this server/range (c <= 2 stderr); keep it as an upper bound"
+            )
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +137,21 @@ class Profile:
         }
 
 
+_TERMS = ("a_s", "b_s_per_token", "c_s_per_token2")
+SEPARABILITY_CORR = 0.995  # |correlation| of the linear and attention columns above which their split is unknown
+
+
 def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
-    """Fit ``a + b*new + c*new*(cached + new/2)`` to ``samples`` by least squares.
+    """Fit ``a + b*new + c*new*(cached + new/2)`` to ``samples`` by non-negative least squares.
+
+    Every subset of the three terms is solved by ordinary least squares and the best solution
+    whose coefficients are all >= 0 wins (exact NNLS for three unknowns).
 
     Raises:
-        UsageError: fewer than 3 samples, or samples that cannot separate the three terms.
+        UsageError: fewer than 3 samples, or samples that cannot separate the three terms at all.
     """
+    import itertools
+
     import numpy as np
 
     if len(samples) < 3:
@@ -127,16 +160,27 @@ def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
     cached = np.array([s.cached for s in samples], dtype=float)
     y = np.array([s.ttft_s for s in samples], dtype=float)
     x = np.column_stack([np.ones_like(new), new, new * (cached + new / 2)])
-    # Scale columns for conditioning, then unscale.
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-12)  # conditioning; unscaled at the end
     xs = x / scale
-    coef_s, _, rank, _ = np.linalg.lstsq(xs, y, rcond=None)
-    if rank < 3:
+    if np.linalg.matrix_rank(xs) < 3:
         raise UsageError(
             "timing samples do not separate the constant, linear and attention terms",
             hint="measure several prompt lengths and cached fractions",
         )
-    coef = coef_s / scale
+    best: tuple[float, np.ndarray] | None = None
+    for k in (3, 2, 1):
+        for cols in itertools.combinations(range(3), k):
+            sub = xs[:, cols]
+            sol, *_ = np.linalg.lstsq(sub, y, rcond=None)
+            if (sol < 0).any():
+                continue
+            full = np.zeros(3)
+            full[list(cols)] = sol
+            sse = float(((y - xs @ full) ** 2).sum())
+            if best is None or sse < best[0] - 1e-18:
+                best = (sse, full)
+    assert best is not None  # the constant alone is always feasible (y >= 0)
+    coef = best[1] / scale
     resid = y - x @ coef
     n = len(y)
     dof = max(n - 3, 1)
@@ -145,6 +189,7 @@ def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
     stderr = np.sqrt(np.maximum(np.diag(cov), 0.0)) / scale
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else 1.0
+    corr = np.corrcoef(x[:, 1], x[:, 2])[0, 1] if np.std(x[:, 1]) > 0 and np.std(x[:, 2]) > 0 else 1.0
     return Fit(
         a_s=float(coef[0]),
         b_s_per_token=float(coef[1]),
@@ -154,6 +199,10 @@ def fit_prefill(samples: Sequence[TimingSample]) -> Fit:
         r2=r2,
         max_abs_residual_s=float(np.abs(resid).max()),
         n_samples=n,
+        clamped=tuple(
+            name for name, value, free in zip(_TERMS, best[1], (True, True, True), strict=True) if value == 0.0 and free
+        ),
+        separable=bool(abs(corr) < SEPARABILITY_CORR),
     )
 
 
@@ -293,6 +342,7 @@ def calibrate_endpoint(
     name: str | None = None,
     store: bool = False,
     db: str | None = None,
+    clock: Any = None,
 ) -> tuple[Profile, Path | None]:
     """Connect, measure, fit, and save the YAML profile (when ``out``) and the store's profile
     ``name`` (when ``store``; default name :func:`default_profile_name`)."""
@@ -303,7 +353,9 @@ def calibrate_endpoint(
         raise UsageError("--lengths must be integers >= 2")
     if any(not 0 <= f < 1 for f in fractions):
         raise UsageError("--fractions must be in [0, 1)")
-    adapter = connect(Endpoint(url=url, api_key_env=api_key_env), engine=engine, timeout=timeout, model=model)
+    adapter = connect(
+        Endpoint(url=url, api_key_env=api_key_env), engine=engine, timeout=timeout, model=model, clock=clock
+    )
     try:
         profile = calibrate(adapter, lengths=lengths, fractions=fractions, repeats=repeats, seed=seed)
     finally:

@@ -358,10 +358,15 @@ def test_calibrate_live(vllm_server, tmp_path: Path) -> None:
     by = {}
     for s in profile.samples:
         by.setdefault((s.new + s.cached, s.cached > 0), []).append(s.ttft_s)
-    cold = sorted(by[(4096, False)])[0]
-    warm90 = min(t for (n, w), ts in by.items() if n == 4096 and w for t in ts)
+    import statistics
+
+    cold = statistics.median(by[(4096, False)])
+    warm90 = statistics.median(t for (n, w), ts in by.items() if n == 4096 and w for t in ts)
     assert path is not None and path.is_file()
-    assert warm90 < cold and f.b_s_per_token > 0
+    # What the data can show: reuse is faster, and a prefill model has no negative cost (the split
+    # between the per-token and attention terms is not identifiable on this tiny CPU model).
+    assert warm90 < cold
+    assert min(f.a_s, f.b_s_per_token, f.c_s_per_token2) >= 0 and f.b_s_per_token + f.c_s_per_token2 > 0
     mean = sum(s.ttft_s for s in profile.samples) / len(profile.samples)
     assert f.rmse_s < 0.5 * mean, (f.rmse_s, mean)
     _summary(
