@@ -114,6 +114,8 @@ def register(app: typer.Typer) -> None:
             Optional[float],
             typer.Option("--gpu-hour-price", metavar="USD", help="USD per GPU-hour for self-hosted savings."),
         ] = None,
+        replicas: o.Replicas = None,
+        router: o.Router = None,
         json_out: o.Json = None,
         quiet: o.Quiet = False,
         old_format: Annotated[Optional[str], o.deprecated("--format", "--log-format")] = None,
@@ -166,6 +168,8 @@ def register(app: typer.Typer) -> None:
             profile=profile,
             prices=prices,
             gpu_hour_price=gpu_hour_price,
+            replicas=replicas,
+            router=router,
         )
         result, errors = simulate_source(source, config, pins_from=analysis, pin_top=10 if top is None else top)
         doc = Simulation(result, errors.count).to_json()
@@ -176,3 +180,7 @@ def register(app: typer.Typer) -> None:
             from prefixplan.report.console_simulate import render_simulation
 
             render_simulation(doc, console)
+            if doc.get("fleet"):
+                from prefixplan.report.console_router import render_fleet
+
+                render_fleet(doc["fleet"], console)

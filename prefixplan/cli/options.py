@@ -167,6 +167,21 @@ ApiKeyEnv = Annotated[
 ]
 Timeout = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Seconds each request may take in all.")]
 
+# -- replicas and routing (simulate --replicas, gateway) ---------------------------------------
+Replicas = Annotated[
+    Optional[int],
+    typer.Option("--replicas", metavar="N", help="Simulate a fleet of N replicas, each its own cache."),
+]
+Router = Annotated[
+    Optional[str],
+    typer.Option(
+        "--router",
+        metavar="POLICY",
+        help="Routing of requests without a ready key: cache-aware, round-robin or prefix-hash "
+        "(simulate: comma-separated, and keyed).",
+    ),
+]
+
 # -- outputs and the store -------------------------------------------------------------------
 Json = Annotated[
     Optional[str], typer.Option("--json", metavar="FILE", help="Write the result as JSON to FILE ('-' = stdout).")

@@ -30,6 +30,7 @@ from prefixplan.savings.pricing import (
 )
 from prefixplan.simulation.batch import in_batch_hits, service_times
 from prefixplan.simulation.config import SimConfig
+from prefixplan.simulation.fleet import FleetRequest, fleet_request, simulate_fleet
 from prefixplan.simulation.hosted import AnthropicCache
 from prefixplan.simulation.models import (
     POLICIES,
@@ -133,12 +134,14 @@ class Simulation:
     def add(self, request: SimRequest) -> None:
         """Add the next request (arrival order)."""
         self._builder.add(request)
+        if self.config.fleet is not None:
+            self._fleet.append(fleet_request(request))
 
     def add_prompt(self, prompt: Prompt) -> None:
         """Add the next rendered prompt (:func:`prefixplan.simulation.source.sim_request`)."""
         from prefixplan.simulation.source import sim_request
 
-        self._builder.add(sim_request(prompt, self._count))
+        self.add(sim_request(prompt, self._count, routing=self.config.fleet is not None))
         self._count += 1
 
     def _prepare(self) -> None:
@@ -164,10 +167,18 @@ class Simulation:
         )
         self._builder = TraceBuilder(gran, observer=self._anthropic)
         self._count = 0
+        self._fleet: list[FleetRequest] = []
 
     def result(self) -> SimResult:
-        """Replay everything added so far through the configured models."""
-        return _replay(self._builder.finish(), self.config, self._anthropic)
+        """Replay everything added so far through the configured models (and the fleet's routers)."""
+        trace = self._builder.finish()
+        result = _replay(trace, self.config, self._anthropic)
+        fleet = self.config.fleet
+        if fleet is None:
+            return result
+        work = self.config.workload
+        service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
+        return replace(result, fleet=simulate_fleet(trace, self._fleet, fleet, service))
 
 
 def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:

@@ -20,6 +20,7 @@ from prefixplan.core.granularity import Granularity, engine_granularity, provide
 from prefixplan.savings.kvsize import KVShape
 from prefixplan.savings.prefill import PrefillProfile
 from prefixplan.simulation.batch import DEFAULT_DECODE_TPS, DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_TPS
+from prefixplan.simulation.fleet import FleetModel
 from prefixplan.simulation.models import AutoPromote, Tier
 
 
@@ -126,6 +127,7 @@ class SimConfig:
     headline_capacity: float | None = None
     headline_unbounded: bool = False
     notes: tuple[str, ...] = ()
+    fleet: FleetModel | None = None  # --replicas N --router ...: each replica its own cache
 
     def granularity(self) -> Granularity:
         return self.cache.granularity()

@@ -9,7 +9,9 @@ from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
+from prefixplan.simulation.fleet import FleetModel
 from prefixplan.simulation.models import AutoPromote
+from prefixplan.simulation.router import SIM_POLICIES
 
 
 def build_config(
@@ -34,6 +36,8 @@ def build_config(
     profile: PrefillProfile | None = None,
     prices: Path | None = None,
     gpu_hour_price: float | None = None,
+    replicas: int | None = None,
+    router: str | None = None,
 ) -> SimConfig:
     """Validate and convert options (capacities may be bytes when the KV size is known).
 
@@ -76,7 +80,14 @@ def build_config(
         raise UsageError("--prewarm-pins needs --pins-from")
     if (pinned_fraction or running_fraction or tiers) and not caps:
         raise UsageError("pinned partitions, running shares and tiers need --capacity")
+    fleet = None
+    if router is not None and replicas is None:
+        raise UsageError("--router compares routing policies across replicas", hint="add --replicas N")
+    if replicas is not None:
+        routers = tuple(r.strip() for r in (router or ",".join(SIM_POLICIES)).split(",") if r.strip())
+        fleet = FleetModel(replicas=replicas, routers=routers, capacity_tokens=caps[0] if caps else None)
     return SimConfig(
+        fleet=fleet,
         cache=CacheModel(
             engine=engine,
             provider=provider,

@@ -15,6 +15,7 @@ from prefixplan.savings.prefill import (
 from prefixplan.savings.pricing import (
     Money,
 )
+from prefixplan.simulation.fleet import FleetRun
 from prefixplan.simulation.risk import PrefixRisk
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class SimResult:
     risk: tuple[PrefixRisk, ...]
     notes: tuple[str, ...]
     risk_capacity_tokens: float | None = None  # total capacity of the eviction-risk runs
+    fleet: tuple[FleetRun, ...] = ()  # --replicas/--router: one run per routing policy
 
     def run(self, label: str) -> CacheRun:
         for r in self.runs:
@@ -158,4 +160,5 @@ def to_json(result: SimResult) -> dict[str, Any]:
             for r in result.risk
         ],
         "notes": list(result.notes),
+        **({"fleet": [run.to_json() for run in result.fleet]} if result.fleet else {}),
     }

@@ -15,12 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts
 from prefixplan.simulation.api import Simulation, simulate
 from prefixplan.simulation.config import CacheModel, SimConfig
 from prefixplan.simulation.result import SimResult, to_json
+from prefixplan.simulation.router import request_route_bytes, route_units
 from prefixplan.simulation.trace import SimRequest
 
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
@@ -51,9 +53,30 @@ def breakpoint_offsets(prompt: Prompt) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def sim_request(prompt: Prompt, index: int) -> SimRequest:
-    """One rendered prompt as simulation input (``index``: its position in the stream)."""
+def key_prefix(prompt: Prompt) -> tuple[str | None, int]:
+    """``(identity, tokens)`` of a chat prompt's leading system/tool prefix, up to where the first
+    user message's content starts (what a gateway key registers); ``(None, 0)`` without one."""
+    users = [s.start for s in prompt.segments if s.kind == "user"]
+    if not users:
+        return None, 0
+    cut = min(users)
+    if not any(s.kind in ("system", "tool") and s.end <= cut for s in prompt.segments):
+        return None, 0
+    ident = segment_hash(prompt.request.namespace.encode() + b"\x00" + prompt.tokens[:cut].tobytes())
+    return f"prefix-{ident}", cut
+
+
+def sim_request(prompt: Prompt, index: int, *, routing: bool = False) -> SimRequest:
+    """One rendered prompt as simulation input (``index``: its position in the stream); with
+    ``routing``, also what the fleet's router sees (route units, key prefix)."""
     req = prompt.request
+    units: tuple[int, ...] | None = None
+    key, key_tokens = None, 0
+    if routing:
+        if req.messages is not None or req.prompt is not None or req.prompt_ids is not None:
+            prompt_value = req.prompt if req.prompt is not None else (list(req.prompt_ids) if req.prompt_ids else None)
+            units = tuple(route_units(request_route_bytes(req.messages, req.tools, prompt_value)))
+        key, key_tokens = key_prefix(prompt)
     return SimRequest(
         time=float(req.time) if req.time is not None else float(index),
         namespace=req.namespace,
@@ -62,13 +85,16 @@ def sim_request(prompt: Prompt, index: int) -> SimRequest:
         breakpoints=breakpoint_offsets(prompt),
         block_scale=int(prompt.token_scale or 1),
         index=index,
+        route_units=units,
+        key=key,
+        key_tokens=key_tokens,
     )
 
 
-def sim_requests(prompts: Iterable[Prompt]) -> Iterator[SimRequest]:
+def sim_requests(prompts: Iterable[Prompt], *, routing: bool = False) -> Iterator[SimRequest]:
     """Rendered prompts as simulation input, in stream order."""
     for i, prompt in enumerate(prompts):
-        yield sim_request(prompt, i)
+        yield sim_request(prompt, i, routing=routing)
 
 
 def simulate_source(
@@ -105,7 +131,8 @@ def simulate_source(
             notes=config.notes + tuple(notes),
         )
     errors = LineErrors()
-    result = simulate(sim_requests(iter_prompts(source, errors, renderers)), config)
+    routing = config.fleet is not None
+    result = simulate(sim_requests(iter_prompts(source, errors, renderers), routing=routing), config)
     return result, errors
 
 

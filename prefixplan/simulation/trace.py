@@ -46,6 +46,10 @@ class SimRequest:
         breakpoints: Anthropic ``cache_control`` token offsets (prefix lengths), if any.
         block_scale: real tokens each entry of ``tokens`` stands for (Mooncake block size).
         index: position in the input stream.
+        route_units: what a router sees of the request (``simulation.router.route_units``);
+            None when no fleet is simulated.
+        key: identity of the request's leading system/tool prefix (keyed routing), if any.
+        key_tokens: that prefix's length in tokens (up to the first user message).
     """
 
     time: float
@@ -55,6 +59,9 @@ class SimRequest:
     breakpoints: tuple[int, ...] = ()
     block_scale: int = 1
     index: int = 0
+    route_units: tuple[int, ...] | None = None
+    key: str | None = None
+    key_tokens: int = 0
 
 
 class PrefixHasher:

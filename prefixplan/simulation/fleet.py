@@ -1,0 +1,214 @@
+"""The fleet simulation: N replicas, each its own prefix cache, requests routed by a policy.
+
+``prefixplan simulate --replicas N --router POLICY[,POLICY...]`` replays the block trace once per
+policy through :class:`~prefixplan.simulation.router.Router` (the gateway's own router) and
+reports the fleet hit rate: cached tokens over prompt tokens, summed over replicas.
+
+Per replica the cache is unbounded, or an LRU of ``capacity_tokens`` each. A request reuses the
+leading blocks of its path that its replica holds (full blocks, last-token rule), then all its
+blocks are resident there. In-flight counts (the load guard, least-loaded ties) come from the
+same service-time estimate as the in-batch model: a request is in flight from its arrival until
+``arrival + service``.
+
+Keyed traffic (``keyed``): a request whose prompt starts with system messages and tools carries
+that prefix as its key (:class:`FleetRequest`). The first request of a key is routed by
+``cache-aware`` (the key is registered, not yet warm), then the key's full blocks are warmed on
+every replica and it is ready: later requests of the key go to the least-loaded replica, as the
+gateway does once the background warm verified every replica.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefixplan.errors import UsageError
+from prefixplan.simulation.router import SIM_POLICIES, Router, RouterConfig, route_units
+from prefixplan.simulation.trace import BlockTrace, SimRequest
+
+
+@dataclass(frozen=True, slots=True)
+class FleetModel:
+    """What ``--replicas`` / ``--router`` ask for."""
+
+    replicas: int = 2
+    routers: tuple[str, ...] = ("round-robin", "cache-aware", "keyed")
+    capacity_tokens: float | None = None  # per replica; None = unbounded
+    router: RouterConfig = field(default_factory=RouterConfig)
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise UsageError("--replicas must be >= 1")
+        for r in self.routers:
+            if r not in SIM_POLICIES:
+                raise UsageError(f"unknown --router {r!r}", hint=f"use one of {', '.join(SIM_POLICIES)}")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRequest:
+    """What routing needs of one request: its units, and its key prefix (``key`` identifies the
+    leading system/tool content, ``key_tokens`` its length in tokens up to the first user message)."""
+
+    units: tuple[int, ...]
+    key: str | None = None
+    key_tokens: int = 0
+
+
+def fleet_request(request: SimRequest) -> FleetRequest:
+    """The routing input of a simulated request: its route units (else its token blocks' keys)."""
+    units = request.route_units
+    if units is None:  # no request content (traces, in-memory token streams): 16 token ids per unit
+        units = tuple(route_units(np.ascontiguousarray(request.tokens, dtype="<u4").tobytes()))
+    return FleetRequest(units=tuple(units), key=request.key, key_tokens=int(request.key_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRun:
+    """One policy on the fleet."""
+
+    policy: str
+    replicas: int
+    prompt_tokens: int
+    cached_tokens: int
+    replica: np.ndarray  # per request: the replica chosen
+    cached: np.ndarray  # per request: reused tokens
+    decisions: dict[str, int]
+    per_replica: tuple[dict[str, int], ...]
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "replicas": self.replicas,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "hit_rate": round(self.hit_rate, 6),
+            "decisions": dict(self.decisions),
+            "per_replica": [dict(p) for p in self.per_replica],
+            "replica_per_request": self.replica.tolist(),
+            "cached_tokens_per_request": self.cached.tolist(),
+        }
+
+
+class _Cache:
+    """One replica's block cache: unbounded, or LRU over ``capacity`` blocks."""
+
+    def __init__(self, capacity_blocks: int | None) -> None:
+        self.capacity = capacity_blocks
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+
+    def hits(self, path: Sequence[int]) -> int:
+        n = 0
+        for b in path:
+            if b not in self.blocks:
+                break
+            n += 1
+        return n
+
+    def add(self, path: Sequence[int]) -> None:
+        for b in path:
+            if b in self.blocks:
+                self.blocks.move_to_end(b)
+            else:
+                self.blocks[b] = None
+        if self.capacity is not None:
+            while len(self.blocks) > self.capacity:
+                self.blocks.popitem(last=False)
+
+
+def simulate_fleet(
+    trace: BlockTrace,
+    requests: Sequence[FleetRequest],
+    model: FleetModel,
+    service_s: np.ndarray,
+) -> tuple[FleetRun, ...]:
+    """One :class:`FleetRun` per policy of ``model`` (module docstring).
+
+    Args:
+        trace: the block trace of the log.
+        requests: routing input per request, in trace order.
+        service_s: seconds each request stays in flight (load for the router).
+    """
+    if len(requests) != trace.n_requests:
+        raise ValueError("one FleetRequest per trace request is needed")
+    paths = [trace.path_blocks(r) for r in range(trace.n_requests)]
+    order = np.argsort(trace.times, kind="stable").tolist()
+    return tuple(_run(policy, trace, requests, model, service_s, paths, order) for policy in model.routers)
+
+
+def _run(
+    policy: str,
+    trace: BlockTrace,
+    requests: Sequence[FleetRequest],
+    model: FleetModel,
+    service_s: np.ndarray,
+    paths: list[list[int]],
+    order: list[int],
+) -> FleetRun:
+    from dataclasses import replace
+
+    keyed = policy == "keyed"
+    config = replace(model.router, policy="cache-aware" if keyed else policy)
+    router = Router(model.replicas, config)
+    bt_max = int(trace.block_tokens.max()) if trace.n_requests else 1
+    cap_blocks = None if model.capacity_tokens is None else max(1, int(model.capacity_tokens // bt_max))
+    caches = [_Cache(cap_blocks) for _ in range(model.replicas)]
+    running: list[tuple[float, int]] = []
+    chosen = np.zeros(trace.n_requests, dtype=np.int64)
+    cached = np.zeros(trace.n_requests, dtype=np.int64)
+    decisions: dict[str, int] = defaultdict(int)
+    warmed: set[str] = set()
+    times = trace.times.tolist()
+    for r in order:
+        now = times[r]
+        while running and running[0][0] <= now:
+            _, rep = heapq.heappop(running)
+            router.finish(rep)
+        req = requests[r]
+        key = req.key if keyed else None
+        decision = router.choose(req.units, key=key)
+        rep = decision.replica
+        decisions[decision.reason] += 1
+        path = paths[r]
+        hit = min(caches[rep].hits(path), int(trace.cap_blocks[r]))
+        chosen[r] = rep
+        cached[r] = hit * int(trace.block_tokens[r])
+        caches[rep].add(path)
+        router.observe(rep, req.units)
+        router.start(rep)
+        heapq.heappush(running, (now + float(service_s[r]), rep))
+        if key is not None and key not in warmed:
+            warmed.add(key)
+            n = min(len(path), req.key_tokens // int(trace.block_tokens[r]))
+            if n > 0:
+                for cache in caches:
+                    cache.add(path[:n])
+                router.set_ready(key, range(model.replicas))
+    per_replica = []
+    for i in range(model.replicas):
+        mask = chosen == i
+        per_replica.append(
+            {
+                "requests": int(mask.sum()),
+                "prompt_tokens": int(trace.prompt_tokens[mask].sum()),
+                "cached_tokens": int(cached[mask].sum()),
+            }
+        )
+    return FleetRun(
+        policy=policy,
+        replicas=model.replicas,
+        prompt_tokens=int(trace.prompt_tokens.sum()),
+        cached_tokens=int(cached.sum()),
+        replica=chosen,
+        cached=cached,
+        decisions=dict(decisions),
+        per_replica=tuple(per_replica),
+    )

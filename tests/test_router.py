@@ -1,0 +1,178 @@
+"""The routing policies shared by the gateway and ``simulate --replicas``; the fleet simulation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from prefixplan.core.granularity import engine_granularity
+from prefixplan.errors import UsageError
+from prefixplan.simulation.fleet import FleetModel, FleetRequest, simulate_fleet
+from prefixplan.simulation.router import Router, RouterConfig, request_route_bytes, route_units
+from prefixplan.simulation.trace import SimRequest, build_trace
+
+
+def _units(text: str) -> list[int]:
+    return route_units(text.encode())
+
+
+def test_route_units_are_chained_prefix_hashes() -> None:
+    a = _units("x" * 64 + "y" * 64 + "z")
+    b = _units("x" * 64 + "y" * 64 + "w" * 10)
+    c = _units("q" + "x" * 63 + "y" * 64)
+    assert len(a) == 3 and a[:2] == b[:2] and a[2] != b[2]
+    assert c[1] != a[1]  # a unit stands for the whole prefix, not its own piece
+
+
+def test_request_bytes_put_tools_first_and_keep_key_order() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "b": 1, "a": 2}}]
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    data = request_route_bytes(msgs, tools).decode()
+    assert data.index('"b":1,"a":2') < data.index("system\x1fS") < data.index("user\x1fU")
+
+
+def test_round_robin_takes_turns_and_skips_excluded() -> None:
+    r = Router(3, RouterConfig(policy="round-robin"))
+    assert [r.choose([1]).replica for _ in range(4)] == [0, 1, 2, 0]
+    assert r.choose([1], exclude={2}).replica in (0, 1)
+    with pytest.raises(UsageError):
+        r.choose([1], exclude={0, 1, 2})
+
+
+def test_prefix_hash_is_consistent_on_the_first_units() -> None:
+    cfg = RouterConfig(policy="prefix-hash", prefix_units=2)
+    r = Router(4, cfg)
+    shared = _units("s" * 128 + "tail one")
+    same_start = _units("s" * 128 + "another tail, longer")
+    assert r.choose(shared).replica == r.choose(same_start).replica
+    # Adding a replica moves only part of the keys (consistent hashing), never all of them.
+    keys = [_units(f"prefix {i} " * 20) for i in range(200)]
+    before = [Router(4, cfg).choose(k).replica for k in keys]
+    after = [Router(5, cfg).choose(k).replica for k in keys]
+    moved = sum(b != a for b, a in zip(before, after, strict=True))
+    assert 0 < moved < 100
+    assert all(a == 4 for b, a in zip(before, after, strict=True) if b != a)
+
+
+def test_cache_aware_follows_the_longest_match_above_the_threshold() -> None:
+    r = Router(2, RouterConfig(policy="cache-aware", cache_threshold=0.5))
+    first = _units("system prompt A " * 40 + "question 1")
+    d = r.choose(first)
+    assert d.reason == "least-loaded"
+    r.observe(d.replica, first)
+    again = _units("system prompt A " * 40 + "question 2")
+    d2 = r.choose(again)
+    assert (d2.replica, d2.reason) == (d.replica, "cache-match") and d2.matched >= len(again) - 1
+    # A different prompt does not match: least loaded (ties in turn, so the other replica).
+    other = _units("system prompt B " * 40 + "question 1")
+    d3 = r.choose(other)
+    assert d3.reason == "least-loaded"
+    # Below the threshold: a short shared start is not enough.
+    short = _units("system prompt A " * 2 + "x" * 2000)
+    assert r.choose(short).reason == "least-loaded"
+
+
+def test_load_guard_overrides_the_match_when_imbalanced() -> None:
+    r = Router(2, RouterConfig(policy="cache-aware", balance_abs=3, balance_rel=1.5))
+    units = _units("hot prefix " * 50)
+    r.observe(0, units)
+    for _ in range(3):
+        r.start(0)
+    assert r.choose(units).reason == "cache-match"  # 3 - 0 is not > 3: balanced enough
+    r.start(0)
+    d = r.choose(units)  # 4 - 0 > 3 and 4 > 1.5 x 0
+    assert (d.replica, d.reason) == (1, "load-guard")
+    for _ in range(4):
+        r.finish(0)
+    assert r.choose(units).reason == "cache-match"
+
+
+def test_keyed_affinity_only_to_replicas_verified_for_that_version() -> None:
+    r = Router(3, RouterConfig(policy="round-robin"))
+    r.set_ready("bot@v2", [1, 2])
+    r.set_ready("bot@v1", [0])
+    picks = {r.choose([5], key="bot@v2").replica for _ in range(6)}
+    assert picks == {1, 2}
+    r.start(1)
+    assert r.choose([5], key="bot@v2").replica == 2  # least loaded among the ready ones
+    d = r.choose([5], key="bot@v3")  # not ready anywhere: the policy decides
+    assert d.reason == "round-robin"
+    assert r.choose([5], key="bot@v1", exclude={0}).reason == "round-robin"
+
+
+def _trace(prompts: list[list[int]], block: int = 4):
+    reqs = [
+        SimRequest(time=float(i), namespace="m", tokens=np.array(p, dtype=np.uint32)) for i, p in enumerate(prompts)
+    ]
+    return build_trace(reqs, engine_granularity("vllm", block))
+
+
+def test_fleet_round_robin_vs_cache_aware_by_hand() -> None:
+    # Two system prompts A and B (8 tokens = 2 blocks of 4), alternating, each with a new 2-token tail.
+    a, b = [1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16]
+    prompts = [a + [100 + i, 200 + i] if i % 4 < 2 else b + [100 + i, 200 + i] for i in range(8)]
+    # order: A A B B A A B B
+    trace = _trace(prompts)
+    routing = [
+        FleetRequest(
+            units=tuple(_units(("A" if i % 4 < 2 else "B") * 256 + f"q{i}")),
+            key="A" if i % 4 < 2 else "B",
+            key_tokens=8,
+        )
+        for i in range(8)
+    ]
+    model = FleetModel(replicas=2, routers=("round-robin", "cache-aware", "keyed"))
+    rr, ca, keyed = simulate_fleet(trace, routing, model, np.zeros(8))
+    # round-robin: A->0, A->1, B->0, B->1, then every prompt is resident on both: 4 hits x 8 tokens.
+    assert rr.replica.tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert rr.cached.tolist() == [0, 0, 0, 0, 8, 8, 8, 8]
+    # cache-aware: A stays on one replica, B on the other; only the first of each misses.
+    assert ca.cached.tolist() == [0, 8, 0, 8, 8, 8, 8, 8]
+    assert len(set(ca.replica[[0, 1, 4, 5]].tolist())) == 1 and ca.replica[0] != ca.replica[2]
+    assert ca.hit_rate > rr.hit_rate
+    # keyed: after its first request a key is warm everywhere: only the first request of each misses.
+    assert keyed.cached.tolist() == [0, 8, 0, 8, 8, 8, 8, 8]
+    assert keyed.decisions["affinity"] == 6
+    doc = json.loads(json.dumps(keyed.to_json()))
+    assert doc["cached_tokens"] == 48 and doc["prompt_tokens"] == 80
+
+
+def test_fleet_capacity_evicts_per_replica() -> None:
+    prompts = [[i * 10 + j for j in range(9)] for i in range(3)] * 2
+    trace = _trace(prompts)
+    routing = [FleetRequest(units=(i % 3,)) for i in range(6)]
+    (unbounded,) = simulate_fleet(trace, routing, FleetModel(replicas=1, routers=("round-robin",)), np.zeros(6))
+    (small,) = simulate_fleet(
+        trace, routing, FleetModel(replicas=1, routers=("round-robin",), capacity_tokens=8), np.zeros(6)
+    )
+    assert unbounded.cached.tolist() == [0, 0, 0, 8, 8, 8]
+    assert small.cached.tolist() == [0] * 6
+
+
+def test_simulate_cli_compares_routers(tmp_path, capsys) -> None:
+    from prefixplan.cli.app import main
+
+    out = tmp_path / "sim.json"
+    code = main(
+        [
+            "simulate",
+            "examples/agent_log.jsonl.gz",
+            "--replicas",
+            "2",
+            "--router",
+            "round-robin,cache-aware,keyed",
+            "--json",
+            str(out),
+            "-q",
+        ]
+    )
+    assert code == 0
+    fleet = json.loads(out.read_text())["fleet"]
+    assert [f["policy"] for f in fleet] == ["round-robin", "cache-aware", "keyed"]
+    assert all(f["replicas"] == 2 and sum(p["requests"] for p in f["per_replica"]) == 400 for f in fleet)
+    assert fleet[1]["hit_rate"] >= fleet[0]["hit_rate"]
+    assert main(["simulate", "examples/agent_log.jsonl.gz", "--router", "keyed", "-q"]) == 2
+    assert "--replicas" in capsys.readouterr().err
+    assert main(["simulate", "examples/agent_log.jsonl.gz", "--replicas", "2", "--router", "random", "-q"]) == 2
