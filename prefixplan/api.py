@@ -23,7 +23,7 @@ exceptions, the same the command line turns into messages and exit codes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from prefixplan.analysis.pipeline import Analysis, AnalyzeOptions
 from prefixplan.analysis.record import AnalysisRecord
 from prefixplan.core.extras import require
+from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.logs import ReadOptions, parse_time
 from prefixplan.render.stream import SourceOptions
 
@@ -118,7 +119,7 @@ class HeadlineOptions:
     """The simulation ``analyze`` shows beside its candidates (in-batch vs persistent cache and an
     LRU capacity curve); ``configured_capacity`` (tokens) is marked and the savings refer to it."""
 
-    capacities: tuple[float, ...] = (1e4, 1e5, 1e6, 1e7, 1e8)
+    capacities: tuple[float, ...] | None = None  # None: 10 per decade up to the log's footprint
     configured_capacity: float | None = None
 
 
@@ -150,7 +151,7 @@ def run_analyze(
     *,
     headline: HeadlineOptions | None = HeadlineOptions(),
     outputs: AnalyzeOutputs = AnalyzeOutputs(),
-    progress: Callable[[int], None] | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> AnalyzeOutcome:
     """The ``prefixplan analyze`` command as one call: analyze (with the simulation headline in
     the same pass), record in the store, write the JSON record, reports and recipes."""
@@ -167,7 +168,7 @@ def run_analyze(
     sinks = []
     sim = None
     if headline is not None:
-        from prefixplan.simulation.source import headline_simulation
+        from prefixplan.simulation.headline import headline_simulation
 
         sim = headline_simulation(
             options.engine, options.granularity, headline.capacities, headline.configured_capacity
@@ -175,9 +176,11 @@ def run_analyze(
         sinks.append(sim.add_prompt)
     analysis = run_pipeline(options, progress, sinks=sinks)
     if sim is not None and headline is not None:
-        from prefixplan.simulation.source import headline_json
-
-        analysis.record = replace(analysis.record, simulation=headline_json(sim.result(), headline.configured_capacity))
+        progress.begin("simulating the cache")
+        sim.result()
+        progress.end()
+        section = sim.section(headline.configured_capacity, analysis.record.candidates)
+        analysis.record = replace(analysis.record, simulation=section)
     outcome = AnalyzeOutcome(analysis, created_store=created_store)
     if outputs.store:
         from prefixplan.store.register import register_analysis
@@ -226,7 +229,7 @@ def analyze(
     show_user_text: bool = False,
     rag_whatif: bool = True,
     simulate: bool = True,
-    capacities: Sequence[float] = (1e4, 1e5, 1e6, 1e7, 1e8),
+    capacities: Sequence[float] | None = None,
     configured_capacity: float | None = None,
     store: bool = False,
     db: str | None = None,
@@ -245,7 +248,8 @@ def analyze(
         show_user_text: allow previews of user-authored text.
         rag_whatif: measure the documents-first layout (a second pass over the input).
         simulate: also replay the requests (in-batch vs persistent cache, LRU capacity curve).
-        capacities: capacities (tokens) of that curve; ``configured_capacity`` is marked on it.
+        capacities: capacities (tokens) of that curve (default: 10 per decade from 1e4 up to the
+            log's block footprint); ``configured_capacity`` is marked on it.
         store: record the analysis (and lineage-named keys) in the SQLite store at ``db``.
 
     Returns:
@@ -280,7 +284,8 @@ def analyze(
         show_user_text=show_user_text,
         rag_whatif=rag_whatif,
     )
-    headline = HeadlineOptions(tuple(capacities), configured_capacity) if simulate else None
+    caps = tuple(capacities) if capacities is not None else None
+    headline = HeadlineOptions(caps, configured_capacity) if simulate else None
     return run_analyze(options, headline=headline, outputs=AnalyzeOutputs(store=store, db=db)).analysis
 
 

@@ -194,3 +194,34 @@ def test_analyze_says_where_the_store_is_and_what_it_wrote(tmp_path: Path, capsy
     assert "created the store prefixplan.db" in text and "wrote a.json" in text and "wrote a.md" in text
     code, out, err = _run(["analyze", str(log), "-q"], capsys)
     assert "created the store" not in out + err  # said once, on first creation
+
+
+def test_progress_summary_lines_when_not_a_terminal() -> None:
+    """Off a terminal each pass longer than a second ends with one line (name, requests, tokens,
+    rate); under -q nothing. A fake clock makes the timing exact."""
+    import io
+
+    from rich.console import Console
+
+    from prefixplan.cli.progress import ConsoleProgress
+
+    now = [100.0]
+    out = io.StringIO()
+    progress = ConsoleProgress(Console(file=out, width=200), clock=lambda: now[0])
+    progress.begin("reading and rendering", total_bytes=1000)
+    progress.update(400, 1_817_123, 500)
+    now[0] += 4.0
+    progress.update(800, 3_634_246, 1000)
+    progress.end()
+    progress.begin("a short pass")
+    now[0] += 0.5
+    progress.end()
+    assert out.getvalue().splitlines() == [
+        "reading and rendering: 800 requests, 3,634,246 tokens in 4.0 s (908,562 tokens/s)"
+    ]
+    quiet = io.StringIO()
+    progress = ConsoleProgress(Console(file=quiet), quiet=True, clock=lambda: now[0])
+    progress.begin("x")
+    now[0] += 9
+    progress.end()
+    assert quiet.getvalue() == ""

@@ -25,10 +25,11 @@ from prefixplan.analysis.rag import rag_report, rag_whatif, request_chunk_hashes
 from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, Summary, TokenizerInfo, candidates_frame
 from prefixplan.core.granularity import engine_granularity, reusable_ids
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
+from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt, Segment
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
-from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts
+from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, source_meter
 
 PrefixSink = Callable[[Prompt], None]
 """Receives every rendered prompt during the single pass (e.g. the simulation headline)."""
@@ -141,11 +142,12 @@ class _Accounting:
 
 def analyze(
     options: AnalyzeOptions,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress = NO_PROGRESS,
     *,
     sinks: Iterable[PrefixSink] = (),
 ) -> Analysis:
-    """Run the analysis (module docstring); ``sinks`` see every rendered prompt in order."""
+    """Run the analysis (module docstring); ``sinks`` see every rendered prompt in order;
+    ``progress`` hears about each pass (reading and rendering, the documents-first what-if)."""
     started = _time.monotonic()
     source = options.source
     block = options.granularity
@@ -154,15 +156,17 @@ def analyze(
     failures: list[RenderFailure] = []
     acc = _Accounting(block, options.min_tenants)
     sink_list = list(sinks)
-    for i, prompt in enumerate(iter_prompts(source, errors, renderers, failures=failures)):
+    meter = source_meter(source)
+    progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
+    for i, prompt in enumerate(iter_prompts(source, errors, renderers, failures=failures, meter=meter)):
         acc.add(i, prompt)
         for sink in sink_list:
             sink(prompt)
-        if progress is not None and i % 512 == 0:
-            progress(i)
+        if i % 256 == 0:
+            progress.update(i + 1, acc.total, meter.done() if meter is not None else None)
     n_requests = len(acc.infos)
-    if progress is not None:
-        progress(n_requests)
+    progress.update(n_requests, acc.total, meter.done() if meter is not None else None)
+    progress.end()
 
     recurring = {h for h, c in acc.chunk_requests.items() if c >= 2}
 
@@ -187,7 +191,7 @@ def analyze(
     )
     rag = rag_report(acc.infos, recurring, acc.chunk_requests, acc.chunk_tokens)
     if options.rag_whatif and recurring and source.rereadable:
-        rag.update(rag_whatif(source, renderers, acc.chunk_requests, block, acc.reused))
+        rag.update(rag_whatif(source, renderers, acc.chunk_requests, block, acc.reused, progress))
     breakers = acc.finder.results()
     tokenizers = _tokenizers(renderers)
     primary = tokenizers[0] if tokenizers else TokenizerInfo("trace", "trace blocks", None, False)

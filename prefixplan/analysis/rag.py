@@ -20,12 +20,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.core.hashes import segment_hash
+from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request
 from prefixplan.errors import TokenizerError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
-from prefixplan.render.stream import SourceOptions, iter_prompts
+from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
 
 if TYPE_CHECKING:
     from prefixplan.analysis.previews import RequestInfo
@@ -133,7 +134,12 @@ def rag_report(
 
 
 def rag_whatif(
-    source: SourceOptions, renderers: RenderSet, counts: Mapping[str, int], block: int, reused_now: int
+    source: SourceOptions,
+    renderers: RenderSet,
+    counts: Mapping[str, int],
+    block: int,
+    reused_now: int,
+    progress: Progress = NO_PROGRESS,
 ) -> dict[str, Any]:
     """Second pass: rewrite requests documents-first and measure the reuse in a fresh tree."""
     from prefixplan.analysis.radix import RadixTree
@@ -151,12 +157,22 @@ def rag_whatif(
         moved += 1
         return new
 
+    meter = source_meter(source)
+    progress.begin("documents-first what-if (a second pass)", meter.total_bytes if meter is not None else None)
+    tokens = n = 0
     try:
-        for i, prompt in enumerate(iter_prompts(source, LineErrors(), renderers, transform=transform)):
+        for i, prompt in enumerate(iter_prompts(source, LineErrors(), renderers, transform=transform, meter=meter)):
             match = tree.insert(prompt.tokens, prompt.request.namespace, request_index=i)
             reused += reusable_ids(match, len(prompt), block, prompt.token_scale) * prompt.token_scale
+            tokens += prompt.n_tokens
+            n = i + 1
+            if i % 256 == 0:
+                progress.update(n, tokens, meter.done() if meter is not None else None)
+        progress.update(n, tokens, meter.done() if meter is not None else None)
     except TokenizerError:
         return {"whatif": None}
+    finally:
+        progress.end()
     return {
         "whatif": {
             "layout": "documents-first",

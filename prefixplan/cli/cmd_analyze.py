@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -13,7 +12,7 @@ from prefixplan.cli import options as o
 from prefixplan.report.terminal import report_console
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    pass
 
 
 def register(app: typer.Typer) -> None:
@@ -125,8 +124,10 @@ def register(app: typer.Typer) -> None:
             emit_recipes=str(emit_recipes) if emit_recipes else None,
         )
         console = report_console(stderr=json_out == "-")
-        with common_progress(console, quiet or not console.is_terminal) as progress:
-            outcome = run_analyze(options, headline=headline, outputs=outputs, progress=progress)
+        from prefixplan.cli.progress import ConsoleProgress
+
+        progress = ConsoleProgress(report_console(stderr=True), quiet=quiet)
+        outcome = run_analyze(options, headline=headline, outputs=outputs, progress=progress)
         notes = report_console(stderr=True)
         if outcome.created_store:
             notes.print(f"created the store {outcome.created_store} (--db or PREFIXPLAN_DB put it elsewhere)")
@@ -143,33 +144,3 @@ def _capacity(text: str | None) -> float | None:
     from prefixplan.simulation.capacity import parse_capacity
 
     return parse_capacity(text, None)
-
-
-class common_progress:
-    """A transient rich progress line counting requests (disabled when not a terminal)."""
-
-    def __init__(self, console: Console, disabled: bool) -> None:
-        self.console = console
-        self.disabled = disabled
-        self._progress: Any = None
-
-    def __enter__(self) -> Callable[[int], None] | None:
-        if self.disabled:
-            return None
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.console, transient=True
-        )
-        progress.start()
-        task = progress.add_task("reading and rendering", total=None)
-        self._progress = progress
-
-        def update(n: int) -> None:
-            progress.update(task, description=f"rendered {n:,} requests")
-
-        return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()

@@ -171,7 +171,12 @@ def register(app: typer.Typer) -> None:
             replicas=replicas,
             router=router,
         )
-        result, errors = simulate_source(source, config, pins_from=analysis, pin_top=10 if top is None else top)
+        from prefixplan.cli.progress import ConsoleProgress
+
+        progress = ConsoleProgress(report_console(stderr=True), quiet=quiet)
+        result, errors = simulate_source(
+            source, config, pins_from=analysis, pin_top=10 if top is None else top, progress=progress
+        )
         doc = Simulation(result, errors.count).to_json()
         console = report_console(stderr=json_out == "-")
         if json_out:

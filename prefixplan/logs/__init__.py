@@ -12,6 +12,7 @@ from __future__ import annotations
 from prefixplan.logs.read import (
     LineErrorRecord,
     LineErrors,
+    ReadMeter,
     ReadOptions,
     expand_paths,
     iter_objects,
@@ -22,6 +23,7 @@ from prefixplan.logs.times import parse_time
 __all__ = [
     "LineErrorRecord",
     "LineErrors",
+    "ReadMeter",
     "ReadOptions",
     "expand_paths",
     "iter_objects",

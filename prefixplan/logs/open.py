@@ -11,7 +11,8 @@ from __future__ import annotations
 import gzip
 import io
 import sys
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -64,11 +65,12 @@ def _decompressed(stream: io.BufferedReader) -> BinaryIO:
 
 
 @contextmanager
-def open_log(path: str) -> Iterator[BinaryIO]:
+def open_log(path: str, on_open: Callable[[BinaryIO], None] | None = None) -> Iterator[BinaryIO]:
     """Open ``path`` (or stdin for ``"-"``) as a decompressed binary stream.
 
     Args:
         path: a file path, or ``"-"`` for standard input.
+        on_open: receives the raw (compressed) file, e.g. to report how far reading got.
 
     Raises:
         InputError: the file cannot be opened.
@@ -80,6 +82,8 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         raw = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise InputError(f"cannot open log file {path}: {exc.strerror or exc}") from exc
+    if on_open is not None:
+        on_open(raw)
     try:
         yield _decompressed(_peekable(raw))
     finally:
@@ -106,7 +110,7 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int, chunk_bytes: int = CHUNK_B
     while True:
         try:
             buf = read(chunk_bytes)
-        except (EOFError, OSError) as exc:
+        except (EOFError, OSError, zlib.error) as exc:  # truncated or not really gzip after its magic bytes
             raise CorruptInput(str(exc) or type(exc).__name__) from exc
         except Exception as exc:  # zstandard.ZstdError and friends
             if type(exc).__name__ == "ZstdError":

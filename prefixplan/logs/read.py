@@ -134,8 +134,8 @@ def expand_paths(specs: Sequence[str]) -> list[str]:
             found = [STDIN]
         else:
             path = os.path.expanduser(spec)
-            if os.path.isfile(path):
-                found = [path]
+            if os.path.isfile(path) or (os.path.exists(path) and not os.path.isdir(path)):
+                found = [path]  # regular files, and pipes or devices (process substitution, /dev/stdin)
             elif os.path.isdir(path):
                 found = _dir_files(path)
                 if not found:
@@ -203,7 +203,55 @@ def _sampled(source: str, line_no: int, threshold: int) -> bool:
     return int.from_bytes(digest, "big") < threshold
 
 
-def _read_one(path: str, options: ReadOptions, errors: LineErrors) -> Iterator[Request]:
+@dataclass(slots=True)
+class ReadMeter:
+    """How far reading got, in bytes of the (compressed) input files, for progress bars.
+
+    ``total_bytes`` is the sum of the regular files' sizes (None when an input has no size, e.g.
+    stdin or a pipe); :meth:`done` is the bytes of finished files plus the current position.
+    """
+
+    total_bytes: int | None = None
+    _finished: int = 0
+    _raw: Any = None
+    _size: int = 0
+
+    @classmethod
+    def for_paths(cls, paths: Sequence[str]) -> ReadMeter:
+        total: int | None = 0
+        for path in paths:
+            try:
+                if path == STDIN or not os.path.isfile(path):
+                    total = None
+                    break
+                total = (total or 0) + os.path.getsize(path)
+            except OSError:
+                total = None
+                break
+        return cls(total_bytes=total)
+
+    def opened(self, raw: Any) -> None:
+        self._raw = raw
+        try:
+            self._size = os.fstat(raw.fileno()).st_size
+        except (OSError, ValueError):
+            self._size = 0
+
+    def closed(self) -> None:
+        self._finished += self._size
+        self._raw, self._size = None, 0
+
+    def done(self) -> int:
+        position = 0
+        if self._raw is not None:
+            try:
+                position = self._raw.tell()
+            except (OSError, ValueError):  # closed at the end of the file: it was read in full
+                position = self._size
+        return self._finished + position
+
+
+def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None) -> Iterator[Request]:
     def bad(line_no: int, reason: str) -> None:
         errors.add(path, line_no, reason)
         if options.strict:
@@ -212,7 +260,7 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors) -> Iterator[R
     threshold = _sample_threshold(options.sample)
     since, until = options.since, options.until
     last = 0
-    with open_log(path) as stream:
+    with open_log(path, on_open=meter.opened if meter is not None else None) as stream:
         try:
             for raw in iter_lines(stream, options.max_line_bytes):
                 last = raw.line_no
@@ -244,7 +292,9 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors) -> Iterator[R
             bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
 
 
-def iter_requests(paths: Sequence[str], options: ReadOptions, errors: LineErrors) -> Iterator[Request]:
+def iter_requests(
+    paths: Sequence[str], options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None
+) -> Iterator[Request]:
     """Stream the requests of ``paths`` in order.
 
     Args:
@@ -261,7 +311,9 @@ def iter_requests(paths: Sequence[str], options: ReadOptions, errors: LineErrors
         LogLineError: ``options.strict`` and a line is malformed.
     """
     for path in expand_paths(paths):
-        yield from _read_one(path, options, errors)
+        yield from _read_one(path, options, errors, meter)
+        if meter is not None:
+            meter.closed()
 
 
 def iter_objects(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.core.types import Prompt, Request
-from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_objects, iter_requests
+from prefixplan.logs import LineErrors, ReadMeter, ReadOptions, expand_paths, iter_objects, iter_requests
 from prefixplan.logs.read import no_requests_error
 from prefixplan.render import RenderSet
 
@@ -68,11 +68,20 @@ class RenderFailure:
     reason: str
 
 
-def iter_source_requests(source: SourceOptions, errors: LineErrors) -> Iterator[Request]:
+def iter_source_requests(
+    source: SourceOptions, errors: LineErrors, meter: ReadMeter | None = None
+) -> Iterator[Request]:
     """The requests of ``source`` in input order (malformed lines counted in ``errors``)."""
     if source.objects is not None:
         return iter_objects(source.objects, source.read, errors)
-    return iter_requests(expand_paths(source.paths), source.read, errors)
+    return iter_requests(expand_paths(source.paths), source.read, errors, meter)
+
+
+def source_meter(source: SourceOptions) -> ReadMeter | None:
+    """A byte meter over ``source``'s files (None for in-memory records)."""
+    if source.objects is not None:
+        return None
+    return ReadMeter.for_paths(expand_paths(source.paths))
 
 
 def iter_prompts(
@@ -82,6 +91,7 @@ def iter_prompts(
     *,
     transform: Callable[[Request], Request] | None = None,
     failures: list[RenderFailure] | None = None,
+    meter: ReadMeter | None = None,
 ) -> Iterator[Prompt]:
     """Read and render ``source`` in order (the module docstring).
 
@@ -91,9 +101,10 @@ def iter_prompts(
         renderers: reuse loaded renderers (default: ``source.renderers()``).
         transform: rewrite each request before rendering (e.g. the documents-first what-if).
         failures: receives each rejected request.
+        meter: follows how many bytes of the input were read (progress bars).
     """
     renderers = renderers or source.renderers()
-    requests: Iterator[Request] = iter_source_requests(source, errors)
+    requests: Iterator[Request] = iter_source_requests(source, errors, meter)
     if transform is not None:
         requests = (transform(r) for r in requests)
 

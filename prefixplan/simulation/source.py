@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.core.hashes import segment_hash
+from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import SourceOptions, iter_prompts
+from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
 from prefixplan.simulation.api import Simulation, simulate
 from prefixplan.simulation.config import CacheModel, SimConfig
 from prefixplan.simulation.result import SimResult, to_json
@@ -103,6 +104,7 @@ def simulate_source(
     *,
     pins_from: str | Path | None = None,
     pin_top: int = 10,
+    progress: Progress = NO_PROGRESS,
 ) -> tuple[SimResult, LineErrors]:
     """Read, render and simulate ``source``; returns (result, line errors).
 
@@ -132,7 +134,23 @@ def simulate_source(
         )
     errors = LineErrors()
     routing = config.fleet is not None
-    result = simulate(sim_requests(iter_prompts(source, errors, renderers), routing=routing), config)
+    meter = source_meter(source)
+
+    def reported(prompts: Iterable[Prompt]) -> Iterator[Prompt]:
+        progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
+        tokens = n = 0
+        for n, prompt in enumerate(prompts, start=1):
+            tokens += prompt.n_tokens
+            if n % 256 == 1:
+                progress.update(n, tokens, meter.done() if meter is not None else None)
+            yield prompt
+        progress.update(n, tokens, meter.done() if meter is not None else None)
+        progress.end()
+        progress.begin("simulating the cache models")
+
+    prompts = reported(iter_prompts(source, errors, renderers, meter=meter))
+    result = simulate(sim_requests(prompts, routing=routing), config)
+    progress.end()
     return result, errors
 
 
