@@ -10,25 +10,22 @@ Anthropic rendering).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
-from prefixplan.simulation.api import Simulation, simulate
-from prefixplan.simulation.config import CacheModel, SimConfig
-from prefixplan.simulation.result import SimResult, to_json
+from prefixplan.simulation.api import simulate
+from prefixplan.simulation.config import SimConfig
+from prefixplan.simulation.result import SimResult
 from prefixplan.simulation.router import request_route_bytes, route_units
 from prefixplan.simulation.trace import SimRequest
 
 _MESSAGE_KINDS = ("user", "assistant", "tool_result")
-DEFAULT_CAPACITIES = (1e4, 1e5, 1e6, 1e7, 1e8)
-"""Tokens, for the capacity curve that ``analyze`` shows next to its candidates."""
 
 
 def breakpoint_offsets(prompt: Prompt) -> tuple[int, ...]:
@@ -152,31 +149,3 @@ def simulate_source(
     result = simulate(sim_requests(prompts, routing=routing), config)
     progress.end()
     return result, errors
-
-
-def headline_simulation(
-    engine: str = "vllm",
-    block_size: int | None = None,
-    capacities: Sequence[float] = DEFAULT_CAPACITIES,
-    configured_capacity: float | None = None,
-) -> Simulation:
-    """The simulation ``analyze`` runs beside its candidates: in-batch vs persistent cache and an
-    LRU capacity curve at the analysis granularity (savings at ``configured_capacity`` when
-    given, else at the unbounded cache)."""
-    caps = tuple(sorted(set(capacities) | ({configured_capacity} if configured_capacity else set())))
-    return Simulation(
-        SimConfig(
-            cache=CacheModel(engine=engine, block_size=block_size, capacities=caps),
-            headline_capacity=configured_capacity,
-            headline_unbounded=configured_capacity is None,
-        )
-    )
-
-
-def headline_json(result: SimResult, configured_capacity: float | None) -> dict[str, Any]:
-    """The record's ``simulation`` section (per-request arrays left out)."""
-    data = to_json(result)
-    for run in data.get("runs", []):
-        run.pop("cached_tokens_per_request", None)
-    data["configured_capacity_tokens"] = configured_capacity
-    return data
