@@ -248,9 +248,15 @@ def test_privacy_rule_is_applied_and_stated(analyzed):
     some_id = str(shown[0]["token_ids"][5])
     assert f'"{some_id}"' not in page and f"[{some_id}," not in page
     doc = parse(page)
-    row = [a for t, a in doc.elements if t == "tr" and a.get("data-rank") == str(withheld[0]["rank"])]
-    assert row and row[0]["data-withheld"] == "true"
+    # withheld prefixes are one grouped row: their count and ranks, no row (and no text) of their own
+    assert not [a for t, a in doc.elements if t == "tr" and a.get("data-rank") == str(withheld[0]["rank"])]
+    (group,) = [a for t, a in doc.elements if t == "tr" and "withheld-group" in (a.get("class") or "")]
+    assert group["data-withheld"] == "true" and int(group["data-withheld-count"]) == len(withheld)
+    assert group["data-ranks"].split(",") == [str(c["rank"]) for c in withheld]
+    assert int(group["data-reusable"]) == sum(c["reusable_tokens"] for c in withheld)
     assert shown[0]["preview"] in doc.text  # a shared prefix's preview is shown (escaped, as one cell)
+    md = render_markdown(rec, top=None)
+    assert f"{len(withheld)} single-user prefix" in md and f"{sum(c['reusable_tokens'] for c in withheld):,}" in md
 
 
 def test_embedded_data_equal_the_record(analyzed):
@@ -281,20 +287,28 @@ def test_capacity_points_map_back_to_the_record(analyzed):
     doc = parse(render_html({**analyzed, "simulation": SIM}))
     (svg,) = [a for t, a in doc.elements if t == "svg" and a.get("id") == "pp-capacity"]
     assert svg["data-x-scale"] == "log"
+    # the record knows the KV size (131,072 B/token): the x axis is KV memory in GB
+    assert svg["data-x-unit"] == "GB" and float(svg["data-bytes-per-token"]) == SIM["kv_bytes_per_token"]
+    per = SIM["kv_bytes_per_token"] / 1e9  # GB per token
     lo, hi = math.log10(float(svg["data-x-min"])), math.log10(float(svg["data-x-max"]))
     left, top, w, h = (float(svg[k]) for k in ("data-left", "data-top", "data-width", "data-height"))
     pts = [a for t, a in doc.elements if t == "circle" and a.get("class") == "pp-pt"]
     assert len(pts) == 10
     for a in pts:
-        cap = 10 ** (lo + (float(a["cx"]) - left) / w * (hi - lo))
+        cap = 10 ** (lo + (float(a["cx"]) - left) / w * (hi - lo)) / per
         rate = 1 - (float(a["cy"]) - top) / h
         i = CAPS.index(int(float(a["data-capacity"])))
         assert cap == pytest.approx(CAPS[i], rel=0.01)
         assert rate == pytest.approx(RATES[a["data-policy"]][i], abs=0.005)
-    (marker,) = [a for t, a in doc.elements if t == "line" and a.get("class") == "pp-cap-marker"]
+    markers = [a for t, a in doc.elements if t == "line" and a.get("class") == "pp-cap-marker"]
+    marker = next(a for a in markers if a.get("x1") == markers[0]["x1"])
     assert float(marker["data-capacity"]) == 1_000_000
-    cap = 10 ** (lo + (float(marker["x1"]) - left) / w * (hi - lo))
+    cap = 10 ** (lo + (float(marker["x1"]) - left) / w * (hi - lo)) / per
     assert cap == pytest.approx(1_000_000, rel=0.01)
+    # without a KV size the axis is in tokens
+    no_kv = parse(render_html({**analyzed, "simulation": {**SIM, "kv_bytes_per_token": None}}))
+    (svg,) = [a for t, a in no_kv.elements if t == "svg" and a.get("id") == "pp-capacity"]
+    assert svg["data-x-unit"] == "tokens" and float(svg["data-x-max"]) == max(CAPS)
 
 
 def test_without_simulation_the_parts_are_left_out(analyzed):
@@ -409,6 +423,7 @@ def test_markdown_is_stable_and_ordered(analyzed):
     assert render_markdown(shuffled) == md
     heads = [line for line in md.splitlines() if line.startswith("### ")]
     assert [h.split(" (")[0] for h in heads] == [
+        "### Next steps",
         "### Summary",
         "### Top shared prefixes",
         "### Cache breakers",
@@ -512,3 +527,5 @@ def test_many_candidates_keep_the_page_bounded(analyzed):
     assert (
         len([a for t, a in doc.elements if t == "tr" and a.get("data-rank")]) == 2 * ICICLE_MAX
     )  # the table keeps all
+    boxes = [a for t, a in doc.elements if t == "tr" and a.get("data-box-rank")]
+    assert len(boxes) == len(drawn) - 1  # the nesting table lists every drawn box but the root

@@ -26,9 +26,11 @@ def status(
     target: Annotated[float, typer.Option("--target", metavar="RATE", help="Hit-rate target (0-1).")] = 0.7,
     timeout: o.Timeout = 10.0,
     json_out: o.Json = None,
+    prometheus: o.Prometheus = None,
     db: o.Db = None,
 ) -> None:
     """Per replica: engine, model, prefix-cache hit rate (since start and over --window), verdict, warmed keys.
+    --prometheus writes them for node_exporter's textfile collector (docs/warm.md).
 
     Exit codes: 0 every replica at or above target (or without traffic); 1 below target;
     4 a replica unreachable.
@@ -56,7 +58,12 @@ def status(
         from prefixplan.core.fileio import atomic_write_text
 
         atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
-    if json_out != "-":
+    if prometheus is not None:
+        from prefixplan.core.fileio import atomic_write_text
+        from prefixplan.report.prometheus import render_prometheus
+
+        atomic_write_text(prometheus, render_prometheus(rows, target))
+    if "-" not in (json_out, prometheus):
         from prefixplan.report.console_fleet import render_status
 
         render_status(rows)

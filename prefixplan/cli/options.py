@@ -102,7 +102,7 @@ Model = Annotated[
     typer.Option(
         "--model",
         metavar="NAME",
-        help="Model name: the one a server serves (default its first), and whose KV size and prices simulate uses.",
+        help="Model name: the one a server serves (default its first), and whose KV size (report, simulate) and prices (simulate) are used.",
     ),
 ]
 ModelConfig = Annotated[
@@ -189,6 +189,20 @@ Json = Annotated[
 Html = Annotated[
     Optional[str],
     typer.Option("--html", metavar="FILE", help="Write a self-contained HTML report to FILE ('-' = stdout)."),
+]
+Baseline = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--baseline", metavar="FILE", help="An earlier analysis record to compare with (what changed since it)."
+    ),
+]
+Prometheus = Annotated[
+    Optional[str],
+    typer.Option(
+        "--prometheus",
+        metavar="FILE",
+        help="Write Prometheus text exposition (node_exporter textfile collector) to FILE ('-' = stdout).",
+    ),
 ]
 Markdown = Annotated[
     Optional[str],

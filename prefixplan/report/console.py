@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
+
+from prefixplan.report.actions import Action, next_steps
+from prefixplan.report.views import safe_preview, split_withheld
 
 
 def _n(x: float | int | None) -> str:
@@ -21,6 +26,20 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _decade(x: float) -> bool:
+    return x > 0 and abs(math.log10(x) - round(math.log10(x))) < 1e-9
+
+
+def render_next_steps(actions: Sequence[Action], console: Console) -> None:
+    """The ranked next steps: what to do, then its expected effect (the same list as the reports)."""
+    if not actions:
+        return
+    console.print("[bold]Next steps[/] (ranked by prefill tokens saved; effects from the models below)")
+    for i, a in enumerate(actions, 1):
+        console.print(f"{i:>2}. [bold]{escape(a.title)}[/]")
+        console.print(f"    {escape(a.effect)}", style="dim")
+
+
 def render_analysis(record: dict[str, Any], console: Console, *, top: int | None = None) -> None:
     s = record["summary"]
     g = record["granularity"]
@@ -32,6 +51,7 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     console.print(
         f"tokenizer: {escape(str(tok.get('label')))} ({escape(exact)})   granularity: {gran} (full blocks; last token never reused)"
     )
+    render_next_steps(next_steps(record), console)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="dim")
     head.add_column()
@@ -61,9 +81,10 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
                 f"{_pct(pers['hit_rate_tokens'])} of tokens, {_n(pers['hit_tokens'])} prefill saved",
             )
         for pol, pts in (sim.get("curves") or {}).items():
+            decades = [p for p in pts if _decade(p["capacity_tokens"])] or pts
             head.add_row(
                 f"{pol} hit rate by capacity (tokens)",
-                "  ".join(f"{p['capacity_tokens']:.0e}: {_pct(p['hit_rate_tokens'])}" for p in pts),
+                "  ".join(f"{p['capacity_tokens']:.0e}: {_pct(p['hit_rate_tokens'])}" for p in decades),
             )
         sav = sim.get("savings")
         if sav:
@@ -117,9 +138,10 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
                 t.add_column(col, justify=just, overflow="ellipsis", no_wrap=True, max_width=70, ratio=1)
             else:
                 t.add_column(col, justify=just, no_wrap=True)
-        for c in cands[: top or len(cands)]:
+        shown, group = split_withheld(cands[: top or len(cands)], record)
+        for c in shown:
             users = _n(c["tenants"]) + ("+" if c.get("tenants_capped") else "")
-            preview = c["preview"] if not c["withheld"] else f"(withheld: {c['tenants']} user(s) < --min-tenants)"
+            preview = safe_preview(c)
             t.add_row(
                 str(c["rank"]),
                 c["label"],
@@ -131,6 +153,8 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
                 _n(c["parent"]),
                 escape(preview or ""),
             )
+        if group is not None:
+            t.add_row("", "withheld", "", _n(group["hits"]), "", _n(group["reusable"]), "", "", escape(group["text"]))
         console.print(t)
 
     rag = record.get("rag") or {}

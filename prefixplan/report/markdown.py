@@ -1,7 +1,7 @@
 """GitHub-flavoured Markdown of an analysis record, for PR and CI comments.
 
-Sections in a fixed order: summary, top prefixes, cache breakers, check/lint findings,
-malformed lines. Rows are ordered by rank, cost or severity, never by dict or file order, and
+Sections in a fixed order: next steps, summary, top prefixes (withheld ones counted in one
+line), cache breakers, check/lint findings, malformed lines. Rows are ordered by rank, cost or severity, never by dict or file order, and
 nothing time-dependent (creation time, elapsed seconds) is printed, so the same analysis
 gives the same comment byte for byte. Text from logs is escaped: it cannot open HTML tags,
 break table cells or start Markdown syntax.
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prefixplan.report import views as v
+from prefixplan.report.actions import Action, KVSize, kv_size, next_steps
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -41,13 +42,40 @@ def _table(head: list[str], rows: list[list[Any]], right: frozenset[int] | set[i
     return out
 
 
-def render_markdown(record: Mapping[str, Any], *, top: int | None = 10, title: str | None = None) -> str:
+def next_steps_markdown(actions: Sequence[Action]) -> list[str]:
+    """The ranked next steps as a numbered list (what to do in bold, then its expected effect)."""
+    out = ["### Next steps", ""]
+    if not actions:
+        return [
+            *out,
+            "Nothing to change: no cache breaker, and the simulated cache reaches the unbounded hit rate.",
+            "",
+        ]
+    for i, a in enumerate(actions, 1):
+        out.append(f"{i}. **{md_escape(a.title)}** — {md_escape(a.effect)}")
+    return [*out, ""]
+
+
+md_table = _table
+"""A GitHub Markdown table: ``md_table(head, rows, right={column indexes})`` (cells escaped)."""
+
+
+def render_markdown(
+    record: Mapping[str, Any],
+    *,
+    top: int | None = 10,
+    title: str | None = None,
+    kv: KVSize | None = None,
+    extra: Sequence[str] = (),
+) -> str:
     """Render the record as Markdown.
 
     Args:
         record: the analysis record (optionally with ``simulation`` and check ``findings``).
         top: candidates to list (None = all the record holds).
         title: the heading (default "prefixplan report").
+        kv: the KV size for GB figures in the next steps (default: the record's).
+        extra: Markdown lines inserted after the next steps (e.g. a comparison with a baseline).
 
     Returns:
         The Markdown text, ending with a newline.
@@ -56,6 +84,8 @@ def render_markdown(record: Mapping[str, Any], *, top: int | None = 10, title: s
     sim = record.get("simulation")
     inputs = ", ".join(str(p) for p in (record.get("inputs") or {}).get("paths") or []) or "-"
     out = [f"## {md_escape(title or 'prefixplan report')}", "", f"Inputs: {md_escape(inputs)}", ""]
+    out += next_steps_markdown(next_steps(record, kv_size(record, kv)))
+    out += list(extra)
 
     out += ["### Summary", ""]
     total = s.get("prompt_tokens") or 0
@@ -89,12 +119,12 @@ def render_markdown(record: Mapping[str, Any], *, top: int | None = 10, title: s
 
     cands = list(record.get("candidates") or [])
     cands.sort(key=lambda c: c.get("rank") or 0)
-    shown = cands[: top or None]
-    out += [f"### Top shared prefixes ({len(shown)} of {v.n(s.get('candidates', len(cands)))})", ""]
-    if shown:
+    listed = cands[: top or None]
+    out += [f"### Top shared prefixes ({len(listed)} of {v.n(s.get('candidates', len(cands)))})", ""]
+    if listed:
+        shown, group = v.split_withheld(listed, record)
         rows = []
         for c in shown:
-            prev = v.safe_preview(c)
             rows.append(
                 [
                     c.get("rank"),
@@ -105,7 +135,7 @@ def render_markdown(record: Mapping[str, Any], *, top: int | None = 10, title: s
                     v.n(c.get("reusable_tokens")),
                     v.n(c.get("marginal_tokens")),
                     v.n(c.get("parent")),
-                    prev if prev is not None else (v.withheld_note(c, record) if c.get("withheld") else ""),
+                    v.safe_preview(c) or "",
                 ]
             )
         out += _table(
@@ -113,6 +143,8 @@ def render_markdown(record: Mapping[str, Any], *, top: int | None = 10, title: s
             rows,
             right={0, 2, 3, 4, 5, 6, 7},
         ) + [""]
+        if group is not None:
+            out += [md_escape(group["text"]) + ".", ""]
     else:
         out += ["No shared prefix met the thresholds.", ""]
 

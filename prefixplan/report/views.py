@@ -50,6 +50,13 @@ def si(x: float) -> str:
     return f"{x:g}"
 
 
+def money_tick(x: float) -> str:
+    """A dollar amount for an axis tick: $0.12, $3.4, $1.2k."""
+    if abs(x) >= 1000:
+        return "$" + si(x)
+    return f"${x:,.2f}" if abs(x) < 10 else f"${x:,.0f}"
+
+
 def human_bytes(b: float | None) -> str:
     if b is None:
         return "-"
@@ -108,11 +115,47 @@ def withheld_note(c: Mapping[str, Any], record: Mapping[str, Any]) -> str:
 
 
 def safe_preview(c: Mapping[str, Any]) -> str | None:
-    """The candidate's preview, or None when the candidate is withheld (whatever the record holds)."""
+    """The candidate's preview with dynamic content (dates, ids) masked as ``<date-time>`` etc., or
+    None when the candidate is withheld (whatever the record holds)."""
     if c.get("withheld"):
         return None
     p = c.get("preview")
-    return str(p) if p else None
+    if not p:
+        return None
+    from prefixplan.analysis.breakers import mask_dynamic
+
+    return mask_dynamic(str(p))
+
+
+def split_withheld(
+    cands: Sequence[Mapping[str, Any]], record: Mapping[str, Any]
+) -> tuple[list[Mapping[str, Any]], dict[str, Any] | None]:
+    """``(shown, group)``: the candidates listed one per row, and the withheld ones as one group
+    (``count``, ``ranks``, ``reusable``, ``hits``, ``kinds``, ``text``) or None. The group
+    carries counts only, never text."""
+    shown = [c for c in cands if not c.get("withheld")]
+    hidden = [c for c in cands if c.get("withheld")]
+    if not hidden:
+        return shown, None
+    m = (record.get("privacy") or {}).get("min_tenants", "?")
+    kinds: dict[str, int] = {}
+    for c in hidden:
+        kinds[str(c.get("label"))] = kinds.get(str(c.get("label")), 0) + 1
+    reusable = sum(int(c.get("reusable_tokens") or 0) for c in hidden)
+    who = "single-user" if m == 2 else f"fewer-than-{m}-user"
+    what = ", ".join(f"{k} ×{n}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+    text = (
+        f"{len(hidden)} {who} prefix{'es' if len(hidden) != 1 else ''} withheld ({what}): "
+        f"{n(reusable)} reusable tokens; no text shown (min_tenants = {m})"
+    )
+    return shown, {
+        "count": len(hidden),
+        "ranks": [c.get("rank") for c in hidden],
+        "reusable": reusable,
+        "hits": sum(int(c.get("hits") or 0) for c in hidden),
+        "kinds": kinds,
+        "text": text,
+    }
 
 
 def users(c: Mapping[str, Any]) -> str:
