@@ -22,6 +22,7 @@ from pathlib import Path
 from prefixplan.errors import StoreError
 from prefixplan.store.analyses import AnalysesMixin
 from prefixplan.store.base import StoreBase
+from prefixplan.store.gateway import GatewayMixin
 from prefixplan.store.profiles import ProfilesMixin
 from prefixplan.store.schema import migrations
 from prefixplan.store.versions import VersionsMixin
@@ -42,7 +43,7 @@ def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(DEFAULT_DB)
 
 
-class Store(VersionsMixin, AnalysesMixin, WarmRunsMixin, ProfilesMixin, StoreBase):
+class Store(VersionsMixin, AnalysesMixin, WarmRunsMixin, ProfilesMixin, GatewayMixin, StoreBase):
     """The prefixplan registry. Create with :func:`open_store`; close with :meth:`close`.
 
     Each table family's methods live in its own module (versions, analyses, warm runs,

@@ -110,4 +110,42 @@ def migrations() -> Any:
             )"""
         )
 
+    @migrations(name="003_gateway")
+    def _gateway(db: Any) -> None:
+        # What `prefixplan gateway` keeps per key version (the exact parts it expands), per
+        # (key, replica) warm state, and per (key, replica) hit statistics (`status --keys`).
+        db.execute(
+            """CREATE TABLE gateway_parts (
+                name TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                wire_hash TEXT NOT NULL,
+                render TEXT NOT NULL,
+                parts TEXT NOT NULL,
+                PRIMARY KEY (name, version)
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE gateway_warm (
+                key TEXT NOT NULL,
+                replica TEXT NOT NULL,
+                status TEXT NOT NULL,
+                updated TEXT NOT NULL,
+                PRIMARY KEY (key, replica)
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE gateway_key_stats (
+                key TEXT NOT NULL,
+                replica TEXT NOT NULL,
+                requests INTEGER NOT NULL DEFAULT 0,
+                errors INTEGER NOT NULL DEFAULT 0,
+                prompt_tokens INTEGER NOT NULL DEFAULT 0,
+                cached_tokens INTEGER NOT NULL DEFAULT 0,
+                ttft_sum_s REAL NOT NULL DEFAULT 0,
+                ttft_count INTEGER NOT NULL DEFAULT 0,
+                updated TEXT NOT NULL,
+                PRIMARY KEY (key, replica)
+            )"""
+        )
+
     return migrations

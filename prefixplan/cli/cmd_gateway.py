@@ -1,0 +1,64 @@
+"""``prefixplan gateway``: the OpenAI-compatible proxy that serves ``prefix_key`` (docs/gateway.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prefixplan.cli import options as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gateway")(gateway)
+
+
+def gateway(
+    endpoints_file: o.EndpointsFile = None,
+    endpoint: o.Endpoint = None,
+    api_key_env: o.ApiKeyEnv = None,
+    host: o.Host = "127.0.0.1",
+    port: o.Port = 8080,
+    router: o.Router = "cache-aware",
+    recipes: Annotated[Optional[Path], o.RECIPES_OPTION] = None,
+    lock: Annotated[Optional[Path], o.LOCK_OPTION] = None,
+    db: o.Db = None,
+    state: o.State = None,
+    auto_version: o.AutoVersion = False,
+    warm: o.Warm = True,
+    tokenizer: o.Tokenizer = None,
+    model: o.Model = None,
+    timeout: o.Timeout = 300.0,
+    retries: o.Retries = 2,
+    max_body_bytes: o.MaxBodyBytes = 8 * 1024 * 1024,
+    client_key_hash: o.ClientKeyHash = None,
+    client_keys_env: o.ClientKeysEnv = None,
+    log_prompts: o.LogPrompts = False,
+) -> None:
+    """Serve an OpenAI-compatible API in front of the replicas: prefix_key expansion and
+    registration, cache-aware routing, two-phase warming, /metrics."""
+    from prefixplan.gateway.serve import run_gateway
+
+    run_gateway(
+        endpoints=endpoint or [],
+        endpoints_file=str(endpoints_file) if endpoints_file else None,
+        api_key_env=api_key_env,
+        host=host,
+        port=port,
+        router=router or "cache-aware",
+        recipes=str(recipes) if recipes else None,
+        lock=str(lock) if lock else None,
+        db=str(db) if db else None,
+        state=state,
+        auto_version=auto_version,
+        warm=warm,
+        tokenizer=tokenizer,
+        model=model,
+        timeout=timeout,
+        retries=retries,
+        max_body_bytes=max_body_bytes,
+        client_key_hashes=client_key_hash or [],
+        client_keys_env=client_keys_env,
+        log_prompts=log_prompts,
+    )

@@ -1,0 +1,295 @@
+"""The gateway's Starlette application: routes, client keys, start-up and shutdown.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /tokenize`` (expanded like
+a completion, answered by a replica's ``/tokenize``: shows the exact ids a keyed request becomes),
+``GET /v1/models``, ``GET /v1/prefix_keys/{key}`` (a version's fleet and per-replica warm state),
+``GET /metrics``, ``GET /healthz`` (the process answers), ``GET /readyz`` (start-up done and a
+replica answered). Client keys, when configured, are required on every route but the health
+checks and ``/metrics``.
+
+At start the gateway opens its state (SQLite store or Redis), registers the keys locked in the
+repository (``--recipes`` with ``--lock``: a recipe whose content differs from its lock entry is
+refused, as ``prefixplan check`` would), and warms every registered key that is not ready yet.
+Per-key counters are flushed to the store every ``stats_interval_s`` and at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from prefixplan.gateway.config import GatewayConfig
+from prefixplan.gateway.keys import GatewayError, KeyService
+from prefixplan.gateway.metrics import GatewayMetrics
+from prefixplan.gateway.proxy import Proxy, error_response
+from prefixplan.gateway.state import Backend, KeyVersion
+from prefixplan.gateway.upstream import Upstreams
+from prefixplan.gateway.warm import ReadyView, Warmer, warm_version
+from prefixplan.simulation.router import Router
+from prefixplan.warming.results import WarmOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+log = logging.getLogger("prefixplan.gateway")
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+
+
+def open_backend(config: GatewayConfig, clock: Callable[[], float] | None = None) -> Backend:
+    """The state backend ``config.state`` names (Redis URL) or the SQLite store (``config.db``)."""
+    import time
+
+    from prefixplan.gateway.state import SQLiteBackend
+
+    clock = clock or time.time
+    if config.state:
+        if not config.state.startswith(("redis://", "rediss://", "unix://")):
+            from prefixplan.errors import UsageError
+
+            raise UsageError(f"unknown --state {config.state!r}", hint="use redis://HOST:PORT/DB (default: the store)")
+        from prefixplan.gateway.redis_state import RedisBackend
+
+        return RedisBackend(config.state, clock)
+    return SQLiteBackend(config.db, clock)
+
+
+def locked_versions(config: GatewayConfig) -> list[KeyVersion]:
+    """The recipes' keys as versions, each checked against the lock (what CI checked).
+
+    Raises:
+        KeyConflictError: a recipe differs from its lock entry, or is not locked.
+    """
+    from prefixplan.errors import KeyConflictError
+    from prefixplan.gateway.prefix import recipe_parts, wire_hash
+    from prefixplan.keys.lockfile import DEFAULT_LOCK, read_lock
+    from prefixplan.keys.recipes import load_recipes
+
+    if not config.recipes:
+        return []
+    lock = read_lock(config.lock or DEFAULT_LOCK)
+    out, problems = [], []
+    for recipe in load_recipes(config.recipes):
+        entry = lock.entries.get(str(recipe.key))
+        if entry is None:
+            problems.append(f"{recipe.key} is not in the lock (run prefixplan lock)")
+            continue
+        if entry.hash != recipe.content_hash:
+            problems.append(f"{recipe.key} differs from its lock entry (bump the version; prefixplan check)")
+            continue
+        parts = recipe_parts(recipe)
+        out.append(
+            KeyVersion(
+                name=recipe.name,
+                version=recipe.version,
+                content_hash=recipe.content_hash,
+                wire_hash=wire_hash(parts),
+                parts=parts,
+                render=recipe.render,
+                retain_seconds=recipe.retain,
+                source="recipe",
+            )
+        )
+    if problems:
+        raise KeyConflictError("the gateway serves what CI checked: " + "; ".join(problems))
+    return out
+
+
+class Gateway:
+    """The parts of a running gateway, built on its event loop (:func:`create_app`'s lifespan)."""
+
+    def __init__(self, config: GatewayConfig, backend: Backend, warm_fn: Callable[..., dict[str, str]] | None) -> None:
+        self.config = config
+        self.backend = backend
+        self.metrics = GatewayMetrics()
+        self.router = Router(len(config.endpoints), config.router)
+        labels = [e.label for e in config.endpoints]
+        self.ready = ReadyView(backend, self.router, labels, config.state_refresh_s)
+        self.keys = KeyService(backend, auto_version=config.auto_version, retain_seconds=config.retain_seconds)
+        options = WarmOptions(timeout=min(config.timeout, 120.0), model=config.model, concurrency=len(labels))
+        self.warmer = (
+            Warmer(
+                backend,
+                config.endpoints,
+                options,
+                tokenizer=config.tokenizer,
+                db=None if config.state else config.db,
+                on_done=self._warmed,
+                warm_fn=warm_fn or warm_version,
+            )
+            if config.warm
+            else None
+        )
+        self.upstreams = Upstreams(config.endpoints, timeout=config.timeout)
+        self.proxy = Proxy(
+            self.upstreams,
+            self.router,
+            self.keys,
+            self.metrics,
+            self.ready,
+            self.warmer,
+            retries=config.retries,
+            max_body_bytes=config.max_body_bytes,
+            log_prompts=config.log_prompts,
+        )
+        self.started = False
+
+    def _warmed(self, key: str, states: dict[str, str]) -> None:
+        self.ready.apply(key, states)
+        self.metrics.keys_ready.labels(key).set(1 if self.ready.status.get(key) == "ready" else 0)
+
+    async def start(self) -> None:
+        for kv in locked_versions(self.config):
+            stored, _ = await asyncio.to_thread(self.backend.register, kv)
+            states = await asyncio.to_thread(self.backend.warm, stored.key)
+            self.ready.apply(stored.key, states)
+            if states.get("*") != "ready" and self.warmer is not None:
+                self.warmer.schedule(stored)
+        self.started = True
+
+    async def flush_stats(self) -> None:
+        rows = self.metrics.take_pending()
+        if not rows:
+            return
+        from prefixplan.gateway.state import SQLiteBackend
+
+        await asyncio.to_thread(self.backend.add_stats, rows)
+        if not isinstance(self.backend, SQLiteBackend):  # Redis shares them; the local store keeps them for status
+            from prefixplan.store import open_store
+
+            def local() -> None:
+                with open_store(self.config.db) as store:
+                    store.add_key_stats(rows)
+
+            await asyncio.to_thread(local)
+
+    async def flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.stats_interval_s)
+            try:
+                await self.flush_stats()
+            except Exception as err:  # the flusher must outlive a busy store
+                log.warning("cannot write per-key statistics: %s", err)
+
+    async def stop(self) -> None:
+        if self.warmer is not None:
+            for task in self.warmer.tasks.values():
+                task.cancel()
+        await self.flush_stats()
+        await self.upstreams.aclose()
+        self.backend.close()
+
+
+def _authorized(request: Request, hashes: frozenset[str]) -> bool:
+    if not hashes or request.url.path in OPEN_PATHS:
+        return True
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+    digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+    return token != "" and any(hmac.compare_digest(digest, h) for h in hashes)
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    backend: Backend | None = None,
+    warm_fn: Callable[..., dict[str, str]] | None = None,
+) -> Starlette:
+    """The ASGI app (``uvicorn`` serves it: :func:`prefixplan.gateway.serve.serve`)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    holder: dict[str, Gateway] = {}
+
+    def gw() -> Gateway:
+        return holder["gateway"]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        g = Gateway(config, backend or open_backend(config), warm_fn)
+        holder["gateway"] = g
+        await g.start()
+        task = asyncio.create_task(g.flusher())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await g.stop()
+
+    def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def run(request: Request) -> Response:
+            if not _authorized(request, config.client_key_hashes):
+                err = GatewayError(401, "invalid_api_key", "missing or unknown API key (Authorization: Bearer KEY)")
+                err.err_type = "authentication_error"
+                return error_response(err)
+            return await handler(request)
+
+        return run
+
+    async def chat(request: Request) -> Response:
+        return await gw().proxy.completion(request, "/v1/chat/completions")
+
+    async def completions(request: Request) -> Response:
+        return await gw().proxy.completion(request, "/v1/completions")
+
+    async def tokenize(request: Request) -> Response:
+        return await gw().proxy.completion(request, "/tokenize")
+
+    async def models(request: Request) -> Response:
+        return await gw().proxy.get("/v1/models")
+
+    async def key_state(request: Request) -> Response:
+        g = gw()
+        try:
+            kv = await g.keys.expand_target(request.path_params["key"])
+        except GatewayError as err:
+            return error_response(err)
+        states = await asyncio.to_thread(g.backend.warm, kv.key)
+        g.ready.apply(kv.key, states)
+        return JSONResponse(
+            {
+                "key": kv.key,
+                "status": states.get("*", "registered"),
+                "replicas": {k: v for k, v in states.items() if k != "*"},
+                "content_hash": kv.content_hash,
+                "wire_hash": kv.wire_hash,
+                "source": kv.source,
+                "version_status": kv.status,
+            }
+        )
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = gw().metrics.render()
+        return Response(body, media_type=ctype)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        g = holder.get("gateway")
+        if g is None or not g.started:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        out = await g.proxy.get("/v1/models")
+        ok = out.status_code == 200
+        return JSONResponse({"status": "ready" if ok else "no replica answers"}, status_code=200 if ok else 503)
+
+    routes = [
+        Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
+        Route("/v1/completions", guarded(completions), methods=["POST"]),
+        Route("/tokenize", guarded(tokenize), methods=["POST"]),
+        Route("/v1/models", guarded(models), methods=["GET"]),
+        Route("/v1/prefix_keys/{key}", guarded(key_state), methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.holder = holder
+    return app

@@ -1,0 +1,279 @@
+"""One proxied request: read, apply ``prefix_key``, route, forward (retrying), answer, count.
+
+Answers carry headers saying what happened: ``x-prefixplan-replica`` (label), ``x-prefixplan-route``
+(the routing reason), ``x-prefixplan-key`` (the ``name@vN`` used) and ``x-prefixplan-registered``
+(when the request registered a version). Streams get ``stream_options.include_usage`` so the
+gateway can count tokens: they end with the usage chunk the OpenAI API defines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from prefixplan.gateway.keys import GatewayError, KeyService
+from prefixplan.gateway.metrics import GatewayMetrics
+from prefixplan.gateway.prefix import expand_chat, expand_completion, request_parts
+from prefixplan.gateway.upstream import StreamUsage, UpstreamFailure, Upstreams, response_headers, usage_of
+from prefixplan.gateway.warm import ReadyView, Warmer
+from prefixplan.simulation.router import Decision, Router, request_route_bytes, route_units
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+log = logging.getLogger("prefixplan.gateway")
+
+
+def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class Proxy:
+    """The request path of the gateway (see module docstring)."""
+
+    def __init__(
+        self,
+        upstreams: Upstreams,
+        router: Router,
+        keys: KeyService,
+        metrics: GatewayMetrics,
+        ready: ReadyView,
+        warmer: Warmer | None,
+        *,
+        retries: int = 2,
+        max_body_bytes: int = 8 * 1024 * 1024,
+        log_prompts: bool = False,
+    ) -> None:
+        self.upstreams = upstreams
+        self.router = router
+        self.keys = keys
+        self.metrics = metrics
+        self.ready = ready
+        self.warmer = warmer
+        self.retries = retries
+        self.max_body_bytes = max_body_bytes
+        self.log_prompts = log_prompts
+        self.needs_units = router.config.policy != "round-robin"
+
+    # -- reading ------------------------------------------------------------------------------------
+    async def read_json(self, request: Request) -> dict[str, Any]:
+        import orjson
+
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise GatewayError(413, "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise GatewayError(413, "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes")
+            chunks.append(chunk)
+        try:
+            body = orjson.loads(b"".join(chunks))
+        except orjson.JSONDecodeError as err:
+            raise GatewayError(400, "invalid_json", f"the request body is not JSON: {err}") from None
+        if not isinstance(body, dict):
+            raise GatewayError(400, "invalid_json", "the request body must be a JSON object")
+        return body
+
+    async def apply_key(
+        self, body: dict[str, Any], chat: bool, headers: dict[str, str]
+    ) -> tuple[dict[str, Any], str | None]:
+        """Expand or check ``prefix_key`` (module :mod:`prefixplan.gateway.keys`); the body to send
+        and the ``name@vN`` used."""
+        if "prefix_key" not in body:
+            return body, None
+        ref = body.pop("prefix_key")
+        try:
+            own = request_parts(body) if chat else None
+            if own is None:
+                kv = await self.keys.expand_target(ref)
+                if chat:
+                    body = expand_chat(body, kv.parts)
+                elif isinstance(body.get("prompt"), str):
+                    body = expand_completion(body, kv.parts)
+                else:
+                    raise GatewayError(400, "invalid_prompt", "a keyed completion needs a text prompt")
+            else:
+                res = await self.keys.check_or_register(ref, own)
+                kv = res.version
+                if res.registered:
+                    self.metrics.key_events.labels("registered").inc()
+                    headers["x-prefixplan-registered"] = res.note or kv.key
+                    if self.warmer is not None:
+                        self.warmer.schedule(kv)
+        except GatewayError as err:
+            event = {404: "not_found", 409: "conflict", 410: "expired"}.get(err.status, "invalid")
+            self.metrics.key_events.labels(event).inc()
+            raise
+        headers["x-prefixplan-key"] = kv.key
+        await self.ready.refresh(kv.key)
+        return body, kv.key
+
+    def units(self, body: dict[str, Any]) -> list[int]:
+        if not self.needs_units:
+            return []
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else None
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        return route_units(request_route_bytes(messages, tools, body.get("prompt")))
+
+    # -- the request --------------------------------------------------------------------------------
+    async def completion(self, request: Request, path: str) -> Response:
+        """``POST /v1/chat/completions`` and ``/v1/completions`` (and ``/tokenize``)."""
+        import orjson
+
+        headers: dict[str, str] = {}
+        try:
+            body = await self.read_json(request)
+            body, key = await self.apply_key(
+                body, chat="messages" in body or path.endswith("chat/completions"), headers=headers
+            )
+        except GatewayError as err:
+            return error_response(err, headers)
+        stream = bool(body.get("stream")) and path != "/tokenize"
+        if stream:
+            opts = body.get("stream_options")
+            body["stream_options"] = (
+                dict(opts, include_usage=True) if isinstance(opts, dict) else {"include_usage": True}
+            )
+        if self.log_prompts:
+            log.info("request %s key=%s body=%s", path, key, orjson.dumps(body).decode())
+        payload = orjson.dumps(body)
+        units = self.units(body)
+        tried: set[int] = set()
+        failure: UpstreamFailure | None = None
+        for _ in range(self.retries + 1):
+            try:
+                decision = self.router.choose(units, key=key, exclude=tried)
+            except Exception:  # every replica tried
+                break
+            rep = decision.replica
+            tried.add(rep)
+            self.router.start(rep)
+            t0 = time.perf_counter()
+            outcome = await self._send(request, rep, path, payload, stream)
+            if isinstance(outcome, UpstreamFailure):
+                self.router.finish(rep)
+                failure = outcome
+                self.metrics.upstream_errors.labels(self.upstreams.labels[rep], outcome.kind).inc()
+                log.warning("replica %s failed (%s): %s", self.upstreams.labels[rep], outcome.kind, outcome.detail)
+                continue
+            if outcome is None:  # the client went away; the upstream request was cancelled
+                self.router.finish(rep)
+                return error_response(GatewayError(499, "client_closed", "client disconnected"))
+            self.router.observe(rep, units)
+            self._note_decision(decision, headers)
+            if stream and outcome.status_code < 400:
+                return self._stream(outcome, rep, key, t0, headers)
+            return await self._answer(outcome, rep, key, t0, headers)
+        detail = f"{failure.kind}: {failure.detail}" if failure else "no replica"
+        unavailable = GatewayError(
+            502, "upstream_unavailable", f"no replica could serve the request ({detail})", "server_error"
+        )
+        return error_response(unavailable, headers)
+
+    async def _send(
+        self, request: Request, rep: int, path: str, payload: bytes, stream: bool
+    ) -> httpx.Response | UpstreamFailure | None:
+        up = self.upstreams.build(rep, "POST", path, payload)
+        task = asyncio.ensure_future(self.upstreams.send(rep, up, stream=stream))
+        watch = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if not task.done():
+            task.cancel()
+            log.info("client disconnected: cancelled its request to %s", self.upstreams.labels[rep])
+            return None
+        return task.result()
+
+    def _note_decision(self, decision: Decision, headers: dict[str, str]) -> None:
+        label = self.upstreams.labels[decision.replica]
+        headers["x-prefixplan-replica"] = label
+        headers["x-prefixplan-route"] = decision.reason
+        self.metrics.decisions.labels(label, decision.reason).inc()
+
+    async def _answer(
+        self, resp: httpx.Response, rep: int, key: str | None, t0: float, headers: dict[str, str]
+    ) -> Response:
+        import orjson
+        from starlette.responses import Response
+
+        try:
+            content = await resp.aread()
+        finally:
+            self.router.finish(rep)
+            await resp.aclose()
+        ttft = time.perf_counter() - t0
+        prompt = cached = None
+        if resp.status_code < 400:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                prompt, cached = usage_of(orjson.loads(content))
+        self.metrics.observe(key, self.upstreams.labels[rep], resp.status_code, prompt, cached, ttft)
+        return Response(content, status_code=resp.status_code, headers={**response_headers(resp), **headers})
+
+    def _stream(self, resp: httpx.Response, rep: int, key: str | None, t0: float, headers: dict[str, str]) -> Response:
+        from starlette.responses import StreamingResponse
+
+        usage = StreamUsage()
+        label = self.upstreams.labels[rep]
+        state: dict[str, float | None] = {"ttft": None}
+        finished: list[bool] = []
+
+        def done() -> None:
+            if not finished:
+                finished.append(True)
+                self.router.finish(rep)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in resp.aiter_raw():
+                    if state["ttft"] is None:
+                        state["ttft"] = time.perf_counter() - t0
+                    usage.feed(chunk)
+                    if b"[DONE]" in chunk:
+                        done()  # before the last byte reaches the client: the next request sees the load
+                    yield chunk
+            finally:
+                done()
+                await resp.aclose()
+                ttft = state["ttft"]
+                self.metrics.observe(
+                    key,
+                    label,
+                    resp.status_code,
+                    usage.prompt_tokens,
+                    usage.cached_tokens,
+                    float(ttft) if ttft else None,
+                )
+
+        return StreamingResponse(chunks(), status_code=resp.status_code, headers={**response_headers(resp), **headers})
+
+    async def get(self, path: str) -> Response:
+        """A GET passed to the first replica that answers (``/v1/models``)."""
+        from starlette.responses import Response
+
+        for rep in range(len(self.upstreams.clients)):
+            out = await self.upstreams.send(rep, self.upstreams.build(rep, "GET", path, None), stream=False)
+            if isinstance(out, UpstreamFailure):
+                continue
+            content = await out.aread()
+            return Response(content, status_code=out.status_code, headers=response_headers(out))
+        return error_response(GatewayError(502, "upstream_unavailable", "no replica answered", "server_error"))

@@ -1,0 +1,128 @@
+"""Talking to the replicas: one pooled async httpx client per replica, usage parsing, retries.
+
+A request is retried on another replica (at most ``retries`` times, never the same replica twice)
+when its replica refuses the connection, times out before answering, or answers 5xx/429 before
+any byte was streamed to the client. Once streaming started the response is the client's,
+whatever happens. API keys of replicas come from their ``api_key_env`` (never from files or
+flags), are sent only in the ``Authorization`` header and never logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prefixplan.engines.base import Endpoint
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+
+HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamFailure:
+    """Why a replica could not serve a request (``retryable``: another replica may)."""
+
+    kind: str  # refused | timeout | http_5xx | http_429
+    detail: str
+    retryable: bool = True
+
+
+class Upstreams:
+    """The replicas' HTTP clients (connection pools), created on the running event loop."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], *, timeout: float, connect_timeout: float = 5.0) -> None:
+        import httpx
+
+        self.endpoints = tuple(endpoints)
+        self.labels = tuple(e.label for e in endpoints)
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=60)
+        self.clients: list[httpx.AsyncClient] = []
+        for e in endpoints:
+            headers = dict(e.headers)
+            secret = e.api_key()
+            if secret:
+                headers["Authorization"] = f"Bearer {secret}"
+            self.clients.append(
+                httpx.AsyncClient(
+                    base_url=e.base_url,
+                    headers=headers,
+                    timeout=httpx.Timeout(timeout, connect=connect_timeout),
+                    verify=e.verify_tls,
+                    limits=limits,
+                    follow_redirects=False,
+                )
+            )
+
+    async def aclose(self) -> None:
+        for c in self.clients:
+            await c.aclose()
+
+    def build(self, replica: int, method: str, path: str, content: bytes | None) -> httpx.Request:
+        headers = {"content-type": "application/json"} if content is not None else {}
+        return self.clients[replica].build_request(method, path, content=content, headers=headers)
+
+    async def send(self, replica: int, request: httpx.Request, *, stream: bool) -> httpx.Response | UpstreamFailure:
+        """Send; a failure worth trying elsewhere comes back as :class:`UpstreamFailure` (the
+        response is then closed)."""
+        import httpx
+
+        try:
+            resp = await self.clients[replica].send(request, stream=stream)
+        except httpx.TimeoutException as err:
+            return UpstreamFailure("timeout", f"timed out ({type(err).__name__})")
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
+            return UpstreamFailure("refused", f"{type(err).__name__}: {err}")
+        if resp.status_code >= 500 or resp.status_code == 429:
+            body = await resp.aread()
+            await resp.aclose()
+            kind = "http_429" if resp.status_code == 429 else "http_5xx"
+            return UpstreamFailure(kind, f"HTTP {resp.status_code}: {body[:200].decode('utf-8', 'replace')}")
+        return resp
+
+
+def response_headers(resp: httpx.Response) -> dict[str, str]:
+    """The replica's headers worth passing on (not hop-by-hop, not its length)."""
+    return {k: v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
+
+
+def usage_of(data: Any) -> tuple[int | None, int | None]:
+    """``(prompt_tokens, cached_tokens)`` of a response's ``usage`` (None when absent)."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    prompt = usage.get("prompt_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return (int(prompt) if isinstance(prompt, int) else None, int(cached) if isinstance(cached, int) else None)
+
+
+class StreamUsage:
+    """Finds the ``usage`` object in a server-sent event stream fed chunk by chunk."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if b'"usage"' not in chunk and b"\n" in chunk and not self._tail:
+            self._tail = chunk.rsplit(b"\n", 1)[1]
+            return
+        lines = (self._tail + chunk).split(b"\n")
+        self._tail = lines.pop()[-65536:]
+        for line in lines:
+            if line.startswith(b"data:") and b'"usage"' in line:
+                self._parse(line[5:].strip())
+
+    def _parse(self, payload: bytes) -> None:
+        import orjson
+
+        try:
+            prompt, cached = usage_of(orjson.loads(payload))
+        except orjson.JSONDecodeError:
+            return
+        if prompt is not None:
+            self.prompt_tokens, self.cached_tokens = prompt, cached

@@ -1,0 +1,175 @@
+"""Two-phase readiness: a newly registered key version is served at once and warmed on every
+replica in the background; it becomes *ready* (routable by affinity) only when every replica
+verified it, and a failure leaves it *partial*, announced nowhere.
+
+Warming reuses ``prefixplan warm``: the version's parts become a recipe, rendered with the first
+replica's ``/tokenize`` (or ``--tokenizer``) and cut where the user's message starts
+(:func:`prefixplan.warming.recipes.source_from_recipes`), then :func:`prefixplan.warming.run.run_warm`
+sends the exact ids to every replica and verifies ``cached_tokens`` with a probe. Warm runs are
+recorded in the store like any other (``warm_runs``).
+
+:class:`ReadyView` keeps the router's ready sets in step with the backend, so a key another
+gateway warmed is routed by affinity here too (re-read at most every ``refresh_s`` seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from prefixplan.engines.base import Endpoint
+from prefixplan.errors import PrefixplanError
+from prefixplan.gateway.state import Backend, KeyVersion, fleet_status
+from prefixplan.keys.recipe_model import Part, Recipe
+from prefixplan.simulation.router import Router
+from prefixplan.store.gateway import FLEET
+from prefixplan.warming.results import WarmOptions
+
+log = logging.getLogger("prefixplan.gateway")
+
+
+def version_recipe(kv: KeyVersion) -> Recipe:
+    """The version's parts as a recipe (what ``warm --recipes`` renders).
+
+    Raises:
+        PrefixplanError: a part the recipe form cannot express (developer messages).
+    """
+    parts = []
+    for i, p in enumerate(kv.parts):
+        if p.kind not in ("system", "tool", "document"):
+            raise PrefixplanError(f"{kv.key}: {p.kind} messages cannot be warmed (only system, tools, documents)")
+        data = p.data.encode("utf-8", "surrogatepass")
+        if p.kind == "system" and p.is_json:
+            raise PrefixplanError(f"{kv.key}: a system message with a list content cannot be warmed")
+        parts.append(Part(kind=p.kind, label=f"{p.kind}[{i}]", source="gateway", data=data))
+    return Recipe(
+        name=kv.name,
+        version=kv.version,
+        retain=kv.retain_seconds,
+        pin=False,
+        model=None,
+        tokenizer=None,
+        render=kv.render,
+        parts=tuple(parts),
+        file=Path("gateway"),
+        index=0,
+    )
+
+
+def warm_version(
+    kv: KeyVersion,
+    endpoints: Sequence[Endpoint],
+    options: WarmOptions,
+    *,
+    tokenizer: str | None = None,
+    db: str | None = None,
+    record: bool = True,
+) -> dict[str, str]:
+    """Warm ``kv`` on every endpoint (blocking); ``{replica label: verified|failed|...}`` plus
+    ``*`` -> ``ready`` | ``partial`` | ``failed``."""
+    from prefixplan.warming.plan import plan_warm
+    from prefixplan.warming.recipes import source_from_recipes
+    from prefixplan.warming.run import record_report, run_warm
+
+    try:
+        source = source_from_recipes(
+            [version_recipe(kv)], tokenizer=tokenizer, endpoint=endpoints[0], model=options.model
+        )
+        plan = plan_warm(source)
+        report = run_warm(plan, endpoints, options)
+    except PrefixplanError as err:
+        log.warning("warming %s failed: %s", kv.key, err)
+        return {FLEET: "failed", **{e.label: "failed" for e in endpoints}}
+    if record:
+        try:
+            record_report(report, db)
+        except PrefixplanError as err:
+            log.warning("cannot record the warm run of %s: %s", kv.key, err)
+    states = {r.endpoint: r.status for r in report.results}
+    verdict = report.keys[0].status if report.keys else "failed"
+    for r in report.results:
+        if r.status != "verified":
+            log.warning("warming %s on %s: %s (%s)", kv.key, r.endpoint, r.status, r.error)
+    return {FLEET: verdict, **states}
+
+
+class Warmer:
+    """Runs background warms, one per key version at a time, and records their states."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        endpoints: Sequence[Endpoint],
+        options: WarmOptions,
+        *,
+        tokenizer: str | None = None,
+        db: str | None = None,
+        record: bool = True,
+        on_done: Callable[[str, dict[str, str]], None] | None = None,
+        warm_fn: Callable[..., dict[str, str]] = warm_version,
+    ) -> None:
+        self.backend = backend
+        self.endpoints = tuple(endpoints)
+        self.options = options
+        self.tokenizer = tokenizer
+        self.db = db
+        self.record = record
+        self.on_done = on_done
+        self.warm_fn = warm_fn
+        self.tasks: dict[str, asyncio.Task[dict[str, str]]] = {}
+
+    def schedule(self, kv: KeyVersion) -> asyncio.Task[dict[str, str]]:
+        """Start warming ``kv`` unless a warm of it is running in this gateway."""
+        task = self.tasks.get(kv.key)
+        if task is None or task.done():
+            task = asyncio.create_task(self._warm(kv), name=f"warm {kv.key}")
+            self.tasks[kv.key] = task
+        return task
+
+    async def _warm(self, kv: KeyVersion) -> dict[str, str]:
+        await asyncio.to_thread(self.backend.set_warm, kv.key, {FLEET: "warming"})
+        states = await asyncio.to_thread(
+            self.warm_fn, kv, self.endpoints, self.options, tokenizer=self.tokenizer, db=self.db, record=self.record
+        )
+        await asyncio.to_thread(self.backend.set_warm, kv.key, states)
+        log.info("warmed %s: %s", kv.key, json.dumps(states, sort_keys=True))
+        if self.on_done is not None:
+            self.on_done(kv.key, states)
+        return states
+
+
+class ReadyView:
+    """The router's ready sets, refreshed from the backend at most every ``refresh_s`` seconds."""
+
+    def __init__(self, backend: Backend, router: Router, labels: Sequence[str], refresh_s: float = 1.0) -> None:
+        self.backend = backend
+        self.router = router
+        self.index = {label: i for i, label in enumerate(labels)}
+        self.refresh_s = refresh_s
+        self._seen: dict[str, float] = {}
+        self.status: dict[str, str | None] = {}
+
+    def apply(self, key: str, states: dict[str, str]) -> None:
+        """Set ``key``'s ready set from its recorded states: ready only when the fleet verdict is."""
+        status = fleet_status(states)
+        self.status[key] = status
+        self._seen[key] = time.monotonic()
+        if status == "ready":
+            self.router.set_ready(
+                key, [self.index[r] for r, s in states.items() if s == "verified" and r in self.index]
+            )
+        else:
+            self.router.clear_ready(key)
+
+    async def refresh(self, key: str) -> None:
+        """Re-read ``key``'s state when the last reading is older than ``refresh_s``."""
+        seen = self._seen.get(key)
+        if seen is not None and time.monotonic() - seen < self.refresh_s:
+            return
+        self._seen[key] = time.monotonic()
+        states = await asyncio.to_thread(self.backend.warm, key)
+        self.apply(key, states)
