@@ -26,9 +26,12 @@ from prefixplan.simulation.router import RouterConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+import redis_fixture  # noqa: E402
 from fake_engine import FakeEngine, free_port_url  # noqa: E402
 from gateway_harness import gateway_of, running_gateway  # noqa: E402
-from redis_fixture import fresh_redis, redis_url  # noqa: E402, F401
+
+redis_url = redis_fixture.redis_url  # the fixtures, by name
+fresh_redis = redis_fixture.fresh_redis
 
 SYSTEM = {"role": "system", "content": "You are the Acme support bot. Answer briefly and precisely.\n" * 12}
 RR = RouterConfig(policy="round-robin")
