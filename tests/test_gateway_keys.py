@@ -252,7 +252,7 @@ def test_client_keys_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         client_key_hashes(["md5:abc"])
 
 
-def test_stats_reach_the_store(fleet) -> None:
+def test_stats_reach_the_store(fleet, capsys: pytest.CaptureFixture[str]) -> None:
     from dataclasses import replace
 
     from prefixplan.store import open_store
@@ -277,3 +277,11 @@ def test_stats_reach_the_store(fleet) -> None:
         rows = [r for r in store.key_stats() if r.key == "bot@v1"]
     assert sum(r.requests for r in rows) == 4
     assert sum(r.prompt_tokens for r in rows) > 0 and sum(r.ttft_count for r in rows) == 4
+    # prefixplan status --key-stats shows them (no endpoint needed).
+    from prefixplan.cli.app import main
+
+    capsys.readouterr()
+    assert main(["status", "--key-stats", "--db", config.db, "--json", "-"]) == 0
+    shown = [r for r in json.loads(capsys.readouterr().out)["keys"] if r["key"] == "bot@v1"]
+    assert sum(r["requests"] for r in shown) == 4
+    assert sum(r["cached_tokens"] for r in shown) == sum(r.cached_tokens for r in rows)

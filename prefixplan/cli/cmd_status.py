@@ -27,10 +27,12 @@ def status(
     timeout: o.Timeout = 10.0,
     json_out: o.Json = None,
     prometheus: o.Prometheus = None,
+    key_stats: o.KeyStats = False,
     db: o.Db = None,
 ) -> None:
     """Per replica: engine, model, prefix-cache hit rate (since start and over --window), verdict, warmed keys.
-    --prometheus writes them for node_exporter's textfile collector (docs/warm.md).
+    --prometheus writes them for node_exporter's textfile collector (docs/warm.md). --key-stats
+    shows the per-key statistics prefixplan gateway wrote to the store (no endpoint needed).
 
     Exit codes: 0 every replica at or above target (or without traffic); 1 below target;
     4 a replica unreachable.
@@ -43,6 +45,21 @@ def status(
     if not 0 <= target <= 1:
         raise UsageError("--target must be between 0 and 1")
     eps = endpoints_for(endpoint or [], str(endpoints_file) if endpoints_file else None, api_key_env)
+    if key_stats:
+        from prefixplan.gateway.stats import key_stats as read_key_stats
+
+        keys = read_key_stats(str(db) if db else None)
+        if json_out is not None and not eps:
+            from prefixplan.core.fileio import atomic_write_text
+
+            atomic_write_text(json_out, json.dumps({"keys": keys}, indent=2) + "\n")
+        if json_out != "-":
+            from prefixplan.report.console_router import render_key_stats
+            from prefixplan.report.terminal import report_console
+
+            render_key_stats(keys, report_console())
+        if not eps:
+            raise typer.Exit(ExitCode.OK)
     if not eps:
         raise UsageError("no endpoint given", hint="pass --endpoint URL or --endpoints FILE")
     rows = replica_status(

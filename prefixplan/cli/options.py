@@ -182,6 +182,61 @@ Router = Annotated[
     ),
 ]
 
+Retries = Annotated[int, typer.Option("--retries", metavar="N", help="Retries per request on refused/timeout/5xx.")]
+
+# -- the gateway -------------------------------------------------------------------------------
+Host = Annotated[str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on.")]
+Port = Annotated[int, typer.Option("--port", metavar="PORT", help="TCP port to listen on.")]
+State = Annotated[
+    Optional[str],
+    typer.Option(
+        "--state",
+        metavar="URL",
+        help="Shared gateway state: redis://HOST:PORT/DB (default: the SQLite store, one gateway).",
+    ),
+]
+AutoVersion = Annotated[
+    bool,
+    typer.Option(
+        "--auto-version",
+        metavar="",
+        help="A changed prefix under a bare key name registers the next version instead of 409.",
+    ),
+]
+MaxBodyBytes = Annotated[
+    int, typer.Option("--max-body-bytes", metavar="BYTES", help="Largest request body accepted (413 above).")
+]
+ClientKeyHash = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--client-key-hash",
+        metavar="sha256:HEX",
+        help="SHA-256 of an accepted client API key (repeatable; see docs/gateway.md).",
+    ),
+]
+ClientKeysEnv = Annotated[
+    Optional[str],
+    typer.Option(
+        "--client-keys-env",
+        metavar="VAR",
+        help="Environment variable holding accepted client API keys, comma-separated.",
+    ),
+]
+LogPrompts = Annotated[
+    bool, typer.Option("--log-prompts", metavar="", help="Log request bodies (prompts are never logged otherwise).")
+]
+Warm = Annotated[
+    bool,
+    typer.Option("--warm/--no-warm", metavar="", help="Warm newly registered key versions on every replica."),
+]
+
+KeyStats = Annotated[
+    bool,
+    typer.Option(
+        "--key-stats", metavar="", help="Show the per-key hit statistics prefixplan gateway wrote to the store."
+    ),
+]
+
 # -- outputs and the store -------------------------------------------------------------------
 Json = Annotated[
     Optional[str], typer.Option("--json", metavar="FILE", help="Write the result as JSON to FILE ('-' = stdout).")

@@ -30,3 +30,44 @@ def render_fleet(runs: Sequence[dict[str, Any]], console: Console) -> None:
             decisions,
         )
     console.print(table)
+
+
+def render_key_stats(rows: Sequence[dict[str, Any]], console: Console) -> None:
+    """Per (key, replica): requests, tokens, hit rate, mean TTFT and warm status."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="gateway keys (from the store)", title_justify="left")
+    for col in (
+        "key",
+        "replica",
+        "requests",
+        "errors",
+        "prompt tokens",
+        "cached tokens",
+        "hit rate",
+        "mean TTFT",
+        "warm",
+    ):
+        table.add_column(col, justify="left" if col in ("key", "replica", "warm") else "right")
+    for r in rows:
+        rate = r.get("hit_rate")
+        ttft = r.get("mean_ttft_s")
+        warm = r.get("warm") or "-"
+        if r.get("fleet"):
+            warm += f" (fleet: {r['fleet']})"
+        table.add_row(
+            escape(r["key"]),
+            escape(r["replica"]),
+            f"{r['requests']:,}",
+            f"{r['errors']:,}",
+            f"{r['prompt_tokens']:,}",
+            f"{r['cached_tokens']:,}",
+            f"{100 * rate:.1f}%" if rate is not None else "-",
+            f"{1000 * ttft:.1f} ms" if ttft is not None else "-",
+            warm,
+        )
+    if not rows:
+        console.print("no gateway statistics in the store yet (prefixplan gateway writes them)")
+        return
+    console.print(table)
