@@ -19,16 +19,15 @@ from typing import Any
 from prefixplan import __version__
 from prefixplan.analysis.breakers import Breaker, BreakerFinder
 from prefixplan.analysis.candidates import Candidate, find_candidates
+from prefixplan.analysis.inputs import InputAccounting, mismatch_reason, tokenizer_infos
 from prefixplan.analysis.previews import Previews, RequestInfo, candidate_record
 from prefixplan.analysis.radix import RadixTree
 from prefixplan.analysis.rag import rag_report, rag_whatif, request_chunk_hashes
 from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, Summary, TokenizerInfo, candidates_frame
 from prefixplan.core.granularity import engine_granularity, reusable_ids
-from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt, Segment
 from prefixplan.logs import LineErrors
-from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, source_meter
 
 PrefixSink = Callable[[Prompt], None]
@@ -106,6 +105,7 @@ class _Accounting:
         self.n_times = 0
         self.t_min: float | None = None
         self.t_max: float | None = None
+        self.inputs = InputAccounting()
 
     def add(self, i: int, prompt: Prompt) -> None:
         req = prompt.request
@@ -118,6 +118,7 @@ class _Accounting:
             prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time
         )
         reused = reusable_ids(match, n, self.block, scale)
+        self.inputs.add(prompt, reused)
         self.infos.append(RequestInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
         self.total += n * scale
         self.reused += reused * scale
@@ -189,13 +190,18 @@ def analyze(
         top=None,
         segments_of=segments_of,
     )
+    tokenizers = tokenizer_infos(renderers)  # before the what-if pass renders the log again
+    engine_ids, per_model = dict(renderers.engine_ids), acc.inputs.models_json(renderers)
     rag = rag_report(acc.infos, recurring, acc.chunk_requests, acc.chunk_tokens)
     if options.rag_whatif and recurring and source.rereadable:
         rag.update(rag_whatif(source, renderers, acc.chunk_requests, block, acc.reused, progress))
     breakers = acc.finder.results()
-    tokenizers = _tokenizers(renderers)
     primary = tokenizers[0] if tokenizers else TokenizerInfo("trace", "trace blocks", None, False)
-    exact = acc.exact and all(t.exact for t in tokenizers)
+    mismatch = mismatch_reason(tokenizers)
+    exact = acc.exact and all(t.exact for t in tokenizers) and mismatch is None
+    approx = [mismatch] if mismatch else []
+    if not (acc.exact and all(t.exact for t in tokenizers)):
+        approx.append(_approx_reason(tokenizers, acc.formats))
     summary = Summary(
         requests=n_requests,
         malformed_lines=errors.count,
@@ -209,7 +215,7 @@ def analyze(
         namespaces=len(acc.namespaces),
         distinct_tenants=len(acc.tenants),
         exact=exact,
-        approximate_reason=None if exact else _approx_reason(tokenizers, acc.formats),
+        approximate_reason="; ".join(approx) or None,
         logged_cached_tokens=acc.logged_cached if acc.logged_n else None,
         time_span_s=(acc.t_max - acc.t_min)
         if acc.n_times > 1 and acc.t_min is not None and acc.t_max is not None
@@ -239,6 +245,9 @@ def analyze(
             "formats": dict(acc.formats),
             "models": dict(acc.models),
             "namespaces": dict(acc.namespaces),
+            "files": acc.inputs.files_json(errors),
+            "per_model": per_model,
+            "engine_ids": engine_ids,
         },
         tokenizer=primary,
         tokenizers=tuple(tokenizers),
@@ -266,19 +275,6 @@ def analyze(
         },
     )
     return Analysis(record, ranked, breakers, errors, acc.tree, failures)
-
-
-def _tokenizers(renderers: RenderSet) -> list[TokenizerInfo]:
-    return [
-        TokenizerInfo(
-            spec=r.spec,
-            label=r.label,
-            fingerprint=r.fingerprint,
-            exact=r.exact,
-            probe_ids=tuple(int(t) for t in r.encode_text(TOKENIZER_PROBE_TEXT)[0]),
-        )
-        for r in renderers.loaded
-    ]
 
 
 def _approx_reason(tokenizers: Sequence[TokenizerInfo], formats: Counter[str]) -> str:

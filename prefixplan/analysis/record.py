@@ -63,6 +63,10 @@ class TokenizerInfo:
 
     ``probe_ids`` are its ids for :data:`prefixplan.core.probe.TOKENIZER_PROBE_TEXT`, which warm
     compares with a server's ``/tokenize``; ``fingerprint`` is None for block-level traces.
+    ``matches_log_model`` says whether it is the tokenizer of the models the log names for the
+    requests it rendered (``log_models``): False means the counts are approximate and
+    ``suggested`` names the ``--tokenizer`` (or ``--tokenizer-map``) to use; None means it cannot
+    be told (no model in the log, or a model or tokenizer outside the family table).
     """
 
     spec: str
@@ -70,6 +74,9 @@ class TokenizerInfo:
     fingerprint: str | None
     exact: bool
     probe_ids: tuple[int, ...] | None = None
+    matches_log_model: bool | None = None
+    log_models: tuple[str, ...] = ()
+    suggested: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -80,6 +87,12 @@ class TokenizerInfo:
         }
         if self.probe_ids is not None:
             out["probe_ids"] = list(self.probe_ids)
+        if self.matches_log_model is not None:
+            out["matches_log_model"] = self.matches_log_model
+        if self.log_models:
+            out["log_models"] = list(self.log_models)
+        if self.suggested is not None:
+            out["suggested"] = self.suggested
         return out
 
     @classmethod
@@ -93,6 +106,9 @@ class TokenizerInfo:
             fingerprint=_field(where, data, "fingerprint", str, optional=True),
             exact=bool(data.get("exact", True)),
             probe_ids=_ids(f"{where}.probe_ids", data.get("probe_ids")),
+            matches_log_model=_field(where, data, "matches_log_model", bool, optional=True),
+            log_models=tuple(str(m) for m in data.get("log_models") or ()),
+            suggested=_field(where, data, "suggested", str, optional=True),
         )
 
 

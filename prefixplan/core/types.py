@@ -30,7 +30,7 @@ def as_token_ids(ids: Any) -> TokenIds:
     return TokenIds(arr)
 
 
-# Log formats a reader can produce.
+# Log formats a reader can produce (described in prefixplan/logs/detect.py and docs/logs.md).
 FORMATS = (
     "openai-chat",
     "openai-completion",
@@ -38,7 +38,16 @@ FORMATS = (
     "raw",
     "anthropic",
     "mooncake",
+    "vllm-log",
+    "sglang-log",
+    "litellm",
+    "otel-genai",
+    "langfuse",
 )
+
+# Formats whose requests carry the engine's own token ids (``Request.prompt_ids``): they are
+# analysed from those ids, whatever the tokenizer.
+ENGINE_FORMATS = ("vllm-log", "sglang-log")
 
 
 @dataclass(frozen=True, slots=True)

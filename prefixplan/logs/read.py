@@ -19,9 +19,12 @@ from typing import Any
 from prefixplan.core.types import FORMATS, Request
 from prefixplan.errors import InputError, LogLineError, UsageError
 from prefixplan.logs.badline import BadLine
+from prefixplan.logs.detect import JSONL, sniff
+from prefixplan.logs.dispatch import Parsed, parse_line
 from prefixplan.logs.envelope import LineContext
-from prefixplan.logs.formats import parse_object
 from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
+from prefixplan.logs.serverlog import read_server_log
+from prefixplan.logs.textlog import SourceInfo
 
 MAX_SAMPLES = 100
 FIRST_LINES = 3
@@ -52,6 +55,7 @@ class LineErrors:
     lines_read: int = 0  # non-blank lines (or in-memory records) seen
     requests_read: int = 0  # requests those lines gave, before the time window
     first_lines: list[str] = field(default_factory=list)  # what the first lines looked like
+    sources: dict[str, SourceInfo] = field(default_factory=dict)  # per file: reader, detection, notes
 
     def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
         """Count one non-blank line; remember the shape of the first few."""
@@ -162,7 +166,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but optional h
 _NOT_PARSED = object()
 
 
-def _decode(data: bytes, ctx: LineContext, fmt: str) -> list[Request]:
+def _decode(data: bytes, ctx: LineContext, fmt: str) -> Parsed:
     if ctx.line_no == 1 and data.startswith(_BOM):
         data = data[3:]
     try:
@@ -183,7 +187,7 @@ def _decode(data: bytes, ctx: LineContext, fmt: str) -> list[Request]:
     except RecursionError:
         raise BadLine("nesting too deep: JSON nested deeper than the parser allows") from None
     try:
-        return parse_object(obj, ctx, fmt)
+        return parse_line(obj, ctx, fmt)
     except BadLine:
         raise
     except RecursionError:
@@ -262,7 +266,19 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
     last = 0
     with open_log(path, on_open=meter.opened if meter is not None else None) as stream:
         try:
-            for raw in iter_lines(stream, options.max_line_bytes):
+            reader, how, lines = sniff(iter_lines(stream, options.max_line_bytes), options.format)
+            if reader != JSONL:
+
+                def keep(line_no: int) -> bool:
+                    return threshold is None or _sampled(path, line_no, threshold)
+
+                for req in read_server_log(path, reader, how, lines, errors, keep, bad, options.max_line_bytes):
+                    t = req.time
+                    if t is None or not ((since is not None and t < since) or (until is not None and t >= until)):
+                        yield req
+                return
+            errors.sources[path] = SourceInfo(JSONL, how)
+            for raw in lines:
                 last = raw.line_no
                 if threshold is not None and not _sampled(path, raw.line_no, threshold):
                     continue
@@ -278,10 +294,16 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
                 errors.saw(path, raw.line_no, data)
                 ctx = LineContext(path, raw.line_no, options.trace_block_size)
                 try:
-                    requests = _decode(data, ctx, options.format)
+                    parsed = _decode(data, ctx, options.format)
                 except BadLine as exc:
                     bad(raw.line_no, exc.reason)
                     continue
+                requests = []
+                for item in parsed:
+                    if isinstance(item, BadLine):
+                        bad(raw.line_no, item.reason)
+                    else:
+                        requests.append(item)
                 errors.requests_read += len(requests)
                 for req in requests:
                     t = req.time
@@ -338,7 +360,7 @@ def iter_objects(
             requests = [obj]
         else:
             try:
-                requests = parse_object(obj, LineContext(source, i, options.trace_block_size), options.format)
+                parsed = parse_line(obj, LineContext(source, i, options.trace_block_size), options.format)
             except BadLine as exc:
                 bad(i, exc.reason)
                 continue
@@ -348,6 +370,12 @@ def iter_objects(
             except Exception as exc:
                 bad(i, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
+            requests = []
+            for item in parsed:
+                if isinstance(item, BadLine):
+                    bad(i, item.reason)
+                else:
+                    requests.append(item)
         errors.requests_read += len(requests)
         for req in requests:
             t = req.time
@@ -378,8 +406,13 @@ def no_requests_error(errors: LineErrors, inputs: Sequence[str]) -> InputError:
     what the first lines looked like."""
     where = ", ".join(inputs) or "the input"
     first = "; ".join(errors.first_lines)
+    notes = "".join(
+        f"; {source} was read as {info.reader} ({info.detected}): {'; '.join(info.notes)}"
+        for source, info in errors.sources.items()
+        if info.notes
+    )
     return InputError(
         f"no requests read from {where}: {errors.lines_read} non-empty line(s), none in a format prefixplan reads "
-        f"({', '.join(FORMATS)}); {first}",
-        hint="see docs/logs.md for the formats; force one with --log-format FORMAT",
+        f"({', '.join(FORMATS)}); {first}{notes}",
+        hint="see docs/logs.md (or run prefixplan formats) for the formats; force one with --log-format FORMAT",
     )

@@ -7,6 +7,12 @@ Backends (``--tokenizer SPEC``):
                         embedded default used when no ``--tokenizer`` is given
 - ``tiktoken:NAME``     OpenAI encodings, documented rendering (approximate)
 - ``vllm:URL``          the server's own ``/tokenize`` (exact)
+- ``sglang:URL``        the SGLang server's own ``/tokenize`` (exact)
+- ``auto``              per model, from the family table of :mod:`prefixplan.render.resolve`
+
+``hf:ORG/NAME`` (a hub id) resolves from the local Hugging Face cache (render/resolve.py).
+Requests from engine server logs carry the engine's own token ids and need no tokenizer
+(render/engine_ids.py).
 
 Mooncake traces carry block hash ids, not text: they are "rendered" to one id per block
 (``token_scale`` = trace block size), whatever the backend.
@@ -60,8 +66,13 @@ def load_renderer(
         template_text = path.read_text(encoding="utf-8")
     if scheme == "hf":
         from prefixplan.render.hf import HFRenderer
+        from prefixplan.render.resolve import resolve_hf
 
-        return HFRenderer(rest, chat_template=template_text, template_kwargs=template_kwargs)
+        folder = resolve_hf(rest)
+        hf = HFRenderer(folder, chat_template=template_text, template_kwargs=template_kwargs)
+        if str(folder) != rest:  # a hub id: keep the name the user gave
+            hf.spec, hf.label = spec, f"hf:{rest}"
+        return hf
     if template_text is not None or template_kwargs:
         raise UsageError(f"--chat-template/--template-kwargs apply to hf: tokenizers only, not {spec}")
     if scheme == "mistral":
@@ -76,9 +87,18 @@ def load_renderer(
         from prefixplan.render.vllm_remote import VLLMRenderer
 
         return VLLMRenderer(rest)
+    if scheme == "sglang":
+        from prefixplan.render.vllm_remote import SGLangRenderer
+
+        return SGLangRenderer(rest)
+    if spec == "auto":
+        raise UsageError(
+            "--tokenizer auto picks a tokenizer per model of a log; here one tokenizer is needed",
+            hint="name it: hf:ORG/NAME, hf:PATH, mistral:nemo, tiktoken:NAME, vllm:URL or sglang:URL",
+        )
     raise UsageError(
         f"--tokenizer {spec}: unknown scheme {scheme!r}",
-        hint="use hf:PATH, mistral:nemo, tiktoken:o200k_base or vllm:http://HOST:PORT",
+        hint="use hf:PATH or hf:ORG/NAME, mistral:nemo, tiktoken:o200k_base, vllm:URL, sglang:URL or auto",
     )
 
 
@@ -127,16 +147,44 @@ def trace_prompt(request: Request) -> Prompt:
 
 @dataclass
 class RenderSet:
-    """Renderers by model: the default one plus ``--tokenizer-map`` entries (loaded lazily)."""
+    """Renderers by model: the default one plus ``--tokenizer-map`` entries (loaded lazily).
+
+    A spec ``auto`` (the default or a map value) picks each model's tokenizer from the family
+    table (:func:`prefixplan.render.resolve.auto_spec`). ``models_by_spec`` records which models
+    each spec rendered; ``engine_ids`` counts requests analysed from their logged engine ids
+    (``"used"``) and, when a tokenizer was named for their model, whether its rendering gave the
+    same ids (``"same ids as <spec>"`` / ``"other ids than <spec>"``).
+    """
 
     default_spec: str | None = None
     by_model: dict[str, str] = field(default_factory=dict)
     chat_template: str | Path | None = None
     template_kwargs: dict[str, Any] | None = None
     _loaded: dict[str, Renderer] = field(default_factory=dict)
+    _auto: dict[str, str] = field(default_factory=dict)
+    models_by_spec: dict[str, set[str]] = field(default_factory=dict)
+    prompts_by_spec: dict[str, int] = field(default_factory=dict)
+    engine_ids: dict[str, int] = field(default_factory=dict)
+
+    def spec_for(self, model: str | None) -> str:
+        """The spec that renders ``model`` (``auto`` resolved per model)."""
+        spec = self.by_model.get(model or "", self.default_spec) or DEFAULT_TOKENIZER
+        if spec == "auto":
+            key = model or ""
+            if key not in self._auto:
+                from prefixplan.render.resolve import auto_spec
+
+                self._auto[key] = auto_spec(model)
+            spec = self._auto[key]
+        return spec
+
+    def explicit(self, model: str | None) -> bool:
+        """Whether a tokenizer was named for ``model`` (not the built-in default)."""
+        return (model or "") in self.by_model or self.default_spec is not None
 
     def for_model(self, model: str | None) -> Renderer:
-        spec = self.by_model.get(model or "", self.default_spec) or DEFAULT_TOKENIZER
+        spec = self.spec_for(model)
+        self.models_by_spec.setdefault(spec, set()).add(model or "-")
         renderer = self._loaded.get(spec)
         if renderer is None:
             if spec.startswith("hf:"):
@@ -152,13 +200,22 @@ class RenderSet:
 
     def render_batch(self, batch: Sequence[Request]) -> list[Prompt | TokenizerError]:
         """Render a batch (grouped by renderer); a request that fails gets its error instead."""
+        from prefixplan.render.engine_ids import adopt, carries_engine_ids, ids_prompt
+
         groups: dict[int, list[int]] = {}
         renderers: dict[int, Renderer] = {}
         out: list[Prompt | TokenizerError | None] = [None] * len(batch)
+        engine: set[int] = set()
         for i, req in enumerate(batch):
             if req.hash_ids is not None:
                 out[i] = trace_prompt(req)
                 continue
+            if carries_engine_ids(req):
+                self.engine_ids["used"] = self.engine_ids.get("used", 0) + 1
+                if req.messages is None or not self.explicit(req.model):
+                    out[i] = ids_prompt(req)
+                    continue
+                engine.add(i)
             r = self.for_model(req.model)
             groups.setdefault(id(r), []).append(i)
             renderers[id(r)] = r
@@ -174,7 +231,19 @@ class RenderSet:
                     except TokenizerError as exc:
                         results.append(exc)
             for i, p in zip(idxs, results, strict=False):
+                if i in engine:
+                    same = False
+                    if isinstance(p, Prompt):
+                        p, same = adopt(p, batch[i])
+                    else:
+                        p = ids_prompt(batch[i])
+                    key = f"{'same ids as' if same else 'other ids than'} {r.spec}"
+                    self.engine_ids[key] = self.engine_ids.get(key, 0) + 1
+                    if not same:
+                        out[i] = p
+                        continue
                 out[i] = p
+                self.prompts_by_spec[r.spec] = self.prompts_by_spec.get(r.spec, 0) + 1
         return out  # type: ignore[return-value]
 
     def render_stream(

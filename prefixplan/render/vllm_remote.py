@@ -157,3 +157,16 @@ class VLLMRenderer:
 
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
         return [self.render(r) for r in requests]
+
+
+class SGLangRenderer(VLLMRenderer):
+    """``sglang:URL`` — an SGLang server's ``POST /tokenize`` (SGLang 0.5: ``{model, messages,
+    tools}`` rendered as for a chat completion, or ``{model, prompt}``). SGLang ignores
+    ``return_token_strs``, so its prompts get one ``template`` span (ids exact, labels coarse)."""
+
+    def __init__(
+        self, url: str, *, model: str | None = None, timeout: float = 60.0, api_key_env: str | None = None
+    ) -> None:
+        super().__init__(url, model=model, timeout=timeout, api_key_env=api_key_env)
+        self.spec = f"sglang:{self.shown}"
+        self.label = f"sglang:{self.shown} ({self.model}, server /tokenize)"

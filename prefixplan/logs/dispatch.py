@@ -1,0 +1,40 @@
+"""One decoded JSON log line -> requests, whichever JSON format it is in.
+
+Gateway and observability records (LiteLLM, OpenTelemetry GenAI spans, Langfuse observations)
+are recognised by their own top-level fields before the request-body formats of
+:mod:`prefixplan.logs.formats` are tried. A line may hold several requests (an OTLP export
+request with many spans, a Langfuse page); a part that cannot be read is returned as a
+:class:`~prefixplan.logs.badline.BadLine` value next to the requests that could, so one bad span
+does not drop its neighbours.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefixplan.core.types import Request
+from prefixplan.logs.badline import BadLine, jtype
+from prefixplan.logs.envelope import LineContext
+from prefixplan.logs.formats import parse_object
+
+Parsed = list[Request | BadLine]
+GATEWAY_FORMATS = ("litellm", "otel-genai", "langfuse")
+
+
+def detect_record(obj: dict[str, Any]) -> str | None:
+    """The gateway/observability format of a JSON object, or None for request-body formats."""
+    return None
+
+
+def parse_line(obj: Any, ctx: LineContext, fmt: str = "auto") -> Parsed:
+    """Requests (and unreadable parts) of one decoded line; ``fmt`` forces a format.
+
+    Raises:
+        BadLine: the whole line is unreadable.
+    """
+    if not isinstance(obj, dict):
+        raise BadLine(f"not an object: line is a JSON {jtype(obj)}")
+    kind = detect_record(obj) if fmt == "auto" else (fmt if fmt in GATEWAY_FORMATS else None)
+    if kind is not None:
+        raise BadLine(f"unsupported: {kind} records are not read yet")
+    return list(parse_object(obj, ctx, fmt))
