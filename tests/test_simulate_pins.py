@@ -248,7 +248,7 @@ def test_tiers_and_byte_capacities_from_the_cli(tmp_path, capsys):
     assert code == 0 and doc["kv_bytes_per_token"] == kv
     head = next(r for r in doc["runs"] if r["label"] == doc["headline"])
     assert head["capacity_tokens"] == pytest.approx(100e6 / kv)
-    assert "+ cpu 381 + disk 381" in head["label"]
+    assert "+ cpu 381 tok (0.1 GB) + disk 381 tok (0.1 GB)" in head["label"]
     assert head["cached_tokens_per_request"] == [0, 0, 0, 16 * hit_blocks]
     assert head["loaded_tokens"] == {"cpu": cpu, "disk": disk}
     # zero prefill cost: TTFT is the load time, cpu 25 GB/s + 0.5 ms, disk 3 GB/s + 2 ms

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
+from prefixplan.simulation.spec import human_tokens
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -43,14 +45,34 @@ def render_simulation(doc: dict[str, Any], console: Console) -> None:
         )
     console.print(table)
     if doc["curves"]:
-        console.print("[bold]Capacity curve[/] (token hit rate by total capacity)")
+        by_cap = {(r["policy"], r["capacity_tokens"]): r for r in doc["runs"]}
+        tiered = any(r.get("loaded_tokens") for r in doc["runs"])
+        kv = doc.get("kv_bytes_per_token")
+        console.print(
+            "[bold]Capacity curve[/] (token hit rate by GPU cache capacity"
+            + ("; 'GPU only' leaves out hits loaded from lower tiers" if tiered else "")
+            + ")"
+        )
         curve = Table()
-        curve.add_column("capacity (tokens)", justify="right")
+        curve.add_column("GPU capacity", justify="right")
         pols = list(doc["curves"])
         for p in pols:
-            curve.add_column(p, justify="right")
+            curve.add_column(f"{p} (all tiers)" if tiered else p, justify="right")
+            if tiered:
+                curve.add_column(f"{p} (GPU only)", justify="right")
         for i, pt in enumerate(doc["curves"][pols[0]]):
-            curve.add_row(f"{pt['capacity_tokens']:.3g}", *(_pct(doc["curves"][p][i]["hit_rate_tokens"]) for p in pols))
+            cells = []
+            for p in pols:
+                point = doc["curves"][p][i]
+                cells.append(_pct(point["hit_rate_tokens"]))
+                if tiered:
+                    run = by_cap.get((p, point["capacity_tokens"]), {})
+                    loaded = sum((run.get("loaded_tokens") or {}).values())
+                    gpu = (
+                        (run.get("hit_tokens", 0) - loaded) / run["prompt_tokens"] if run.get("prompt_tokens") else 0.0
+                    )
+                    cells.append(_pct(gpu))
+            curve.add_row(human_tokens(pt["capacity_tokens"], kv), *cells)
         console.print(curve)
     runs = {r["label"]: r for r in doc["runs"]}
     head = runs.get(doc["headline"], {})

@@ -264,7 +264,12 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                     prewarm_pins=config.cache.prewarm_pins,
                 )
                 res = run_model(trace, spec, priorities=prios, _stack_cache=stacks)
-                label = spec.label(float(cap), config.cache.pinned_fraction, config.cache.running_fraction)
+                label = spec.label(
+                    float(cap),
+                    config.cache.pinned_fraction,
+                    config.cache.running_fraction,
+                    config.savings.kv.bytes_per_token if config.savings.kv else None,
+                )
                 run = _run_from_blocks(
                     trace, label, pol, float(cap), res.hit_blocks, res.evictions, gran, res.tier_blocks
                 )
@@ -295,9 +300,22 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         elif need == 0:
             notes.append("no pinned prefix occurs in this log (tokenizer, namespace or block size differ?)")
     # savings
+    hosted = config.cache.provider is not None
     profile = config.savings.profile or load_profile(None)
-    if profile.assumed:
+    if hosted:
+        notes.append(
+            "GPU time and TTFT belong to the provider and are not modelled for hosted APIs; the cost is (use --model)"
+        )
+    elif profile.assumed:
         notes.append(f"prefill profile {profile.name!r} is an assumption ({profile.source}); use --profile")
+    if anthropic is not None and head.hit_tokens == 0 and head.write_tokens > 0:
+        notes.append(
+            "no request read a cached prefix: a read needs an earlier request's breakpoint to end on this "
+            "request's shared prefix, and with a breakpoint only at each prompt's end that happens only when a "
+            "whole earlier prompt is a prefix of a later one (multi-turn); cache writes cost 1.25x (5m) or 2x (1h), "
+            "so caching without reads costs more than no caching. Put cache_control after the shared system "
+            "prompt and tools (prefixplan analyze shows how long they are) and simulate with --breakpoints request"
+        )
     load_s = None
     if head.loaded and config.cache.tiers:
         if config.savings.kv is None:
@@ -309,7 +327,9 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                 if tier.bandwidth_bytes_per_s > 0:
                     load_s += tok * config.savings.kv.bytes_per_token / tier.bandwidth_bytes_per_s
                 load_s += np.where(tok > 0, tier.latency_s, 0.0)
-    savings = time_savings(trace.prompt_tokens, head.cached, profile, load_s) if trace.n_requests else None
+    savings = (
+        time_savings(trace.prompt_tokens, head.cached, profile, load_s) if trace.n_requests and not hosted else None
+    )
     money = None
     self_usd = None
     if config.cache.provider is not None and config.cache.model:

@@ -62,6 +62,21 @@ class AutoPromote:
     cold_after_s: float = 3600.0
 
 
+def human_tokens(tokens: float, bytes_per_token: float | None = None) -> str:
+    """``305k tok``, ``1.5M tok``; with a KV size also the memory: ``305k tok (40 GB)``."""
+    n = float(tokens)
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            text = f"{n / scale:.3g}{unit} tok"
+            break
+    else:
+        text = f"{n:.0f} tok"
+    if bytes_per_token:
+        gb = n * bytes_per_token / 1e9
+        text += f" ({gb:.3g} GB)" if gb >= 0.01 else f" ({n * bytes_per_token / 1e6:.3g} MB)"
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class CacheSpec:
     """One cache model.
@@ -87,9 +102,14 @@ class CacheSpec:
     prewarm_pins: bool = False
 
     def label(
-        self, total_tokens: float | None = None, pinned_share: float | None = None, running_share: float = 0.0
+        self,
+        total_tokens: float | None = None,
+        pinned_share: float | None = None,
+        running_share: float = 0.0,
+        bytes_per_token: float | None = None,
     ) -> str:
-        """Short human label, e.g. ``lru 1e+06 tok (20% pinned / 60% lru / 20% running)``.
+        """Short human label, e.g. ``lru 1M tok (20% pinned / 60% lru / 20% running)`` or, with the KV
+        size, ``lru 305k tok (40 GB) + cpu 1.53M tok (200 GB)``.
 
         ``total_tokens``, ``pinned_share`` and ``running_share`` describe the whole capacity
         when part of it is held by running requests (this spec then covers the cache part).
@@ -99,7 +119,7 @@ class CacheSpec:
         if self.policy == "infinite" or total is None:
             text = "infinite" if self.policy in ("infinite", "lru") else f"{self.policy} unbounded"
         else:
-            text = f"{self.policy} {total:.3g} tok"
+            text = f"{self.policy} {human_tokens(total, bytes_per_token)}"
         if pinned > 0 or running_share > 0:
             parts = []
             if pinned > 0:
@@ -109,7 +129,7 @@ class CacheSpec:
                 parts.append(f"{running_share:.0%} running")
             text += f" ({' / '.join(parts)})"
         for tier in self.tiers:
-            text += f" + {tier.name} {tier.capacity_tokens:.3g}"
+            text += f" + {tier.name} {human_tokens(tier.capacity_tokens, bytes_per_token)}"
         if self.ttl_s is not None:
             text += f", ttl {self.ttl_s:g}s"
         return text
