@@ -248,6 +248,24 @@ class FakeEngine:
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             return self._send(h, 401, {"error": "unauthorized"})
         owned = {"vllm": "vllm", "sglang": "sglang"}.get(self.flavor, "someone")
+        if method == "GET" and path == "/v1/models" and self.fault == "endless_json":
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.end_headers()
+            try:
+                h.wfile.write(b"[")
+                while self._server is not None:
+                    h.wfile.write(b"0," * 65536)
+            except OSError:
+                pass
+            return None
+        if method == "GET" and path == "/v1/models" and self.fault == "nest_bomb":
+            return self._send(h, 200, "[" * 100_000 + "]" * 100_000)
+        if method == "GET" and path == "/v1/models" and self.fault == "echo_auth_model":
+            echoed = self.model + " " + headers.get("authorization", "")
+            return self._send(
+                h, 200, {"object": "list", "data": [{"id": echoed, "owned_by": owned, "max_model_len": 4096}]}
+            )
         if method == "GET" and path == "/v1/models":
             return self._send(
                 h,
@@ -305,6 +323,22 @@ class FakeEngine:
             return self._complete(h, path, body or {}, headers)
         return self._send(h, 404, {"detail": "Not Found"})
 
+    def _drip(self, h: BaseHTTPRequestHandler) -> None:
+        """``trickle``: a valid-looking stream at one byte every ``delay`` seconds; ``endless``:
+        data as fast as the client reads, forever (until it hangs up)."""
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        chunk = b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n' if self.fault == "endless" else b"d"
+        try:
+            while self._server is not None:
+                h.wfile.write(chunk * (4096 if self.fault == "endless" else 1))
+                h.wfile.flush()
+                if self.fault == "trickle":
+                    time.sleep(self.delay)
+        except OSError:  # the client gave up: what the test wants
+            pass
+
     def _complete(self, h: BaseHTTPRequestHandler, path: str, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
             self.completions += 1
@@ -321,6 +355,8 @@ class FakeEngine:
             return self._send(h, 200, "{not json", "application/json")
         if self.fault == "slow":
             time.sleep(self.delay)
+        if self.fault in ("trickle", "endless"):
+            return self._drip(h)
         chat = path == "/v1/chat/completions"
         if chat:
             ids = char_tokenize(chat_text(body.get("messages") or [], body.get("tools")))
@@ -328,6 +364,12 @@ class FakeEngine:
             ids = body.get("input_ids") if self.flavor == "sglang" else body.get("prompt")
             ids = char_tokenize(ids) if isinstance(ids, str) else [int(i) for i in ids or []]
         cached = self._cache(ids)
+        if self.fault == "cached_huge":
+            cached = 10**400
+        elif self.fault == "cached_billion":
+            cached = 10**9
+        elif self.fault == "cached_full":
+            cached = len(ids)  # a full hit, even on the cold warm-up: impossible
         if self.ttft_model is not None:
             a, b, c = self.ttft_model
             new = len(ids) - cached

@@ -179,5 +179,10 @@ def test_api_key_from_env_sent_and_redacted(monkeypatch: pytest.MonkeyPatch) -> 
 def test_endpoint_url_validation_and_display() -> None:
     with pytest.raises(UsageError):
         Endpoint("ftp://x")
-    e = Endpoint("http://user:pw@host:8000/base/?token=abc")
-    assert e.label == "http://host:8000/base" and "pw" not in e.label and "abc" not in e.label
+    with pytest.raises(UsageError, match="carries credentials") as info:
+        Endpoint("http://user:pw@host:8000/base/")
+    assert "pw" not in str(info.value) and "api-key-env" in (info.value.hint or "")
+    with pytest.raises(UsageError, match="port must be 1-65535"):
+        Endpoint("http://127.0.0.1:99999")
+    e = Endpoint("http://host:8000/base/?token=abc")
+    assert e.label == "http://host:8000/base" and "abc" not in e.label

@@ -6,12 +6,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 
 def display_url(url: str) -> str:
-    """``url`` without user info, query or fragment (they may carry credentials)."""
+    """``url`` without user info, query or fragment (they may carry credentials). Never raises:
+    a malformed port is shown as written."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    netloc = parts.netloc.rsplit("@", 1)[-1]  # drop user:password@
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def redact(text: str, secret: str | None) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from prefixplan.engines.metrics import Sample
 
 DEFAULT_API_KEY_ENV = "PREFIXPLAN_API_KEY"
+MAX_BODY_BYTES = 32 * 2**20
+"""Largest answer read from a server (a metrics page is ~1 MiB); more is refused, not buffered."""
 
 
 class EngineRequestError(EndpointError):
@@ -58,8 +60,17 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            port = parts.port
+        except ValueError:
+            raise UsageError(f"invalid endpoint URL {display_url(self.url)!r}: the port must be 1-65535") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
             raise UsageError(f"invalid endpoint URL {display_url(self.url)!r}: expected http(s)://host[:port]")
+        if parts.username is not None or parts.password is not None:
+            raise UsageError(
+                f"endpoint URL {display_url(self.url)} carries credentials (user:password@)",
+                hint="put the key in an environment variable and name it with --api-key-env / api_key_env",
+            )
 
     @property
     def label(self) -> str:
@@ -151,6 +162,7 @@ class EngineAdapter:
         self._model = model
         self._block_size_override = block_size
         self._secret = endpoint.api_key()
+        self._secret_forms = secret_forms(self._secret)
         headers = dict(endpoint.headers)
         if self._secret:
             headers["Authorization"] = f"Bearer {self._secret}"
@@ -179,10 +191,24 @@ class EngineAdapter:
 
     # -- errors -------------------------------------------------------------------------
     def redact(self, text: str) -> str:
-        """``text`` with the API key (if any) replaced by ``***``."""
-        if self._secret:
-            text = text.replace(self._secret, "***")
+        """``text`` with every form of the credentials this adapter sends replaced by ``***``: the
+        key itself, ``Bearer <key>``, and the base64 forms a server may echo back."""
+        for form in self._secret_forms:
+            if form in text:
+                text = text.replace(form, "***")
         return text
+
+    def _clean(self, value: Any) -> Any:
+        """A decoded server answer with every string redacted (model names, error bodies, ...)."""
+        if not self._secret_forms:
+            return value
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self._clean(v) for v in value]
+        if isinstance(value, dict):
+            return {self.redact(k) if isinstance(k, str) else k: self._clean(v) for k, v in value.items()}
+        return value
 
     def _error(
         self, reason: str, *, kind: str, retryable: bool = False, status: int | None = None
@@ -207,10 +233,14 @@ class EngineAdapter:
     def _check_status(self, resp: httpx.Response, path: str) -> None:
         if resp.status_code < 400:
             return
+        body = ""
         try:
-            body = resp.read().decode("utf-8", "replace")
-        except Exception:
-            body = ""
+            for chunk in resp.iter_bytes():
+                body += chunk.decode("utf-8", "replace")
+                if len(body) > 4096:
+                    break
+        except Exception:  # the status is the error; a broken body adds nothing
+            pass
         body = " ".join(self.redact(body).split())[:200]
         retryable = resp.status_code >= 500 or resp.status_code == 429
         raise self._error(
@@ -221,30 +251,61 @@ class EngineAdapter:
         )
 
     # -- requests -----------------------------------------------------------------------
-    def request_json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        """One request whose answer must be JSON; failures become :class:`EngineRequestError`."""
+    def _deadline(self) -> float:
+        return self.clock() + self.timeout
+
+    def _read_body(self, resp: httpx.Response, path: str, deadline: float) -> bytes:
+        """The whole body, or an error when it takes longer than the request's deadline or grows
+        past :data:`MAX_BODY_BYTES` (a server that trickles or never ends)."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise self._error(
+                    f"answer from {path} larger than {MAX_BODY_BYTES // 2**20} MiB (stopped reading)", kind="malformed"
+                )
+            chunks.append(chunk)
+            if self.clock() > deadline:
+                raise self._error(
+                    f"timed out after {self.timeout:g}s ({path}, the answer was still arriving)",
+                    kind="timeout",
+                    retryable=True,
+                )
+        return b"".join(chunks)
+
+    def _request_body(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> bytes:
         import httpx
 
+        deadline = self._deadline()
         try:
-            resp = self._client.request(method, path, json=body)
+            with self._client.stream(method, path, json=body) as resp:
+                self._check_status(resp, path)
+                return self._read_body(resp, path, deadline)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path) from None
-        self._check_status(resp, path)
+
+    def request_json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        """One request whose answer must be JSON; failures become :class:`EngineRequestError`.
+        The answer is bounded in time and size, and every credential form is redacted from it."""
+        data = self._request_body(method, path, body)
+        return self._clean(self._parse_json(data, path))
+
+    def _parse_json(self, data: bytes | str, path: str) -> Any:
         try:
-            return resp.json()
+            return json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            snippet = " ".join(resp.text.split())[:80]
+            text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+            snippet = " ".join(self.redact(text).split())[:80]
             raise self._error(f"malformed JSON from {path}: {snippet!r}", kind="malformed") from None
+        except RecursionError:
+            raise self._error(
+                f"malformed JSON from {path}: nested deeper than any real answer", kind="malformed"
+            ) from None
 
     def request_text(self, method: str, path: str) -> str:
-        import httpx
-
-        try:
-            resp = self._client.request(method, path)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, path) from None
-        self._check_status(resp, path)
-        return resp.text
+        """One request whose answer is text (``/metrics``); bounded and redacted like JSON answers."""
+        return self.redact(self._request_body(method, path).decode("utf-8", "replace"))
 
     def optional_json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any | None:
         """Like :meth:`request_json` but None for 404/405/501 (endpoint not offered)."""
@@ -272,35 +333,19 @@ class EngineAdapter:
                 self._check_status(resp, path)
                 ctype = resp.headers.get("content-type", "")
                 if "event-stream" not in ctype:
-                    text = resp.read().decode("utf-8", "replace")
-                    try:
-                        json.loads(text)
-                    except json.JSONDecodeError:
-                        snippet = " ".join(self.redact(text).split())[:80]
-                        raise self._error(f"malformed JSON from {path}: {snippet!r}", kind="malformed") from None
+                    self._parse_json(self._read_body(resp, path, deadline), path)
                     raise self._error(
                         f"malformed answer from {path}: expected a server-sent event stream, got {ctype or 'no type'}",
                         kind="malformed",
                     )
-                for line in resp.iter_lines():
-                    if self.clock() > deadline:
-                        raise self._error(
-                            f"timed out after {self.timeout:g}s ({path}, still streaming)",
-                            kind="timeout",
-                            retryable=True,
-                        )
+                for line in self._guarded_lines(resp, path, deadline):
                     line = line.strip()
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
-                    try:
-                        event = json.loads(data)
-                    except json.JSONDecodeError:
-                        raise self._error(
-                            f"malformed JSON in stream from {path}: {data[:80]!r}", kind="malformed"
-                        ) from None
+                    event = self._clean(self._parse_json(data, path + " (stream)"))
                     if not isinstance(event, dict):
                         raise self._error(f"malformed stream event from {path}: {data[:80]!r}", kind="malformed")
                     if state.first_at is None:
@@ -311,6 +356,26 @@ class EngineAdapter:
         if state.first_at is None:
             raise self._error(f"malformed stream from {path}: no server-sent 'data:' events", kind="malformed")
         return state, self.clock() - t0
+
+    def _guarded_lines(self, resp: httpx.Response, path: str, deadline: float) -> Iterator[str]:
+        """Lines of a streamed answer, with the overall deadline checked on every chunk (not only
+        between lines) and the total size capped."""
+        pending = b""
+        size = 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise self._error(f"stream from {path} larger than {MAX_BODY_BYTES // 2**20} MiB", kind="malformed")
+            if self.clock() > deadline:
+                raise self._error(
+                    f"timed out after {self.timeout:g}s ({path}, still streaming)", kind="timeout", retryable=True
+                )
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        if pending:
+            yield pending.decode("utf-8", "replace")
 
     # -- the protocol ---------------------------------------------------------------------
     def server_info(self, *, refresh: bool = False) -> ServerInfo:  # pragma: no cover - abstract
@@ -366,6 +431,36 @@ class EngineAdapter:
     def model_name(self) -> str | None:
         return self._model or self.server_info().model
 
+    def completion(
+        self,
+        *,
+        prompt: Any,
+        cached: Any,
+        completion: Any,
+        ttft: float,
+        total: float,
+        streamed: bool,
+        max_tokens: int,
+        path: str,
+    ) -> Completion:
+        """A :class:`Completion` from the counts a server reported; implausible counts (not an
+        integer, negative, 10**400) and more tokens than ``max_tokens`` are errors, said as such."""
+        try:
+            produced = optional_count(completion, "completion_tokens")
+            result = Completion(
+                prompt_tokens=optional_count(prompt, "prompt_tokens"),
+                cached_tokens=optional_count(cached, "cached_tokens"),
+                completion_tokens=produced,
+                ttft_s=ttft,
+                total_s=total,
+                streamed=streamed,
+            )
+        except ValueError as exc:
+            raise self._error(f"{exc} ({path})", kind="malformed") from None
+        if produced is not None and produced > max_tokens:
+            raise self._too_many_tokens(produced, max_tokens, path)
+        return result
+
     def _too_many_tokens(self, produced: int, max_tokens: int, path: str) -> EngineRequestError:
         return self._error(f"ignored max_tokens={max_tokens} ({path} produced {produced} tokens)", kind="protocol")
 
@@ -398,14 +493,45 @@ def with_retries(
             attempt += 1
 
 
-def usage_cached_tokens(usage: Mapping[str, Any] | None) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` (None when absent)."""
+def usage_cached_tokens(usage: Mapping[str, Any] | None) -> Any:
+    """``usage.prompt_tokens_details.cached_tokens`` as reported (None when absent); checked by
+    :meth:`EngineAdapter.completion`."""
     if not isinstance(usage, Mapping):
         return None
     details = usage.get("prompt_tokens_details")
     if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
-        try:
-            return int(details["cached_tokens"])
-        except (TypeError, ValueError):
-            return None
+        return details["cached_tokens"]
     return None
+
+
+MAX_COUNT = 2**31 - 1
+
+
+def plausible_count(value: Any, field_name: str) -> int:
+    """A token count a server reported, as an int in [0, 2**31); anything else (a float, a string,
+    10**400, a negative number) is a malformed answer, never evidence."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        shown = str(value)
+        shown = shown if len(shown) <= 24 else shown[:12] + "..." + f"({len(shown)} digits)"
+        raise ValueError(f"implausible {field_name} {shown} in the usage report")
+    return value
+
+
+def optional_count(value: Any, field_name: str) -> int | None:
+    """:func:`plausible_count` of a field that may be absent (None)."""
+    return None if value is None else plausible_count(value, field_name)
+
+
+def secret_forms(secret: str | None) -> tuple[str, ...]:
+    """Every form in which ``secret`` may come back from a server: itself and base64 of it (and
+    of ``:secret`` / ``secret:``, the Basic-auth shapes); longest first so replacements nest."""
+    if not secret:
+        return ()
+    import base64
+
+    forms = {secret}
+    for raw in (secret, f":{secret}", f"{secret}:"):
+        for enc in (base64.b64encode, base64.urlsafe_b64encode):
+            text = enc(raw.encode()).decode()
+            forms.update({text, text.rstrip("=")})
+    return tuple(sorted((f for f in forms if len(f) >= 4), key=len, reverse=True))

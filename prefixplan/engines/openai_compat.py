@@ -73,7 +73,6 @@ class OpenAICompatAdapter(EngineAdapter):
 
     def _run(self, path: str, body: dict[str, Any], max_tokens: int, stream: bool) -> Completion:
         if not stream:
-
             t0 = self.clock()
             data = self.request_json("POST", path, body)
             total = self.clock() - t0
@@ -98,17 +97,15 @@ class OpenAICompatAdapter(EngineAdapter):
 
     def _finish(self, usage: Any, ttft: float, total: float, streamed: bool, max_tokens: int, path: str) -> Completion:
         usage = usage if isinstance(usage, Mapping) else {}
-        completion = usage.get("completion_tokens")
-        if isinstance(completion, int) and completion > max_tokens:
-            raise self._too_many_tokens(completion, max_tokens, path)
-        prompt = usage.get("prompt_tokens")
-        return Completion(
-            prompt_tokens=int(prompt) if isinstance(prompt, int) else None,
-            cached_tokens=usage_cached_tokens(usage),
-            completion_tokens=int(completion) if isinstance(completion, int) else None,
-            ttft_s=ttft,
-            total_s=total,
+        return self.completion(
+            prompt=usage.get("prompt_tokens"),
+            cached=usage_cached_tokens(usage),
+            completion=usage.get("completion_tokens"),
+            ttft=ttft,
+            total=total,
             streamed=streamed,
+            max_tokens=max_tokens,
+            path=path,
         )
 
     def complete_ids(

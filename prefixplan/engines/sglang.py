@@ -118,16 +118,15 @@ class SGLangAdapter(EngineAdapter):
 
     def _finish(self, meta: Any, ttft: float, total: float, streamed: bool, max_tokens: int, path: str) -> Completion:
         meta = meta if isinstance(meta, Mapping) else {}
-        completion = _int(meta.get("completion_tokens"))
-        if completion is not None and completion > max_tokens:
-            raise self._too_many_tokens(completion, max_tokens, path)
-        return Completion(
-            prompt_tokens=_int(meta.get("prompt_tokens")),
-            cached_tokens=_int(meta.get("cached_tokens")),
-            completion_tokens=completion,
-            ttft_s=ttft,
-            total_s=total,
+        return self.completion(
+            prompt=meta.get("prompt_tokens"),
+            cached=meta.get("cached_tokens"),
+            completion=meta.get("completion_tokens"),
+            ttft=ttft,
+            total=total,
             streamed=streamed,
+            max_tokens=max_tokens,
+            path=path,
         )
 
     def tokenize_text(self, text: str) -> list[int] | None:

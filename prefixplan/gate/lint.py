@@ -55,11 +55,24 @@ class LintFinding:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
+SECRET_LIKE = ("request-id", "uuid", "long-number")
+"""Codes whose matched value may be a credential or a personal id: shown masked, never in full."""
+
+
+def shown(code: str, value: str) -> str:
+    """What a finding may print of a matched value: dates in full, everything id-like masked
+    (a recipe naming /proc/self/environ must not put a token into a CI annotation)."""
+    if code not in SECRET_LIKE:
+        return value
+    return f"{value[:4]}…({len(value)} chars)" if len(value) > 6 else "…" * len(value)
+
+
 def lint_text(
     text: str,
     *,
     part: str = "text",
     after: str = "",
+    after_tokens: int | None = None,
     prefix_start: int = 0,
     counter: TokenCounter | None = None,
     ignore: Sequence[str] = (),
@@ -70,19 +83,32 @@ def lint_text(
     Args:
         text: the part's text.
         part: a label for messages (``system``, ``tool[2] parts/x.json``, ...).
-        after: the rest of the prefix after this part (adds to each finding's cost).
+        after: the rest of the prefix after this part (adds to each finding's cost) ...
+        after_tokens: ... or its token count, when the caller knows it (linear for big prefixes).
         prefix_start: character offset of this part inside the whole prefix.
         counter: a token counter (``len(tokenizer.encode(s))``); else chars/4, approximate.
         ignore: lint codes to skip.
         first_line: line number of the text's first line in its file (chunks).
     """
     findings = []
+    tail_tokens, tail_exact = (after_tokens, counter is not None) if after_tokens is not None else (0, True)
+    line, line_start, pos = 1, 0, 0  # running line count: each finding costs only the text since the last one
     for s, e, code, what in find_dynamic(text):
         if code in ignore:
             continue
-        line, col = line_col(text, s)
-        cost, exact = estimate_tokens(text[s:] + after, counter)
+        newlines = text.count("\n", pos, s)
+        if newlines:
+            line += newlines
+            line_start = text.rfind("\n", pos, s) + 1
+        pos = s
+        col = s - line_start + 1
+        if after_tokens is None:
+            cost, exact = estimate_tokens(text[s:] + after, counter)
+        else:
+            own, exact = estimate_tokens(text[s:], counter)
+            cost, exact = own + tail_tokens, exact and tail_exact
         approx = "" if exact else "~"
+        value = shown(code, text[s:e])
         findings.append(
             LintFinding(
                 code=code,
@@ -91,9 +117,9 @@ def lint_text(
                 column=col,
                 offset=s,
                 prefix_offset=prefix_start + s,
-                match=text[s:e],
+                match=value,
                 message=(
-                    f"{what} {text[s:e]!r} in {part} changes between requests: the "
+                    f"{what} {value!r} in {part} changes between requests: the "
                     f"{approx}{cost} tokens after it are recomputed every time; move it to the end "
                     "of the prompt (after the cached prefix) or remove it"
                 ),
@@ -113,15 +139,20 @@ def lint_prefix(
 ) -> list[LintFinding]:
     """Lint the ordered ``(label, text)`` parts of one prefix; costs count the later parts too."""
     findings: list[LintFinding] = []
+    # Tokens of everything after each part, summed from the end: linear in the prefix's size
+    # (joining the rest of the prefix for every part was quadratic on big chunked documents).
+    sizes = [estimate_tokens(text, counter)[0] for _, text in parts]
+    after_tokens = [0] * len(parts)
+    for i in range(len(parts) - 2, -1, -1):
+        after_tokens[i] = after_tokens[i + 1] + sizes[i + 1]
     start = 0
     for i, (label, text) in enumerate(parts):
-        after = "".join(t for _, t in parts[i + 1 :])
         fl = first_lines[i] if first_lines else 1
         findings.extend(
             lint_text(
                 text,
                 part=label,
-                after=after,
+                after_tokens=after_tokens[i],
                 prefix_start=start,
                 counter=counter,
                 ignore=ignore,

@@ -39,14 +39,17 @@ def chunk_text(text: str, by: str = "none", max_chars: int | None = None) -> lis
     bounds = starts + [len(text)]
     pieces = [(bounds[i], text[bounds[i] : bounds[i + 1]]) for i in range(len(starts))]
     if max_chars:
+        # Cut by offsets into ``text`` (slicing the rest of a piece at every cut copied it again
+        # and again: quadratic on a big document).
         split: list[tuple[int, str]] = []
         for start, piece in pieces:
-            while len(piece) > max_chars:
-                cut = piece.rfind("\n", 0, max_chars) + 1
-                if cut <= 0:
-                    cut = max_chars
-                split.append((start, piece[:cut]))
-                start, piece = start + cut, piece[cut:]
-            split.append((start, piece))
+            end = start + len(piece)
+            while end - start > max_chars:
+                cut = text.rfind("\n", start, start + max_chars) + 1
+                if cut <= start:
+                    cut = start + max_chars
+                split.append((start, text[start:cut]))
+                start = cut
+            split.append((start, text[start:end]))
         pieces = split
     return [(s, p) for s, p in pieces if p] or [(0, text)]

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prefixplan.core import yamlsafe
 from prefixplan.errors import InputError, UsageError
 from prefixplan.keys import SCHEME, CacheKey, is_content_hash, parse_key
 
@@ -101,7 +102,7 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
     import yaml
 
     try:
-        doc = yaml.safe_load(text) if text.strip() else {}
+        doc = yamlsafe.load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise InputError(f"{where}: invalid YAML: {exc}", hint="regenerate it with `prefixplan lock`") from exc
     if doc is None:

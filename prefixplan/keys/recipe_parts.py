@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from prefixplan.core import yamlsafe
 from prefixplan.keys.chunking import chunk_text
-from prefixplan.keys.recipe_model import CHUNK_MODES, Part
+from prefixplan.keys.recipe_model import CHUNK_MODES, Part, display_path
 from prefixplan.keys.recipe_yaml import RecipeContext
 
 
@@ -24,15 +25,13 @@ def parse_duration(value: Any) -> int:
     return int(seconds)
 
 
-def _line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
 def _read(ctx: RecipeContext, base: Path, rel: Any, path: str) -> tuple[Path, bytes] | None:
     if not isinstance(rel, str) or not rel.strip():
         ctx.err(path, "expected a file path")
         return None
-    p = (base / rel).resolve() if not Path(rel).is_absolute() else Path(rel)
+    p = (base / rel).resolve()  # an absolute rel replaces base; symlinks are followed
+    if not _confined(ctx, p, rel, path):
+        return None
     if not p.is_file():
         ctx.err(path, f"file not found: {rel}")
         return None
@@ -41,6 +40,20 @@ def _read(ctx: RecipeContext, base: Path, rel: Any, path: str) -> tuple[Path, by
     except OSError as exc:
         ctx.err(path, f"cannot read {rel}: {exc.strerror}")
         return None
+
+
+def _confined(ctx: RecipeContext, resolved: Path, rel: str, path: str) -> bool:
+    """Parts must live under the repository (or the recipe's directory outside one): a recipe
+    naming ``../../etc/passwd`` or ``/proc/self/environ`` would lock and lint a file that is not
+    the team's prompt, and the lint would print what it matched."""
+    if resolved.is_relative_to(ctx.root):
+        return True
+    ctx.err(
+        path,
+        f"{rel} is outside {display_path(ctx.root)} (after resolving links); "
+        "recipe parts must live in the recipe's repository",
+    )
+    return False
 
 
 def check_keys(ctx: RecipeContext, obj: dict[str, Any], allowed: Iterable[str], path: str) -> None:
@@ -103,7 +116,7 @@ def tool_part(ctx: RecipeContext, base: Path, value: Any, path: str, i: int) -> 
         import yaml
 
         try:
-            obj = yaml.safe_load(data)
+            obj = yamlsafe.load(data)
         except yaml.YAMLError as exc:
             ctx.err(path, f"invalid YAML in {value}: {exc}")
             return None
@@ -149,6 +162,10 @@ def document_parts(ctx: RecipeContext, base: Path, value: Any, path: str, start_
         if not matches:
             ctx.err(f"{path}.glob", f"no files match {pattern}")
             return []
+        outside = [p for p in matches if not p.resolve().is_relative_to(ctx.root)]
+        if outside:
+            _confined(ctx, outside[0].resolve(), outside[0].relative_to(base).as_posix(), f"{path}.glob")
+            return []
         files.extend((p.relative_to(base).as_posix(), p.resolve()) for p in matches)
     parts: list[Part] = []
     for rel, p in files:
@@ -162,7 +179,10 @@ def document_parts(ctx: RecipeContext, base: Path, value: Any, path: str, start_
             ctx.err(path, f"{rel}: not UTF-8 text, cannot chunk (use chunk: none)")
             return []
         pieces = chunk_text(text, chunk, max_chars)
+        line, prev = 1, 0  # running line number: counting from the start for every chunk was quadratic
         for k, (off, piece) in enumerate(pieces):
+            line += text.count("\n", prev, off)
+            prev = off
             parts.append(
                 Part(
                     "document",
@@ -170,7 +190,7 @@ def document_parts(ctx: RecipeContext, base: Path, value: Any, path: str, start_
                     f"{rel}#chunk{k}",
                     piece.encode("utf-8"),
                     p,
-                    _line_of(text, off),
+                    line,
                 )
             )
     return parts

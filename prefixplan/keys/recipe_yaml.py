@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefixplan.core import yamlsafe
 from prefixplan.errors import RecipeError
 from prefixplan.keys.recipe_model import display_path
 
@@ -18,7 +19,7 @@ def line_map(text: str, where: str) -> dict[str, int]:
     import yaml
 
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yamlsafe.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -50,6 +51,16 @@ def line_map(text: str, where: str) -> dict[str, int]:
     return lines
 
 
+def confinement_root(recipe_file: Path) -> Path:
+    """The directory a recipe's parts must live under: the enclosing git repository's root (the
+    nearest ancestor holding ``.git``), else the recipe file's own directory. Symlinks resolved."""
+    here = Path(recipe_file).resolve().parent
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return here
+
+
 _PARENT = re.compile(r"(\.[^.\[]+|\[\d+\])$")
 
 
@@ -72,6 +83,7 @@ class RecipeContext:
     def __init__(self, file: Path, lines: dict[str, int]) -> None:
         self.file = file
         self.where = display_path(file)
+        self.root = confinement_root(file)
         self.lines = lines
         self.errors: list[tuple[str, str]] = []
 

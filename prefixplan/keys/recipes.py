@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prefixplan.core import yamlsafe
 from prefixplan.errors import RecipeError
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS, NAME_RE
 from prefixplan.keys.chunking import chunk_text
@@ -159,7 +160,7 @@ def parse_recipe_text(text: str, file: Path) -> list[Recipe]:
     lines = line_map(text, where)
     ctx = RecipeContext(file, lines)
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlsafe.load(text)
     except yaml.YAMLError as exc:  # pragma: no cover - compose already caught it
         raise RecipeError(f"{where}: invalid YAML: {exc}") from exc
     if not isinstance(doc, dict):

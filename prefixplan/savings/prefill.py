@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from prefixplan.core import yamlsafe
 from prefixplan.errors import InputError, UsageError
 
 
@@ -177,7 +178,7 @@ def load_profile_file(path: str | Path) -> PrefillProfile:
     if not p.is_file():
         raise InputError(f"prefill profile {p}: file not found", hint=_PROFILE_HINT)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yamlsafe.load(p.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"prefill profile {p}: cannot read ({exc})") from None
     except yaml.YAMLError as exc:

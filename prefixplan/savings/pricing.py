@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from prefixplan.core import yamlsafe
 from prefixplan.errors import InputError, UsageError
 
 
@@ -36,11 +37,11 @@ def load_prices(override: str | Path | None = None) -> dict[str, Any]:
     import yaml
 
     text = resources.files("prefixplan").joinpath("data/prices.yaml").read_text(encoding="utf-8")
-    table = yaml.safe_load(text)
+    table = yamlsafe.load(text)
     if override is not None:
         path = Path(override)
         try:
-            extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            extra = yamlsafe.load(path.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise InputError(f"cannot read price file {path}: {exc}") from None
         if not isinstance(extra, dict):

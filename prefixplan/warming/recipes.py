@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from prefixplan.analysis.record import TokenizerInfo
+from prefixplan.core import yamlsafe
 from prefixplan.errors import TokenizerError, UsageError
 from prefixplan.keys.recipes import Recipe, display_path
 from prefixplan.warming.plan import WarmCandidate, WarmSource
@@ -56,9 +57,7 @@ class RenderedRecipe:
 def _tool_schema(data: bytes, path: Path | None, where: str) -> dict[str, Any]:
     text = data.decode("utf-8")
     if path is not None and path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        obj = yaml.safe_load(text)
+        obj = yamlsafe.load(text)
     else:
         obj = json.loads(text)
     if not isinstance(obj, dict):

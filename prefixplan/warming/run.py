@@ -107,6 +107,17 @@ class FormResolver:
             return self._cache[item.rank]
 
 
+def impossible_evidence(cached: int | None, prompt_len: int | None, what: str) -> str | None:
+    """Why a reported cached count cannot be true, or None. An engine never reuses a prompt's last
+    token, so a request of ``n`` tokens has at most ``n - 1`` cached: a full (or larger) hit is a
+    server that reports what it did not do."""
+    if cached is None or prompt_len is None:
+        return None
+    if cached > max(prompt_len - 1, 0):
+        return f"the {what} of {prompt_len} tokens reported {cached} cached (at most {max(prompt_len - 1, 0)} can be)"
+    return None
+
+
 def _warm_one(
     rep: Replica, item: WarmItem, options: WarmOptions, plan_block: int, forms: FormResolver | None = None
 ) -> ItemResult:
@@ -135,6 +146,7 @@ def _warm_one(
         return with_retries(fn, retries=options.retries, backoff=options.backoff)
 
     warm: Completion | None = None
+    warm_ids: list[int] = []
     via = "chat" if options.via == "chat" or rep.via_chat else "ids"
     fallback = ""
     if via == "ids":
@@ -213,6 +225,18 @@ def _warm_one(
     started = replace(
         base, cold_ttft_s=warm.ttft_s, warm_ttft_s=probe.ttft_s, cached_at_warmup=warm.cached_tokens, via=via
     )
+    warm_len = len(warm_ids) if via == "ids" else warm.prompt_tokens
+    impossible = impossible_evidence(warm.cached_tokens, warm_len, "warm-up") or impossible_evidence(
+        probe.cached_tokens, probe_len, "probe"
+    )
+    if impossible:
+        return replace(
+            started,
+            status="failed",
+            cached_tokens=probe.cached_tokens,
+            method="usage",
+            error=f"{rep.endpoint.label}: impossible evidence, not a verification: {impossible}",
+        )
     if probe.cached_tokens is not None:
         if probe.cached_tokens >= expected:
             return replace(started, status="verified", cached_tokens=probe.cached_tokens, method="usage")

@@ -142,10 +142,10 @@ def warm(
     from prefixplan.warming.source import endpoints_from_options
 
     profile = resolve_profile(req.profile, req.db) if req.profile else None
+    endpoints = endpoints_from_options(req.endpoints, req.endpoints_file, req.api_key_env)  # validated first
     plan = build_plan(req)
     if req.dry_run:
         return WarmOutcome(plan=plan, profile=profile)
-    endpoints = endpoints_from_options(req.endpoints, req.endpoints_file, req.api_key_env)
     if not endpoints:
         raise UsageError("no endpoint given", hint="pass --endpoint URL (repeatable) or --endpoints FILE")
 

@@ -17,12 +17,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, TokenizerInfo, load_record
+from prefixplan.core import yamlsafe
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import InputError, PrefixplanError, UsageError
 from prefixplan.keys import parse_key_ref
 from prefixplan.warming.plan import WarmCandidate, WarmSource
 
 _SECRET_FIELDS = ("api_key", "apikey", "token", "password", "authorization")
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "password", "cookie", "session", "credential")
+
+
+def secret_header(name: str) -> bool:
+    """True for a header that carries credentials (Authorization, X-Api-Key, Cookie, ...)."""
+    low = name.lower()
+    return any(word in low for word in _SECRET_HEADER_WORDS)
 
 
 def candidate_from_record(
@@ -165,7 +173,7 @@ def load_endpoints(path: str | Path, *, default_api_key_env: str | None = None) 
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yamlsafe.load(p.read_text(encoding="utf-8"))
     except OSError as err:
         raise InputError(f"{p}: cannot read endpoints file: {err}") from None
     except yaml.YAMLError as err:
@@ -186,8 +194,12 @@ def load_endpoints(path: str | Path, *, default_api_key_env: str | None = None) 
         headers = r.get("headers") or {}
         if not isinstance(headers, dict):
             raise InputError(f"{where}.headers: expected a mapping")
-        if any(k.lower() == "authorization" for k in headers):
-            raise InputError(f"{where}.headers.Authorization: use api_key_env instead of a literal header")
+        for name in headers:
+            if secret_header(str(name)):
+                raise InputError(
+                    f"{where}.headers.{name}: credentials do not belong in files",
+                    hint="put the value in an environment variable and name it with api_key_env: ENV_VAR_NAME",
+                )
         verify = r.get("verify_tls", True)
         if not isinstance(verify, (bool, str)):
             raise InputError(f"{where}.verify_tls: expected true, false or a CA bundle path")
@@ -202,5 +214,5 @@ def load_endpoints(path: str | Path, *, default_api_key_env: str | None = None) 
                 )
             )
         except UsageError as err:
-            raise InputError(f"{where}: {err}") from None
+            raise InputError(f"{where}.url: {err}", hint=err.hint) from None
     return out
