@@ -19,6 +19,7 @@ if [ "$ready" = 0 ] && [ "${PREFIXPLAN_REQUIRE_LIVE:-0}" = 1 ]; then
   echo "live: PREFIXPLAN_REQUIRE_LIVE=1 and the live environment is not available"
   exit 1
 fi
+bash scripts/setup_redis.sh   # the gateway's shared-state test starts a real redis-server
 rm -f test-artifacts/live-summary.json
 python -m pytest -q -m live -p no:cacheprovider tests/live
 status=$?
