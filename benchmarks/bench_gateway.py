@@ -41,16 +41,19 @@ ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are the Acme support assistant. " + " ".join(f"Policy {i}: be precise." for i in range(120))
 
 BARE_PROXY = """
-import httpx, os
+import contextlib, httpx, os
 from starlette.applications import Starlette
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 UP = os.environ["BENCH_UPSTREAM"]
 client = None
-async def startup():
+@contextlib.asynccontextmanager
+async def lifespan(app):
     global client
     client = httpx.AsyncClient(base_url=UP, timeout=300,
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=256))
+    yield
+    await client.aclose()
 async def proxy(request):
     body = await request.body()
     req = client.build_request("POST", request.url.path, content=body, headers={"content-type": "application/json"})
@@ -66,7 +69,7 @@ async def proxy(request):
     content = await resp.aread()
     await resp.aclose()
     return Response(content, status_code=resp.status_code, media_type="application/json")
-app = Starlette(routes=[Route("/v1/chat/completions", proxy, methods=["POST"])], on_startup=[startup])
+app = Starlette(routes=[Route("/v1/chat/completions", proxy, methods=["POST"])], lifespan=lifespan)
 """
 
 STUB_UPSTREAM = """

@@ -21,6 +21,8 @@ def serve(config: GatewayConfig, *, host: str = "127.0.0.1", port: int = 8080, l
 
     from prefixplan.gateway.app import create_app
 
+    for noisy in ("httpx", "httpcore"):  # one line per forwarded request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.WARNING), format="%(levelname)s %(name)s: %(message)s"
     )
