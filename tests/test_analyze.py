@@ -221,3 +221,28 @@ def test_emit_recipes_puts_found_prefixes_under_the_gate(tmp_path):
     assert system_file.read_text() == SYSTEM
     system_file.write_text(SYSTEM.replace("Acme", "Acme Corp", 1))
     assert main(["check", "--recipes", str(out), "--lock", str(lock)]) == 1
+
+
+def test_emit_then_lock_on_the_same_store_is_one_version(tmp_path):
+    """analyze registers name@v1 with the hash a recipe of the same parts has; locking the emitted
+    recipe in the same store finds that version instead of conflicting with it."""
+    from prefixplan.core.hashes import content_hash
+    from prefixplan.store import open_store
+
+    log = _write(tmp_path / "log.jsonl", [_chat(f"q{i}", f"u{i}") for i in range(4)])
+    out, db, rec = tmp_path / "recipes", str(tmp_path / "pp.db"), tmp_path / "a.json"
+    assert main(["analyze", str(log), "--db", db, "-q", "--emit-recipes", str(out), "--json", str(rec)]) == 0
+    keyed = [c for c in json.loads(rec.read_text())["candidates"] if c["key"]]
+    assert keyed
+    tools = [json.dumps(t, ensure_ascii=False).encode() for t in TOOLS]
+    expected = content_hash([("system", SYSTEM.encode()), *(("tool", t) for t in tools)])
+    assert {c["content_hash"] for c in keyed if c["label"] == "system+tools"} == {expected}
+    lock = tmp_path / "prefixplan.lock"
+    assert main(["lock", "--recipes", str(out), "--lock", str(lock), "--db", db]) == 0
+    assert main(["check", "--recipes", str(out), "--lock", str(lock)]) == 0
+    with open_store(db) as store:
+        for c in keyed:
+            name = c["name"]
+            (only,) = store.versions(name)  # lock added no second version under the name
+            assert f"{name}@v{only.version}" == c["key"] and only.content_hash == c["content_hash"]
+            assert only.token_hash == c["token_hash"]  # the exact tokens stay with it, for warm

@@ -320,3 +320,72 @@ def test_repository_recipes_match_committed_lock(monkeypatch: pytest.MonkeyPatch
     res = run_check("recipes", "prefixplan.lock", diff_ref=None, fail_on="warning")
     assert res.exit_code == ExitCode.OK, res.findings
     assert res.keys == ("nimbus-manual-rag@v2", "relay-agent@v1", "support-bot@v3")
+
+
+# -- lock as one transaction (store and lock file agree after any failure) ----------------------
+
+
+def _state(repo: Path, db: Path) -> tuple[str, dict[int, str]]:
+    with open_store(db) as s:
+        return (repo / "prefixplan.lock").read_text(), {v.version: v.status for v in s.versions("support-bot")}
+
+
+def test_a_failed_lock_write_registers_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefixplan.errors import UsageError
+
+    db = repo / "pp.db"
+    with open_store(db) as s:
+        lock_recipes("recipes", "prefixplan.lock", store=s)
+    before = _state(repo, db)
+    _bump(repo / "recipes/support-bot.yaml")
+
+    def refuse(*_a: object, **_k: object) -> str:
+        raise UsageError("cannot write prefixplan.lock: No space left on device")
+
+    monkeypatch.setattr("prefixplan.gate.lock.write_lock", refuse)
+    with open_store(db) as s, pytest.raises(UsageError, match="No space left"):
+        lock_recipes("recipes", "prefixplan.lock", store=s)
+    assert _state(repo, db) == before  # no support-bot@v4 burned, v3 still active (its retention not started)
+    monkeypatch.undo()
+    monkeypatch.chdir(repo)
+    with open_store(db) as s:  # the retry after fixing the disk simply works
+        assert lock_recipes("recipes", "prefixplan.lock", store=s).added == ("support-bot@v4",)
+    assert _state(repo, db)[1] == {3: "superseded", 4: "active"}
+
+
+def test_a_failed_store_write_puts_the_old_lock_back(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefixplan.errors import StoreError
+    from prefixplan.store.versions import VersionsMixin
+
+    db = repo / "pp.db"
+    with open_store(db) as s:
+        lock_recipes("recipes", "prefixplan.lock", store=s)
+    before = _state(repo, db)
+    _bump(repo / "recipes/support-bot.yaml")
+    (repo / "recipes/relay.yaml").write_text(
+        "prefixes:\n  - name: zz-last\n    version: 1\n    system: registered after support-bot\n"
+    )
+    real = VersionsMixin.record_version
+
+    def fail_on_last(self, name, **kw):  # type: ignore[no-untyped-def]
+        if name == "zz-last":
+            raise StoreError(f"{self.path}: write failed: database or disk is full")
+        return real(self, name, **kw)
+
+    monkeypatch.setattr(VersionsMixin, "record_version", fail_on_last)
+    with open_store(db) as s, pytest.raises(StoreError, match="disk is full"):
+        lock_recipes("recipes", "prefixplan.lock", store=s)
+    # support-bot@v4 was registered before the failure, in the same transaction: rolled back
+    assert _state(repo, db) == before
+
+
+def test_lock_cleans_temp_files_a_killed_lock_left(repo: Path) -> None:
+    import os
+
+    stale = repo / ".prefixplan.lock.k1ll3d.tmp"
+    fresh = repo / ".prefixplan.lock.wr1t1ng.tmp"  # a concurrent lock's, still being written
+    for f in (stale, fresh):
+        f.write_text("partial")
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
+    lock_recipes("recipes", "prefixplan.lock")
+    assert not stale.exists() and fresh.exists()

@@ -8,18 +8,23 @@ user-authored text (user, assistant, tool results, documents) only with ``show_u
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixplan.analysis.candidates import Candidate
 from prefixplan.analysis.radix import RadixTree
 from prefixplan.analysis.record import CandidatePart, CandidateRecord, ExampleRef
-from prefixplan.core.hashes import token_hash
+from prefixplan.core.hashes import content_hash, token_hash
 from prefixplan.core.types import Chunk, Request, Segment
 from prefixplan.render.spans import message_text
 
 PREVIEW_CHARS = 80
 LINEAGE_HEAD_CHARS = 2000
+PART_BYTES_BUDGET = 64 * 2**20
+"""Bytes of system texts and tool schemas kept (first seen first) to hash candidates the way a
+recipe of the same parts hashes (:func:`part_content_hash`)."""
+NAMED_LABELS = ("system", "tools", "system+tools")
 _TEXT_KINDS = ("system", "user", "assistant", "tool_result")
 
 
@@ -43,6 +48,8 @@ class Previews:
     def __init__(self) -> None:
         self.previews: dict[str, tuple[str, str, int]] = {}  # text hash -> (role, preview, chars)
         self.heads: dict[str, str] = {}  # system text hash -> its first LINEAGE_HEAD_CHARS chars
+        self.part_data: dict[str, bytes] = {}  # system/tool text hash -> the part's recipe bytes
+        self.part_bytes = 0
 
     def remember(self, req: Request, segments: Sequence[Segment]) -> None:
         messages = req.messages or ()
@@ -51,12 +58,45 @@ class Previews:
                 continue
             if seg.kind == "tool":
                 self.previews[seg.text_hash] = ("tool", seg.name or "tool", 0)
+                tools = req.tools or ()
+                if seg.index < len(tools):
+                    self._keep(seg.text_hash, json.dumps(tools[seg.index], ensure_ascii=False).encode("utf-8"))
             elif seg.kind in _TEXT_KINDS and seg.index < len(messages):
                 msg = messages[seg.index]
                 text = message_text(msg.get("content"))
                 self.previews[seg.text_hash] = (str(msg.get("role")), short(text), len(text))
                 if seg.kind == "system":
                     self.heads[seg.text_hash] = text[:LINEAGE_HEAD_CHARS]
+                    self._keep(seg.text_hash, text.encode("utf-8"))
+
+    def _keep(self, text_hash: str, data: bytes) -> None:
+        if self.part_bytes + len(data) <= PART_BYTES_BUDGET:
+            self.part_data[text_hash] = data
+            self.part_bytes += len(data)
+
+
+def part_content_hash(
+    label: str, segments: Sequence[tuple[str, int, int, str | None]], info: RequestInfo, previews: Previews
+) -> str | None:
+    """The ``pp1`` content hash of a system/tools prefix over the bytes a recipe of the same
+    parts holds: the system text (UTF-8) and each covered tool schema as
+    ``json.dumps(tool, ensure_ascii=False)`` (what ``analyze --emit-recipes`` writes), so the
+    version analyze registers and the one ``lock`` registers for the emitted recipe agree.
+    ``None`` when the label is not system/tools or a part's bytes were not kept."""
+    if label not in NAMED_LABELS:
+        return None
+    system: list[tuple[str, bytes]] = []
+    tools: list[tuple[str, bytes]] = []
+    for kind, start, _end, _name in segments:  # token order: templates may render tools first
+        if kind not in ("system", "tool") or (kind == "system" and ("system" not in label or system)):
+            continue
+        seg = next((s for s in info.segments if s.start == start and s.kind == kind), None)
+        data = previews.part_data.get(seg.text_hash) if seg is not None else None
+        if data is None:
+            return None
+        (system if kind == "system" else tools).append((kind, data))
+    parts = system + tools  # a recipe's order
+    return content_hash(parts) if parts else None
 
 
 def short(text: str) -> str:
@@ -117,6 +157,7 @@ def candidate_record(
         parts=tuple(parts),
         system_head=system_head,
         example=ExampleRef(info.source, info.line_no),
+        content_hash=part_content_hash(c.label, c.segments, info, previews) if shared_enough else None,
     )
 
 

@@ -166,6 +166,7 @@ class CandidateRecord:
     parts: tuple[CandidatePart, ...] = ()
     system_head: str | None = field(default=None, repr=False)
     example: ExampleRef | None = None
+    content_hash: str | None = None  # pp1 over the recipe bytes of its system/tool parts
 
     @property
     def tool_names(self) -> list[str]:
@@ -198,6 +199,7 @@ class CandidateRecord:
             "parts": [p.to_json() for p in self.parts],
             "system_head": self.system_head,
             "example": self.example.to_json() if self.example else None,
+            "content_hash": self.content_hash,
         }
 
     @classmethod
@@ -247,6 +249,7 @@ class CandidateRecord:
             parts=tuple(parts),
             system_head=_field(where, data, "system_head", str, optional=True),
             example=example,
+            content_hash=_field(where, data, "content_hash", str, optional=True),
         )
 
 

@@ -55,6 +55,37 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+STALE_TEMP_SECONDS = 600.0
+
+
+def clean_stale_temps(path: str | Path, *, now: float | None = None, older_than: float = STALE_TEMP_SECONDS) -> int:
+    """Remove ``.<name>.*.tmp`` files that :func:`atomic_write_bytes` left beside ``path`` when its
+    process was killed mid-write; only files older than ``older_than`` seconds, so a concurrent
+    writer's temp file is left alone. Returns how many were removed."""
+    import time
+
+    path = Path(path)
+    cutoff = (time.time() if now is None else now) - older_than
+    removed = 0
+    try:
+        leftovers = list(path.parent.glob(f".{glob_escape(path.name)}.*.tmp"))
+    except OSError:
+        return 0
+    for tmp in leftovers:
+        with contextlib.suppress(OSError):
+            if tmp.is_file() and tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+                removed += 1
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob metacharacters escaped."""
+    import glob
+
+    return glob.escape(name)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prefixplan.core.fileio import clean_stale_temps
 from prefixplan.errors import KeyConflictError
 from prefixplan.gate.findings import LockResult
 from prefixplan.keys.lockfile import LockEntry, read_lock, render_lock, write_lock
@@ -37,6 +38,16 @@ def lock_entry(recipe: Recipe, lock_dir: Path) -> LockEntry:
         pin=recipe.pin,
         parts=tuple((p.ident, p.hash) for p in recipe.parts),
     )
+
+
+def _restore(lock_p: Path, previous: str | None) -> None:
+    """Put the lock back as it was before this run (remove it when there was none)."""
+    from prefixplan.core.fileio import atomic_write_text
+
+    if previous is None:
+        lock_p.unlink(missing_ok=True)
+    else:
+        atomic_write_text(lock_p, previous)
 
 
 def lock_recipes(
@@ -87,25 +98,35 @@ def lock_recipes(
     new_keys = {str(e.key) for e in entries}
     old_keys = set(lock.entries)
     text = render_lock(entries)
+    clean_stale_temps(lock_p)  # left by a lock killed while writing (file times are wall-clock)
     current = lock_p.read_text(encoding="utf-8") if lock_p.exists() else None
-    registered = []
-    if store is not None:  # register first: a store conflict leaves the lock untouched
-        for r in recipes:
-            rec = store.record_version(
-                r.name,
-                version=r.version,
-                content_hash=r.content_hash,
-                kind=recipe_kind(r),
-                source=f"recipe:{_rel_to(r.file, lock_dir)}",
-                namespace=r.model,
-                retain_seconds=r.retain,
-                pinned=r.pin,
-                now=now,
-            )
-            registered.append(str(rec.key))
     written = current != text
+    # The lock is written first (atomically) and the store registers every version in one
+    # transaction after it; when the store fails, the old lock is put back. Either both say
+    # bot@v2 or neither does: a failed lock never burns a version or starts v1's retention.
     if written:
         write_lock(lock_p, entries)
+    registered = []
+    try:
+        if store is not None:
+            with store.write():
+                for r in recipes:
+                    rec = store.record_version(
+                        r.name,
+                        version=r.version,
+                        content_hash=r.content_hash,
+                        kind=recipe_kind(r),
+                        source=f"recipe:{_rel_to(r.file, lock_dir)}",
+                        namespace=r.model,
+                        retain_seconds=r.retain,
+                        pinned=r.pin,
+                        now=now,
+                    )
+                    registered.append(str(rec.key))
+    except BaseException:
+        if written:
+            _restore(lock_p, current)
+        raise
     return LockResult(
         path=lock_p,
         written=written,
