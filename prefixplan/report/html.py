@@ -117,7 +117,8 @@ h3{font-size:15px;margin:16px 0 6px}.sub,.note{color:var(--muted)}.note{font-siz
 .card .s{color:var(--muted);font-size:12px;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:6px 0;max-width:100%}th,td{padding:3px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{white-space:nowrap}td.r{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.preview{max-width:520px;font-size:12.5px;overflow-wrap:anywhere}table.kv td{overflow-wrap:anywhere}
+td.preview{max-width:520px;font-size:12.5px;overflow-wrap:anywhere}#prefixes table,#breakers table,#diff table{width:100%}
+@media (max-width:900px){body{padding:16px}th,td{padding:3px 5px}}table.kv td{overflow-wrap:anywhere}
 tr.withheld td.preview{color:var(--muted);font-style:italic}table.kv th{font-weight:500;color:var(--muted)}
 ol.actions{margin:6px 0;padding-left:26px}ol.actions li{margin:0 0 10px;padding:8px 12px;background:var(--card);border-radius:8px;
 border-left:4px solid var(--accent)}.a-title{font-weight:600;overflow-wrap:anywhere}.a-effect{color:var(--muted);font-size:13px;overflow-wrap:anywhere}

@@ -48,9 +48,11 @@ def reports(tmp_path_factory) -> dict:
     )
     again = d / "again.html"
     assert main(["report", str(rec_path), "--html", str(again)]) == 0
+    with_kv = d / "kv.html"  # KV memory in GB on the capacity axes
+    assert main(["report", str(rec_path), "--html", str(with_kv), "--model", "Llama-3.1-8B-Instruct"]) == 0
     record = json.loads(rec_path.read_text())
     assert record["simulation"]["curves"], "analyze records the simulation headline and its capacity curve"
-    return {"record": record, "from_report": again, "from_analyze": page}
+    return {"record": record, "from_report": again, "from_analyze": page, "with_kv": with_kv}
 
 
 def _assert_offline_and_clean(load, page: Path) -> None:
@@ -115,13 +117,14 @@ def test_plotted_data_equal_the_record(reports, open_page, driver):
     assert cards["in_batch"] == runs[record["simulation"]["in_batch"]]["hit_rate_tokens"]
     assert cards["persistent"] == runs[record["simulation"]["persistent"]]["hit_rate_tokens"]
     assert cards["headline"] == head["hit_rate_tokens"]
-    rows = js("""return Array.from(document.querySelectorAll('#prefixes tbody tr')).map(r => ({
+    rows = js("""return Array.from(document.querySelectorAll('#prefixes tbody tr[data-rank]')).map(r => ({
         rank: +r.dataset.rank, length: +r.dataset.length, hits: +r.dataset.hits, withheld: r.dataset.withheld === 'true',
         cells: Array.from(r.cells).map(c => c.textContent)}));""")
+    shared = [c for c in record["candidates"] if not c["withheld"]]
     assert [(r["rank"], r["length"], r["hits"], r["withheld"]) for r in rows] == [
-        (c["rank"], c["length"], c["hits"], c["withheld"]) for c in record["candidates"]
+        (c["rank"], c["length"], c["hits"], False) for c in shared
     ]
-    for r, c in zip(rows, record["candidates"], strict=False):
+    for r, c in zip(rows, shared, strict=True):
         assert r["cells"][2] == f"{c['length']:,}" and r["cells"][5] == f"{c['reusable_tokens']:,}"
     # the embedded JSON is what was drawn
     data = js("return JSON.parse(document.getElementById('pp-data').textContent)")
@@ -159,6 +162,9 @@ def test_withheld_prefixes_show_no_text(reports, open_page, driver):
     open_page(reports["from_analyze"])
     text = driver.find_element("tag name", "body").text
     assert f"min_tenants = {record['privacy']['min_tenants']}" in text
+    # the withheld prefixes are one grouped row: how many and their tokens, no text of theirs
     rows = driver.execute_script("""return Array.from(document.querySelectorAll('#prefixes tbody tr[data-withheld=true]'))
-        .map(r => r.cells[r.cells.length - 1].textContent)""")
-    assert len(rows) == len(withheld) and all(r.startswith("withheld:") for r in rows)
+        .map(r => ({count: +r.dataset.withheldCount, reusable: +r.dataset.reusable, text: r.textContent}))""")
+    assert len(rows) == 1
+    assert rows[0]["count"] == len(withheld) and rows[0]["reusable"] == sum(c["reusable_tokens"] for c in withheld)
+    assert f"{len(withheld)} single-user prefixes withheld" in rows[0]["text"]
