@@ -13,6 +13,7 @@ Detection is per line (a file may mix shapes); see docs/logs.md for the rules:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prefixplan.core.types import Request
@@ -116,6 +117,10 @@ def check_message(i: int, msg: Any) -> None:
         for j, part in enumerate(content):
             if not isinstance(part, dict):
                 raise BadLine(f"wrong type: message {i} content part {j} is {jtype(part)}, expected object")
+            if part.get("type", "text") == "text" and "text" in part and not isinstance(part["text"], str):
+                raise BadLine(
+                    f"wrong type: message {i} content part {j} text is {jtype(part['text'])}, expected string"
+                )
     elif content is None:
         if role != "assistant" or not (
             msg.get("tool_calls") or msg.get("function_call") or msg.get("reasoning_content")
@@ -254,6 +259,12 @@ def _completion(env: Envelope, ctx: LineContext, label: str, kind: str) -> list[
 # ---------------------------------------------------------------- mooncake
 
 
+def _clip(n: int) -> str:
+    """An integer as a message shows it (a 400-digit number would fill the terminal)."""
+    text = str(n)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
+
+
 def _mooncake(env: Envelope, ctx: LineContext, label: str) -> Request:
     body = env.body
     hash_ids = body.get("hash_ids")
@@ -264,11 +275,16 @@ def _mooncake(env: Envelope, ctx: LineContext, label: str) -> Request:
     for k, h in enumerate(hash_ids):
         if not isinstance(h, int) or isinstance(h, bool):
             raise BadLine(f"wrong type: hash_ids not ints (item {k} is {jtype(h)})")
+        if not 0 <= h < UINT32:  # block ids are uint32 in the trace (and in the radix tree)
+            raise BadLine(f"bad value: hash_ids[{k}] = {_clip(h)} is outside 0..4294967295")
     lengths = {}
     for key in ("input_length", "output_length"):
         value = body.get(key)
-        if value is not None and int_or_none(value) is None:
+        n = int_or_none(value) if value is not None else None
+        if value is not None and n is None:
             raise BadLine(f"wrong type: {key} is {jtype(value)}, expected integer")
+        if n is not None and not 0 <= n < 2**40:
+            raise BadLine(f"bad value: {key} = {_clip(n)} is outside 0..2^40")
         lengths[key] = value
     stamp = body.get("timestamp")
     time = None
@@ -279,8 +295,10 @@ def _mooncake(env: Envelope, ctx: LineContext, label: str) -> Request:
                 if isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
                 else timestamp_value(stamp)
             )
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             raise BadLine(f"bad timestamp: field 'timestamp': {exc}") from None
+        if time is not None and not math.isfinite(time):
+            raise BadLine(f"bad timestamp: field 'timestamp' is {time}")
     return Request(
         source=ctx.source,
         line_no=ctx.line_no,

@@ -38,6 +38,17 @@ class RawLine:
     size: int
 
 
+def _what(stream: object, exc: BaseException, lines: int) -> str:
+    """A corrupt stream's error, saying which compression its first bytes announced."""
+    kind = "gzip" if isinstance(stream, gzip.GzipFile) else "zstd" if "zstd" in type(stream).__module__ else None
+    detail = str(exc) or type(exc).__name__
+    if kind is None:
+        return detail
+    if lines == 0:
+        return f"the file starts with {kind}'s magic bytes but is not {kind} data ({detail})"
+    return f"{kind} data corrupt or truncated after line {lines} ({detail})"
+
+
 def _peekable(stream: BinaryIO) -> io.BufferedReader:
     if isinstance(stream, io.BufferedReader):
         return stream
@@ -111,10 +122,10 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int, chunk_bytes: int = CHUNK_B
         try:
             buf = read(chunk_bytes)
         except (EOFError, OSError, zlib.error) as exc:  # truncated or not really gzip after its magic bytes
-            raise CorruptInput(str(exc) or type(exc).__name__) from exc
+            raise CorruptInput(_what(stream, exc, line_no)) from exc
         except Exception as exc:  # zstandard.ZstdError and friends
             if type(exc).__name__ == "ZstdError":
-                raise CorruptInput(str(exc)) from exc
+                raise CorruptInput(_what(stream, exc, line_no)) from exc
             raise
         if not buf:
             break

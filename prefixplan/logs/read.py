@@ -405,6 +405,9 @@ def no_requests_error(errors: LineErrors, inputs: Sequence[str]) -> InputError:
     """The error for a non-empty input that gave no request: which formats prefixplan reads, and
     what the first lines looked like."""
     where = ", ".join(inputs) or "the input"
+    if errors.lines_read == 0 and errors.samples:  # nothing readable at all: say why
+        why = "; ".join(f"{s.source}:{s.line_no}: {s.reason}" for s in errors.samples[:3])
+        return InputError(f"no requests read from {where}: {why}", hint="check the file is what its name says")
     first = "; ".join(errors.first_lines)
     notes = "".join(
         f"; {source} was read as {info.reader} ({info.detected}): {'; '.join(info.notes)}"

@@ -116,5 +116,5 @@ def iter_prompts(
             failures.append(RenderFailure(req.source, req.line_no, str(exc)))
 
     yield from renderers.render_stream(requests, batch=source.render_batch, on_error=on_error)
-    if errors.requests_read == 0 and errors.lines_read > 0:
+    if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
         raise no_requests_error(errors, source.display)
