@@ -248,6 +248,12 @@ class FakeEngine:
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
             return self._send(h, 401, {"error": "unauthorized"})
         owned = {"vllm": "vllm", "sglang": "sglang"}.get(self.flavor, "someone")
+        if self.fault == "redirect":  # a load balancer that sends every request to another host
+            h.send_response(307)
+            h.send_header("Location", f"http://elsewhere.invalid:8443{path}?token=leaked-in-query")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
         if method == "GET" and path == "/v1/models" and self.fault == "endless_json":
             h.send_response(200)
             h.send_header("Content-Type", "application/json")

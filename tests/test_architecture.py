@@ -2,7 +2,7 @@
 ``prefixplan --help`` imports none of the heavy libraries.
 
 Layer order (docs/architecture.md): errors, core -> logs -> render -> analysis -> savings ->
-simulation -> keys -> store -> gate -> engines -> warming -> gateway -> report -> api -> cli. A module may import
+simulation -> keys -> store -> gate -> engines -> warming -> gateway -> report -> api -> cli (-> __main__). A module may import
 its own package and any package to its left; imports under ``if TYPE_CHECKING:`` and inside
 functions count too (a lazy import is still a dependency).
 """
@@ -36,6 +36,7 @@ LAYERS = (
     "report",
     "api",
     "cli",
+    "__main__",  # python -m prefixplan: the entry point above the CLI
 )
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["errors"] = RANK["core"] = 0  # one bottom layer: the error hierarchy and shared records

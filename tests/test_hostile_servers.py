@@ -111,3 +111,13 @@ def test_a_server_echoing_the_key_leaks_it_nowhere(tmp_path: Path, monkeypatch, 
     with sqlite3.connect(db) as conn:
         dump = "\n".join(conn.iterdump())
     assert secret not in dump
+
+
+def test_a_redirect_to_another_host_is_said_as_such(capsys) -> None:
+    with FakeEngine("vllm", fault="redirect") as fake:
+        code = main(["status", "--endpoint", fake.url, "--timeout", "5"])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == ExitCode.ENDPOINT, text
+    assert "HTTP 307" in text and "redirected to http://elsewhere.invalid:8443/v1/models" in text
+    assert "give the final URL" in text and "leaked-in-query" not in text and "malformed" not in text

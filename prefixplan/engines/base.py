@@ -231,6 +231,18 @@ class EngineAdapter:
         return self._error(f"request failed ({path}): {type(exc).__name__}: {exc}", kind="refused", retryable=True)
 
     def _check_status(self, resp: httpx.Response, path: str) -> None:
+        if 300 <= resp.status_code < 400:
+            from prefixplan.core.urls import display_url
+
+            where = resp.headers.get("location") or ""
+            target = display_url(str(resp.url.join(where))) if where else "an unnamed location"
+            raise self._error(
+                f"HTTP {resp.status_code} from {path}: redirected to {self.redact(target)}; redirects are not "
+                "followed (credentials would go to another host): give the final URL as the endpoint",
+                kind="http",
+                retryable=False,
+                status=resp.status_code,
+            )
         if resp.status_code < 400:
             return
         body = ""
