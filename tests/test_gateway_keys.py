@@ -285,3 +285,24 @@ def test_stats_reach_the_store(fleet, capsys: pytest.CaptureFixture[str]) -> Non
     shown = [r for r in json.loads(capsys.readouterr().out)["keys"] if r["key"] == "bot@v1"]
     assert sum(r["requests"] for r in shown) == 4
     assert sum(r["cached_tokens"] for r in shown) == sum(r.cached_tokens for r in rows)
+
+
+def test_a_locked_key_registered_with_other_content_refuses_the_start(tmp_path: Path) -> None:
+    import asyncio
+
+    from prefixplan.gateway.app import Gateway
+
+    db = str(tmp_path / "gw.db")
+    backend = SQLiteBackend(db)
+    parts = (WirePart("system", "someone else's support-bot@v3"),)
+    backend.register(KeyVersion("support-bot", 3, wire_hash(parts), wire_hash(parts), parts))
+    config = GatewayConfig(
+        endpoints=(Endpoint("http://127.0.0.1:9", name="a"),),
+        db=db,
+        recipes=str(ROOT / "recipes"),
+        lock=str(ROOT / "prefixplan.lock"),
+        warm=False,
+    )
+    with pytest.raises(KeyConflictError, match="support-bot@v3 is registered with hash"):
+        asyncio.run(Gateway(config, backend, None).start())
+    backend.close()

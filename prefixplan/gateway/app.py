@@ -147,6 +147,14 @@ class Gateway:
     async def start(self) -> None:
         for kv in locked_versions(self.config):
             stored, _ = await asyncio.to_thread(self.backend.register, kv)
+            if stored.content_hash != kv.content_hash:
+                from prefixplan.errors import KeyConflictError
+
+                raise KeyConflictError(
+                    f"{kv.key} is registered with hash {stored.content_hash}; the locked recipe hashes to "
+                    f"{kv.content_hash}",
+                    hint=f"bump the version of {kv.name} in its recipe and run prefixplan lock",
+                )
             states = await asyncio.to_thread(self.backend.warm, stored.key)
             self.ready.apply(stored.key, states)
             if states.get("*") != "ready" and self.warmer is not None:
