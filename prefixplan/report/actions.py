@@ -188,8 +188,10 @@ def _breaker_actions(record: Mapping[str, Any], profile: PrefillProfile, price: 
             title = f"Move the {b.get('pattern')} at {v.breaker_where(b)} after the stable prefix"
         else:
             kind = "fix-breaker"
-            what = "tool order" if b.get("kind") == "tool-order" else "key order inside the tool schemas"
-            title = f"Fix the cache breaker: send the tools in one fixed {what}"
+            if b.get("kind") == "tool-order":
+                title = "Fix the cache breaker: send the tools in one fixed order"
+            else:
+                title = "Fix the cache breaker: serialize every tool schema with one fixed key order (e.g. sorted keys)"
         if context:
             title += f" (“{context.strip()}…”)"
         effect = (
