@@ -61,8 +61,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_env(cache_root: Path | None = None) -> dict[str, str]:
+def server_env(cache_root: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(extra or {})
     env.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
@@ -147,8 +148,13 @@ def start(
     block_size: int | None = None,
     max_model_len: int = 8192,
     timeout: float = 300.0,
+    extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[ServerInfo, subprocess.Popen[bytes]]:
     """Start a server and wait until it answers ``/v1/models``.
+
+    ``extra_args`` are appended to the command line and ``extra_env`` to the environment (the
+    request-log capture adds ``--enable-log-requests`` and ``VLLM_LOGGING_LEVEL=DEBUG``).
 
     Raises:
         ServerError: the interpreter or model is missing, the process exited, or it was not ready
@@ -163,12 +169,18 @@ def start(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     cmd = server_command(Path(python), Path(model_dir), port, served_name, block_size, max_model_len)
+    cmd += list(extra_args or [])
     t0 = time.monotonic()
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=server_env(), cwd=str(ROOT), start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=server_env(extra=extra_env),
+            cwd=str(ROOT),
+            start_new_session=True,
         )
     deadline = t0 + timeout
     while True:

@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
         from prefixplan.api import AnalyzeOutputs, HeadlineOptions, run_analyze
         from prefixplan.errors import UsageError
         from prefixplan.report.console import render_analysis
+        from prefixplan.report.console_inputs import mismatch_line, render_models
 
         top = 20 if top is None else top
         if top < 0:
@@ -134,8 +135,12 @@ def register(app: typer.Typer) -> None:
         for what, path in outcome.written:
             if path != "-":
                 notes.print(f"wrote {path} ({what})")
+        record = outcome.analysis.record.to_json()
         if not quiet:
-            render_analysis(outcome.analysis.record.to_json(), console, top=top)
+            render_analysis(record, console, top=top)
+            render_models(record, console)
+        elif (warning := mismatch_line(record)) is not None:
+            notes.print(warning)
 
 
 def _capacity(text: str | None) -> float | None:

@@ -34,6 +34,15 @@ class FormatInfo:
     needs: str  # what the log must contain / how to produce it
     tokens: str  # where the token ids come from
 
+    def to_json(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "detected_by": self.detected_by,
+            "needs": self.needs,
+            "tokens": self.tokens,
+        }
+
 
 FORMAT_INFO: dict[str, FormatInfo] = {
     f.name: f
@@ -118,6 +127,11 @@ FORMAT_INFO: dict[str, FormatInfo] = {
     )
 }
 assert set(FORMAT_INFO) == set(FORMATS), "every format in core.types.FORMATS is described here"
+
+
+def formats_table() -> list[FormatInfo]:
+    """Every input format, in :data:`~prefixplan.core.types.FORMATS` order (``prefixplan formats``)."""
+    return [FORMAT_INFO[name] for name in FORMATS]
 
 
 def sniff(lines: Iterator[RawLine], forced: str) -> tuple[str, str, Iterator[RawLine]]:

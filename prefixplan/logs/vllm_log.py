@@ -119,6 +119,7 @@ class VLLMLogReader:
         self._bodies: dict[str, _Body] = {}
         self._unpaired: OrderedDict[str, _Body] = OrderedDict()
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._failed: OrderedDict[str, None] = OrderedDict()  # details lines already reported
         self._request_lines = 0
 
     # -- lines ------------------------------------------------------------------------------
@@ -238,10 +239,12 @@ class VLLMLogReader:
         try:
             fields = parse_labelled(text, start, _DETAILS)
         except ReprError as exc:
+            self._fail(rid)
             yield Problem(line_no, f"bad request line: request {rid} details: {exc}")
             return
         pending = self._new_pending(line_no, stamp, pid, rid, fields)
         if isinstance(pending, Problem):
+            self._fail(rid)
             yield pending
             return
         self._pending[rid] = pending
@@ -277,12 +280,19 @@ class VLLMLogReader:
                 return
             pending = made
             self._pending[rid] = pending
+        if pending is None and rid in self._failed:
+            return  # its details line was reported already
         if pending is None:
             self.info.count("no prompt")
             yield Problem(line_no, f"no prompt: request {rid} was logged at INFO only; {ENABLE_HINT}")
             return
         pending.lora, pending.max_tokens, pending.received = lora, max_tokens, True
         yield from self._flush()
+
+    def _fail(self, rid: str) -> None:
+        self._failed[rid] = None
+        while len(self._failed) > _MAX_UNPAIRED:
+            self._failed.popitem(last=False)
 
     def _flush(self, force: bool = False) -> Iterator[Item]:
         while self._pending:

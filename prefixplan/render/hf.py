@@ -30,6 +30,7 @@ import numpy as np
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
+from prefixplan.render.chatnorm import engine_messages
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
@@ -184,7 +185,7 @@ class HFRenderer:
         try:
             return str(
                 self.tokenizer.apply_chat_template(
-                    list(request.messages),
+                    engine_messages(request.messages),
                     tools=list(request.tools) if request.tools else None,
                     add_generation_prompt=True,
                     tokenize=False,

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from prefixplan.report.actions import Action, next_steps
+from prefixplan.report.console_inputs import header_lines
 from prefixplan.report.views import safe_preview, split_withheld
 
 
@@ -47,7 +48,8 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     gran = f"{g['engine']} preset, " if g.get("engine") else ""
     gran += f"block {g['block_size']} tokens"
     exact = "exact" if s["exact"] else f"APPROXIMATE ({s.get('approximate_reason')})"
-    console.print(f"[bold]prefixplan analyze[/] — {escape(', '.join(record['inputs']['paths']))}")
+    for line in header_lines(record):  # a tokenizer/model mismatch warning first, then inputs and formats
+        console.print(line)
     console.print(
         f"tokenizer: {escape(str(tok.get('label')))} ({escape(exact)})   granularity: {gran} (full blocks; last token never reused)"
     )

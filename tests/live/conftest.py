@@ -22,13 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-def _server_module():
-    spec = importlib.util.spec_from_file_location("vllm_server_script", ROOT / "scripts" / "vllm_server.py")
+def _script(name: str, module_name: str):
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "scripts" / name)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses need the module registered
     spec.loader.exec_module(module)
     return module
+
+
+def _server_module():
+    return _script("vllm_server.py", "vllm_server_script")
+
+
+def capture_module():
+    """scripts/capture_vllm_log.py: the request set whose log lines tests/live/test_logs_live.py reads."""
+    return _script("capture_vllm_log.py", "capture_vllm_log_script")
 
 
 def _unavailable(reason: str) -> None:
@@ -68,8 +77,14 @@ def vllm_server() -> Iterator[LiveServer]:
     ARTIFACTS.mkdir(exist_ok=True)
     log = ARTIFACTS / "vllm-server.log"
     try:
+        capture = capture_module()  # log requests at DEBUG: the request-log tests read this server's log
         info, proc = mod.start(
-            model, python=python, log_path=log, timeout=float(os.environ.get("PREFIXPLAN_VLLM_START_TIMEOUT", "300"))
+            model,
+            python=python,
+            log_path=log,
+            timeout=float(os.environ.get("PREFIXPLAN_VLLM_START_TIMEOUT", "300")),
+            extra_args=capture.SERVER_FLAGS,
+            extra_env=capture.SERVER_ENV,
         )
     except mod.ServerError as err:
         _unavailable(str(err))
