@@ -106,10 +106,17 @@ def test_yaml_alias_bombs_are_refused_at_once(repo: Path, where: str) -> None:
             load_endpoints(fleet)
 
 
-def test_yaml_depth_and_plain_documents() -> None:
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_yaml_depth_aliases_and_plain_documents(monkeypatch: pytest.MonkeyPatch, libyaml: bool) -> None:
+    import yaml
+
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml and yaml.__with_libyaml__)
     assert yamlsafe.load("a: [1, {b: c}]\n") == {"a": [1, {"b": "c"}]}
-    with pytest.raises(Exception, match="nested deeper"):
+    assert yamlsafe.compose("a:\n  b: 1\n").value[0][1].start_mark.line == 1
+    with pytest.raises(yaml.YAMLError, match="nested deeper"):
         yamlsafe.load("[" * 200 + "]" * 200)
+    with pytest.raises(yaml.YAMLError, match=r"(?s)aliases \(\*a\).*line 2"):
+        yamlsafe.load(BOMB + "j: *i\n")
 
 
 @pytest.mark.parametrize(
