@@ -195,3 +195,11 @@ def test_help_does_not_import_the_gateway_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_single_replica_is_tried_again_when_it_is_the_only_one(tmp_path: Path) -> None:
+    with FakeEngine(fault="flaky500", flaky=1) as only:
+        with running_gateway(_config(tmp_path, only.url)) as (url, _):
+            r = _chat(url, [{"role": "user", "content": "hi"}])
+            assert r.headers["x-prefixplan-replica"] == "r0" and r.parse().usage.prompt_tokens > 0
+            assert sum(1 for _, p, _, _ in only.requests if p == "/v1/chat/completions") == 2

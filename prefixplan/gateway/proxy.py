@@ -159,10 +159,9 @@ class Proxy:
         tried: set[int] = set()
         failure: UpstreamFailure | None = None
         for _ in range(self.retries + 1):
-            try:
-                decision = self.router.choose(units, key=key, exclude=tried)
-            except Exception:  # every replica tried
-                break
+            if len(tried) == len(self.upstreams.labels):
+                tried = set()  # every replica failed once: the retries left go round again
+            decision = self.router.choose(units, key=key, exclude=tried)
             rep = decision.replica
             tried.add(rep)
             self.router.start(rep)

@@ -1,8 +1,8 @@
 """Talking to the replicas: one pooled async httpx client per replica, usage parsing, retries.
 
-A request is retried on another replica (at most ``retries`` times, never the same replica twice)
-when its replica refuses the connection, times out before answering, or answers 5xx/429 before
-any byte was streamed to the client. Once streaming started the response is the client's,
+A request is retried on another replica (at most ``retries`` times; a replica is tried again only
+once every replica failed) when its replica refuses the connection, times out before answering,
+or answers 5xx/429 before any byte was streamed to the client. Once streaming started the response is the client's,
 whatever happens. API keys of replicas come from their ``api_key_env`` (never from files or
 flags), are sent only in the ``Authorization`` header and never logged.
 """
@@ -38,7 +38,9 @@ class Upstreams:
 
         self.endpoints = tuple(endpoints)
         self.labels = tuple(e.label for e in endpoints)
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=60)
+        # Idle connections are dropped before the engines' own keep-alive timeout (uvicorn: 5 s), so a
+        # request is never written into a connection the server is closing.
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=4.0)
         self.clients: list[httpx.AsyncClient] = []
         for e in endpoints:
             headers = dict(e.headers)
