@@ -189,21 +189,38 @@ def run_analyze(
         analysis.record, outcome.analysis_id = register_analysis(
             analysis.record, db=outputs.db, record_path=record_path
         )
+    from prefixplan.errors import OutputsFailed, UsageError
+
+    # Each output is written on its own: one that cannot be written (a bad path, a full disk)
+    # does not cost the others; the failures are reported together at the end.
+    failures: list[str] = []
     if outputs.emit_recipes is not None:
         from prefixplan.keys.emit import emit_recipes
 
-        for path in emit_recipes(analysis.record, options.source, outputs.emit_recipes, top=options.top):
-            outcome.written.append(("recipe", str(path)))
+        try:
+            for path in emit_recipes(analysis.record, options.source, outputs.emit_recipes, top=options.top):
+                outcome.written.append(("recipe", str(path)))
+        except UsageError as err:
+            failures.append(str(err))
     if outputs.json:
         from prefixplan.core.fileio import atomic_write_json
 
-        atomic_write_json(outputs.json, analysis.record.to_json())
-        outcome.written.append(("analysis record", outputs.json))
+        try:
+            atomic_write_json(outputs.json, analysis.record.to_json())
+            outcome.written.append(("analysis record", outputs.json))
+        except UsageError as err:
+            failures.append(str(err))
     if outputs.html or outputs.markdown:
         from prefixplan.report.files import write_reports
 
-        written = write_reports(analysis.record, html=outputs.html, markdown=outputs.markdown, top=options.top)
-        outcome.written.extend((f"{fmt} report", path) for fmt, path in written.files)
+        try:
+            written = write_reports(analysis.record, html=outputs.html, markdown=outputs.markdown, top=options.top)
+            outcome.written.extend((f"{fmt} report", path) for fmt, path in written.files)
+        except OutputsFailed as err:
+            failures.extend(err.failures)
+            outcome.written.extend((f"{fmt} report", path) for fmt, path in err.written)
+    if failures:
+        raise OutputsFailed(failures, outcome.written)
     return outcome
 
 

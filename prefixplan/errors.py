@@ -73,3 +73,17 @@ class EndpointError(PrefixplanError):
     """An engine endpoint is unreachable or answered wrongly; the message names it."""
 
     exit_code = ExitCode.ENDPOINT
+
+
+class OutputsFailed(UsageError):
+    """Some output files could not be written; the others were (``written``: ``(what, path)``)."""
+
+    def __init__(self, failures: list[str], written: list[tuple[str, str]]) -> None:
+        self.failures = failures
+        self.written = written
+        done = ", ".join(f"{path} ({what})" for what, path in written if path != "-")
+        super().__init__(
+            "; ".join(failures),
+            hint=(f"written anyway: {done}" if done else "nothing else was written")
+            + "; fix the path or its permissions and run again",
+        )

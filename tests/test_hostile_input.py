@@ -143,3 +143,29 @@ def test_fleet_file_plain_headers_pass(tmp_path: Path) -> None:
     fleet.write_text("replicas:\n  - {url: 'http://gpu-a:8000', headers: {X-Tenant: blue}}\n")
     (ep,) = load_endpoints(fleet)
     assert dict(ep.headers) == {"X-Tenant": "blue"}
+
+
+def test_an_output_that_cannot_be_written_does_not_cost_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "log.jsonl"
+    system = "You are the support assistant. " * 30
+    log.write_text(
+        "".join(
+            '{"model": "m", "user": "u%d", "messages": [{"role": "system", "content": "%s"}, '
+            '{"role": "user", "content": "q%d"}]}\n' % (i, system, i)
+            for i in range(6)
+        )
+    )
+    (tmp_path / "taken").mkdir()  # --html names a folder: cannot be written
+    args = ["--html", str(tmp_path / "taken"), "--markdown", str(tmp_path / "r.md")]
+    code = main(["analyze", str(log), "--no-store", "--json", str(tmp_path / "a.json"), *args, "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot write {tmp_path / 'taken'}: it is a folder" in err
+    assert (tmp_path / "a.json").is_file() and (tmp_path / "r.md").read_text().startswith("#")
+    assert "written anyway:" in err and "r.md (markdown report)" in err and "a.json (analysis record)" in err
+    # the report command too
+    (tmp_path / "r.md").unlink()
+    code = main(["report", str(tmp_path / "a.json"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "it is a folder" in err and (tmp_path / "r.md").is_file()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.analysis.record import AnalysisRecord, load_record, read_json_file
-from prefixplan.errors import InputError, UsageError
+from prefixplan.errors import InputError, OutputsFailed, UsageError
 
 if TYPE_CHECKING:
     from prefixplan.report.actions import KVSize
@@ -86,10 +86,12 @@ def write_reports(
     top: int | None = None,
     title: str | None = None,
 ) -> Written:
-    """Write the HTML and/or Markdown report atomically (``-`` = stdout).
+    """Write the HTML and/or Markdown report atomically (``-`` = stdout). Each is written on its
+    own: one that cannot be written does not stop the other.
 
     Raises:
-        UsageError: both outputs are stdout.
+        UsageError: both outputs are stdout; or a report could not be written (the message names
+            each failure and what was written).
     """
     from prefixplan.core.fileio import atomic_write_text
 
@@ -103,14 +105,18 @@ def write_reports(
 
         base = rep.baseline.to_json()
         diff = diff_records(base, data, before_name=f"{rep.baseline_name} (baseline)", after_name="this analysis")
-    files = []
+    files: list[tuple[str, str]] = []
+    failed: list[str] = []
     if html is not None:
         from prefixplan.report.diff import render_diff_html
         from prefixplan.report.html import render_html
 
         extra = [render_diff_html(diff)] if diff is not None else []
-        atomic_write_text(html, render_html(data, top=top, title=title, kv=rep.kv, extra_sections=extra))
-        files.append(("html", str(html)))
+        try:
+            atomic_write_text(html, render_html(data, top=top, title=title, kv=rep.kv, extra_sections=extra))
+            files.append(("html", str(html)))
+        except UsageError as err:
+            failed.append(str(err))
     if markdown is not None:
         from prefixplan.report.diff import render_diff_markdown
         from prefixplan.report.markdown import render_markdown
@@ -119,6 +125,11 @@ def write_reports(
         text = render_markdown(
             data, top=10 if top is None else top, title=title, kv=rep.kv, extra=[*lines, ""] if lines else []
         )
-        atomic_write_text(markdown, text)
-        files.append(("markdown", str(markdown)))
+        try:
+            atomic_write_text(markdown, text)
+            files.append(("markdown", str(markdown)))
+        except UsageError as err:
+            failed.append(str(err))
+    if failed:
+        raise OutputsFailed(failed, files)
     return Written(tuple(files))
