@@ -203,3 +203,16 @@ def test_a_single_replica_is_tried_again_when_it_is_the_only_one(tmp_path: Path)
             r = _chat(url, [{"role": "user", "content": "hi"}])
             assert r.headers["x-prefixplan-replica"] == "r0" and r.parse().usage.prompt_tokens > 0
             assert sum(1 for _, p, _, _ in only.requests if p == "/v1/chat/completions") == 2
+
+
+def test_replica_keys_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-replica-secret")
+    with FakeEngine(api_key="sk-replica-secret") as guarded:
+        config = GatewayConfig(
+            endpoints=(Endpoint(guarded.url, name="r0", api_key_env="UPSTREAM_KEY"),), db=str(tmp_path / "gw.db")
+        )
+        with running_gateway(config) as (url, _):
+            assert _chat(url, [{"role": "user", "content": "hi"}]).parse().usage.prompt_tokens > 0
+            assert "sk-replica-secret" not in httpx.get(url + "/metrics").text
+        (_, _, _, headers) = next(r for r in guarded.requests if r[1] == "/v1/chat/completions")
+        assert headers["authorization"] == "Bearer sk-replica-secret"

@@ -42,11 +42,14 @@ class Upstreams:
         # request is never written into a connection the server is closing.
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=4.0)
         self.clients: list[httpx.AsyncClient] = []
+        self._headers: list[dict[str, str]] = []
+        self._urls: dict[tuple[int, str], httpx.URL] = {}
         for e in endpoints:
             headers = dict(e.headers)
             secret = e.api_key()
             if secret:
                 headers["Authorization"] = f"Bearer {secret}"
+            self._headers.append(headers)
             self.clients.append(
                 httpx.AsyncClient(
                     base_url=e.base_url,
@@ -63,8 +66,16 @@ class Upstreams:
             await c.aclose()
 
     def build(self, replica: int, method: str, path: str, content: bytes | None) -> httpx.Request:
-        headers = {"content-type": "application/json"} if content is not None else {}
-        return self.clients[replica].build_request(method, path, content=content, headers=headers)
+        """The request to ``replica`` (URL objects cached: merging URLs was a tenth of the CPU)."""
+        import httpx
+
+        url = self._urls.get((replica, path))
+        if url is None:
+            url = self._urls[(replica, path)] = httpx.URL(self.endpoints[replica].base_url + path)
+        headers = dict(self._headers[replica])
+        if content is not None:
+            headers["content-type"] = "application/json"
+        return httpx.Request(method, url, content=content, headers=headers)
 
     async def send(self, replica: int, request: httpx.Request, *, stream: bool) -> httpx.Response | UpstreamFailure:
         """Send; a failure worth trying elsewhere comes back as :class:`UpstreamFailure` (the
