@@ -14,8 +14,9 @@ Three targets answer the same requests, in interleaved rounds (so drift hits all
   ``prefix_key``, metrics, usage parsing).
 
 For 1 and 64 concurrent clients it prints p50/p99 of the non-streaming latency and of the
-streaming TTFT (first content chunk), and the added p50/p99 of ``bare`` and ``gateway`` over
-``direct`` (difference of the percentiles). Target (issue 11): gateway p50 added < 1 ms, p99 < 5 ms.
+streaming TTFT (first content chunk), the added p50/p99 of ``bare`` and ``gateway`` over
+``direct`` (difference of the percentiles), and the CPU time the proxy process spent per request
+(from /proc: unlike wall-clock latency it does not move when other work shares the cores). Target (issue 11): gateway p50 added < 1 ms, p99 < 5 ms.
 On a 2-core machine the load generator, the proxies and the engine share the cores: read the
 64-client figures as contention, and compare the gateway with the bare proxy.
 """
@@ -120,6 +121,18 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str = "/v1/models"
         time.sleep(0.1)
 
 
+PIDS: dict[str, int] = {}
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
 def uvicorn_app(source: str, env: dict[str, str], ready_path: str) -> Iterator[str]:
     """Serve the app in ``source`` with uvicorn (uvloop, httptools) in its own process."""
@@ -130,6 +143,7 @@ def uvicorn_app(source: str, env: dict[str, str], ready_path: str) -> Iterator[s
     cmd += ["--no-access-log", "--loop", "uvloop", "--http", "httptools"]
     proc = subprocess.Popen(cmd, cwd=folder, env={**os.environ, **env})
     url = f"http://127.0.0.1:{port}"
+    PIDS[url] = proc.pid
     try:
         wait_ready(url, proc, ready_path)
         yield url
@@ -145,6 +159,7 @@ def gateway(upstream: str, workdir: Path) -> Iterator[str]:
     cmd += ["--db", str(workdir / "bench.db"), "--no-warm"]
     proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+    PIDS[url] = proc.pid
     try:
         wait_ready(url, proc, "/readyz")
         yield url
@@ -178,7 +193,22 @@ def body(model: str, i: int, stream: bool, keyed: bool) -> dict:
     return out
 
 
+ERRORS: dict[str, int] = {}
+
+
 async def one(client, url: str, payload: dict) -> float:  # type: ignore[no-untyped-def]
+    """:func:`attempt`, retried (and counted) when a connection is reset under load."""
+    import httpx
+
+    for _ in range(3):
+        try:
+            return await attempt(client, url, payload)
+        except httpx.TransportError as err:
+            ERRORS[type(err).__name__] = ERRORS.get(type(err).__name__, 0) + 1
+    return await attempt(client, url, payload)
+
+
+async def attempt(client, url: str, payload: dict) -> float:  # type: ignore[no-untyped-def]
     """Seconds to the whole answer (non-streaming) or to the first content chunk (streaming)."""
     t0 = time.perf_counter()
     if not payload["stream"]:
@@ -214,15 +244,20 @@ def pct(xs: list[float], q: float) -> float:
 async def measure(targets: dict[str, str], model: str, n: int, rounds: int, conc: int, stream: bool) -> dict:
     import httpx
 
-    limits = httpx.Limits(max_connections=conc + 8, max_keepalive_connections=conc + 8)
+    limits = httpx.Limits(max_connections=conc + 8, max_keepalive_connections=conc + 8, keepalive_expiry=4.0)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         for url in targets.values():  # warm connections and the engine's cache
             await batch(client, url, model, min(n, 2 * conc), conc, stream, False)
         samples: dict[str, list[float]] = {name: [] for name in targets}
         for _ in range(rounds):
             for name, url in targets.items():
+                before = cpu_seconds(PIDS.get(url))
                 samples[name] += await batch(client, url, model, n, conc, stream, name == "gateway+key")
+                CPU.setdefault((conc, stream, name), []).append(cpu_seconds(PIDS.get(url)) - before)
     return samples
+
+
+CPU: dict[tuple[int, bool, str], list[float]] = {}
 
 
 def main() -> int:
@@ -261,11 +296,15 @@ def main() -> int:
                 s = asyncio.run(measure(targets, model, args.requests, args.rounds, conc, stream))
                 base50, base99 = pct(s["direct"], 0.5), pct(s["direct"], 0.99)
                 print(f"\n{conc} concurrent clients, {what}, ms")
-                print(f"  {'target':12} {'p50':>9} {'p99':>9} {'added p50':>10} {'added p99':>10}")
+                print(
+                    f"  {'target':12} {'p50':>9} {'p99':>9} {'added p50':>10} {'added p99':>10} {'proxy CPU/req':>14}"
+                )
                 for name, xs in s.items():
                     p50, p99 = pct(xs, 0.5), pct(xs, 0.99)
-                    add = "" if name == "direct" else f"{1e3 * (p50 - base50):10.2f} {1e3 * (p99 - base99):10.2f}"
-                    print(f"  {name:12} {1e3 * p50:9.2f} {1e3 * p99:9.2f} {add}")
+                    add = " " * 21 if name == "direct" else f"{1e3 * (p50 - base50):10.2f} {1e3 * (p99 - base99):10.2f}"
+                    cpu = sum(CPU.get((conc, stream, name), [])) / len(xs) if name != "direct" else None
+                    cpu_txt = f"{1e3 * cpu:14.3f}" if cpu is not None else ""
+                    print(f"  {name:12} {1e3 * p50:9.2f} {1e3 * p99:9.2f} {add} {cpu_txt}")
                     results["runs"].append(
                         {
                             "concurrency": conc,
@@ -277,8 +316,12 @@ def main() -> int:
                             "mean_ms": round(1e3 * statistics.fmean(xs), 3),
                             "added_p50_ms": None if name == "direct" else round(1e3 * (p50 - base50), 3),
                             "added_p99_ms": None if name == "direct" else round(1e3 * (p99 - base99), 3),
+                            "proxy_cpu_ms_per_request": None if cpu is None else round(1e3 * cpu, 3),
                         }
                     )
+        if ERRORS:
+            print(f"\nconnection errors retried: {ERRORS}")
+        results["connection_errors_retried"] = ERRORS
         if args.json:
             args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
