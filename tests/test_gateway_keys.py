@@ -306,3 +306,17 @@ def test_a_locked_key_registered_with_other_content_refuses_the_start(tmp_path: 
     with pytest.raises(KeyConflictError, match="support-bot@v3 is registered with hash"):
         asyncio.run(Gateway(config, backend, None).start())
     backend.close()
+
+
+def test_a_version_the_store_holds_from_elsewhere_is_a_409(fleet) -> None:
+    from prefixplan.store import open_store
+
+    config, _, _ = fleet
+    with open_store(config.db) as store:  # e.g. registered by analyze: no parts the gateway could expand
+        store.record_version("lineage", content_hash="pp1:sha256:" + "ab" * 32, kind="system", source="analysis")
+    with running_gateway(config) as (url, _):
+        with pytest.raises(openai.ConflictError) as err:
+            _chat(_client(url), [SYSTEM, {"role": "user", "content": "x"}], key="lineage@v1")
+        assert "versions only go forward and lineage is at v1" in err.value.body["message"]
+        with pytest.raises(openai.NotFoundError):
+            _chat(_client(url), [{"role": "user", "content": "x"}], key="lineage@v1")

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from prefixplan.errors import UsageError
+from prefixplan.errors import KeyConflictError, UsageError
 from prefixplan.gateway.prefix import WirePart, comparable, diff_summary, wire_hash
 from prefixplan.gateway.state import Backend, KeyVersion
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS, parse_key_ref
@@ -175,7 +175,10 @@ class KeyService:
                 retain_seconds=self.retain_seconds,
                 source=source,
             )
-            stored, created = await asyncio.to_thread(self.backend.register, candidate)
+            try:
+                stored, created = await asyncio.to_thread(self.backend.register, candidate)
+            except KeyConflictError as err:  # the store holds name@vN from elsewhere (lock, analyze)
+                raise GatewayError(409, "prefix_key_conflict", f"{err}; {err.hint or 'bump the version'}") from None
             self._forget(name)
             if not created and stored.wire_hash != new_hash:  # another gateway registered it first
                 raise GatewayError(
