@@ -44,6 +44,9 @@ class Upstreams:
         self.clients: list[httpx.AsyncClient] = []
         self._headers: list[dict[str, str]] = []
         self._urls: dict[tuple[int, str], httpx.URL] = {}
+        # A request built outside the client carries its timeout itself: httpx before 0.28 sends
+        # such a request with no timeout at all (a slow replica was never abandoned).
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout).as_dict()
         for e in endpoints:
             headers = dict(e.headers)
             secret = e.api_key()
@@ -75,7 +78,7 @@ class Upstreams:
         headers = dict(self._headers[replica])
         if content is not None:
             headers["content-type"] = "application/json"
-        return httpx.Request(method, url, content=content, headers=headers)
+        return httpx.Request(method, url, content=content, headers=headers, extensions={"timeout": self._timeout})
 
     async def send(self, replica: int, request: httpx.Request, *, stream: bool) -> httpx.Response | UpstreamFailure:
         """Send; a failure worth trying elsewhere comes back as :class:`UpstreamFailure` (the

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Lowest-versions stage: every lower bound in pyproject.toml is one the unit tests pass on.
+# Installs the lowest allowed version of each direct dependency (uv --resolution lowest-direct)
+# into .venv-lowest and runs the unit tests there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python -m pip install -q "uv>=0.5"
+uv venv -q --allow-existing --python "$(command -v python)" .venv-lowest
+uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e ".[test]"
+.venv-lowest/bin/python - <<'PY'
+from importlib.metadata import version
+print("lowest:", ", ".join(f"{p} {version(p)}" for p in (
+    "typer", "rich", "tiktoken", "transformers", "tokenizers", "openai", "pyyaml", "sqlite-utils",
+    "numpy", "httpx", "mistral-common", "starlette", "uvicorn")))
+PY
+bash scripts/setup_redis.sh
+.venv-lowest/bin/python -m pytest -q -m "not live and not browser" -p no:cacheprovider
