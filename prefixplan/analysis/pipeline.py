@@ -28,6 +28,7 @@ from prefixplan.core.granularity import engine_granularity, reusable_ids
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt, Segment
 from prefixplan.logs import LineErrors
+from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, source_meter
 
 PrefixSink = Callable[[Prompt], None]
@@ -123,7 +124,7 @@ class _Accounting:
         self.total += n * scale
         self.reused += reused * scale
         self.hit_requests += reused > 0
-        self.exact &= prompt.exact
+        self.exact &= prompt.exact and req.format not in RECONSTRUCTED_FORMATS
         self.namespaces[req.namespace] += 1
         self.models[req.model or "-"] += 1
         self.formats[req.format] += 1
@@ -281,6 +282,7 @@ def _approx_reason(tokenizers: Sequence[TokenizerInfo], formats: Counter[str]) -
     reasons = [t.label for t in tokenizers if not t.exact]
     if formats.get("anthropic"):
         reasons.append("Anthropic requests rendered with a non-Anthropic template")
+    reasons += [why for fmt, why in RECONSTRUCTED_FORMATS.items() if formats.get(fmt)]
     if formats.get("mooncake"):
         reasons.append("Mooncake traces are block-level (hash ids)")
     return "; ".join(reasons) or "approximate rendering"

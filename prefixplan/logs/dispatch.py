@@ -19,10 +19,23 @@ from prefixplan.logs.formats import parse_object
 
 Parsed = list[Request | BadLine]
 GATEWAY_FORMATS = ("litellm", "otel-genai", "langfuse")
+RECONSTRUCTED_FORMATS = {
+    "otel-genai": "OpenTelemetry GenAI spans are reconstructions of the request (tool-call arguments "
+    "re-serialised; tools only when gen_ai.tool.definitions is recorded)",
+}
+"""Formats whose requests are rebuilt from a record of them, so their token counts are approximate."""
 
 
 def detect_record(obj: dict[str, Any]) -> str | None:
     """The gateway/observability format of a JSON object, or None for request-body formats."""
+    from prefixplan.logs import langfuse, litellm, otel
+
+    if otel.looks_otel(obj):
+        return "otel-genai"
+    if litellm.looks_litellm(obj):
+        return "litellm"
+    if langfuse.looks_langfuse(obj):
+        return "langfuse"
     return None
 
 
@@ -35,6 +48,16 @@ def parse_line(obj: Any, ctx: LineContext, fmt: str = "auto") -> Parsed:
     if not isinstance(obj, dict):
         raise BadLine(f"not an object: line is a JSON {jtype(obj)}")
     kind = detect_record(obj) if fmt == "auto" else (fmt if fmt in GATEWAY_FORMATS else None)
-    if kind is not None:
-        raise BadLine(f"unsupported: {kind} records are not read yet")
+    if kind == "litellm":
+        from prefixplan.logs.litellm import parse_litellm
+
+        return list(parse_litellm(obj, ctx))
+    if kind == "otel-genai":
+        from prefixplan.logs.otel import parse_otlp
+
+        return parse_otlp(obj, ctx)
+    if kind == "langfuse":
+        from prefixplan.logs.langfuse import parse_langfuse
+
+        return parse_langfuse(obj, ctx)
     return list(parse_object(obj, ctx, fmt))

@@ -138,15 +138,15 @@ def family_of_spec(spec: str, served_model: str | None = None) -> Family | None:
 
 
 def suggestion(models: list[str]) -> str | None:
-    """``--tokenizer SPEC`` or ``--tokenizer-map`` flags that render ``models`` (None if unknown)."""
+    """The ``--tokenizer`` flag that renders ``models``: one family's spec, or ``auto`` (with the
+    specs it picks) for a log that mixes families; None when no model is in the table."""
     specs = {m: f.spec for m in models if (f := family_of_model(m)) is not None}
     if not specs:
         return None
-    if len(set(specs.values())) == 1 and len(specs) == len(models):
+    if len(set(specs.values())) == 1:
         return f"--tokenizer {next(iter(specs.values()))}"
-    return " ".join(f"--tokenizer-map {m}={s}" for m, s in specs.items()) + (
-        " (or --tokenizer auto)" if len(specs) > 1 else ""
-    )
+    shown = ", ".join(f"{m} -> {s}" for m, s in list(specs.items())[:3]) + (" ..." if len(specs) > 3 else "")
+    return f"--tokenizer auto ({shown})"
 
 
 def auto_spec(model: str | None, *, exists: Callable[[str], bool] | None = None) -> str:
@@ -174,6 +174,8 @@ def auto_spec(model: str | None, *, exists: Callable[[str], bool] | None = None)
         if not available(family.spec[3:]):
             fetched = fetched_dir(family.fetched)
             if fetched is not None:
+                if fetched.is_relative_to(Path.cwd()):
+                    fetched = fetched.relative_to(Path.cwd())
                 return f"hf:{fetched}"
     return family.spec
 

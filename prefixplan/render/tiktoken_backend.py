@@ -50,6 +50,21 @@ def tokenizer_dirs() -> list[Path]:
     return dirs
 
 
+def tiktoken_cache_file(name: str) -> Path | None:
+    """Where tiktoken's own cache keeps ``name``'s rank file (``$TIKTOKEN_CACHE_DIR``, else
+    ``$DATA_GYM_CACHE_DIR``, else ``<tmp>/data-gym-cache``; the file is named by the sha1 of the
+    download URL), or None for a name that is not one of OpenAI's encodings."""
+    if name not in KNOWN:
+        return None
+    env = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if env is None:
+        import tempfile
+
+        env = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+    return Path(env) / hashlib.sha1(url.encode()).hexdigest()
+
+
 def _find_rank_file(name: str) -> Path:
     direct = Path(name)
     if direct.suffix == ".tiktoken" and direct.is_file():
@@ -58,10 +73,15 @@ def _find_rank_file(name: str) -> Path:
         path = d / "tiktoken" / f"{name}.tiktoken"
         if path.is_file():
             return path
+    cached = tiktoken_cache_file(name)
+    if cached is not None and cached.is_file():
+        return cached
     raise TokenizerError(
         f"tiktoken:{name}: rank file {name}.tiktoken not found in "
-        + ", ".join(str(d / "tiktoken") for d in tokenizer_dirs()),
-        hint="run `python scripts/fetch_tokenizers.py tiktoken` or set PREFIXPLAN_TOKENIZER_DIR",
+        + ", ".join(str(d / "tiktoken") for d in tokenizer_dirs())
+        + (f" nor in tiktoken's cache ({cached})" if cached is not None else ""),
+        hint="run `python scripts/fetch_tokenizers.py tiktoken`, set PREFIXPLAN_TOKENIZER_DIR, point "
+        "TIKTOKEN_CACHE_DIR at a cache tiktoken filled, or pass tiktoken:/path/to/NAME.tiktoken",
     )
 
 
@@ -72,7 +92,7 @@ def load_encoding(name: str) -> tuple[Any, Path]:
     import tiktoken_ext.openai_public as public
 
     path = _find_rank_file(name)
-    base = path.stem if path.stem in KNOWN else name
+    base = path.stem if path.stem in KNOWN else Path(name).stem
     ranks = tiktoken.load.load_tiktoken_bpe(str(path))
     ctor = getattr(public, base, None)
     if ctor is None:

@@ -54,6 +54,13 @@ def token_strs_to_bytes(strs: Sequence[str]) -> list[bytes] | None:
     return out
 
 
+def null_content_as_empty(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with ``content: null`` sent as ``""``: vLLM 0.32's ``/tokenize`` drops an assistant
+    turn's ``tool_calls`` when its content is null, while its chat endpoint renders null as ``""``
+    and keeps them (seen live; ``""`` gives both the same ids)."""
+    return [dict(m, content="") if isinstance(m, dict) and m.get("content", "") is None else m for m in messages]
+
+
 class VLLMRenderer:
     exact = True
 
@@ -137,7 +144,7 @@ class VLLMRenderer:
             return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),))
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": list(request.messages),
+            "messages": null_content_as_empty(request.messages),
             "add_generation_prompt": True,
             "return_token_strs": True,
         }

@@ -20,11 +20,12 @@ def mismatch_line(record: Mapping[str, Any]) -> str | None:
     """``warning: ...`` when a tokenizer of the record is not its log model's, else None."""
     for tok in [record.get("tokenizer") or {}, *(record.get("tokenizers") or [])]:
         if tok.get("matches_log_model") is False:
-            models = ", ".join(tok.get("log_models") or []) or "?"
+            models = tok.get("log_models") or []
+            named = ", ".join(models[:3]) + (" ..." if len(models) > 3 else "") or "?"
             use = f"; use {tok['suggested']}" if tok.get("suggested") else ""
             return (
-                f"warning: the log's model ({models}) is not the tokenizer's ({tok.get('spec')}): "
-                f"token counts are APPROXIMATE{use}"
+                f"warning: tokenizer {tok.get('spec')} is not the tokenizer of the log's "
+                f"model{'s' if len(models) > 1 else ''} ({named}): token counts are APPROXIMATE{use}"
             )
     return None
 
