@@ -27,7 +27,7 @@ LogFormat = Annotated[
     typer.Option(
         "--log-format",
         metavar="FORMAT",
-        help="Input log format: auto (detect per line) or a format name (docs/logs.md).",
+        help="Input log format: auto (detect per file and line) or a format name (prefixplan formats lists them).",
     ),
 ]
 Since = Annotated[
@@ -51,7 +51,7 @@ Tokenizer = Annotated[
         "--tokenizer",
         "-t",
         metavar="SPEC",
-        help="Tokenizer: hf:PATH, mistral:nemo (default), tiktoken:NAME or vllm:URL (the server's /tokenize).",
+        help="Tokenizer: hf:PATH or hf:ORG/NAME (HF cache), mistral:nemo (default), tiktoken:NAME, vllm:URL or sglang:URL (the server's /tokenize), or auto (per model, docs/logs.md).",
         envvar="PREFIXPLAN_TOKENIZER",
     ),
 ]
