@@ -170,3 +170,27 @@ def test_forced_formats_and_a_folder_read_file_by_file(tmp_path: Path) -> None:
         "vllm.log.gz": {"vllm-log"},
     }
     assert {Path(p).name: i.reader for p, i in errors.sources.items()}["vllm.log.gz"] == "vllm-log"
+
+
+def test_the_header_names_each_files_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from prefixplan.cli.app import main
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a-proxy.jsonl").write_bytes((DATA / FIXTURES["litellm"]).read_bytes())
+    (folder / "b-server.log.gz").write_bytes((DATA / "vllm-0.32-debug.log.gz").read_bytes())
+    out = tmp_path / "rec.json"
+    code = main(["analyze", str(folder), "--no-store", "--no-simulate", "--no-rag-whatif", "--json", str(out)])
+    stdout = capsys.readouterr().out
+    assert code == 0
+    lines = stdout.splitlines()
+    assert lines[0].startswith("warning: tokenizer mistral:nemo")  # the default is not these models' tokenizer
+    start = next(i for i, line in enumerate(lines) if line.startswith("prefixplan analyze — "))
+    flat = "".join(lines[start : start + 3])  # the console wraps long paths
+    assert f"{folder / 'a-proxy.jsonl'} (litellm); {folder / 'b-server.log.gz'} (vllm-log)" in flat
+    files = json.loads(out.read_text())["inputs"]["files"]
+    assert [(Path(f["path"]).name, f["reader"], set(f["formats"])) for f in files] == [
+        ("a-proxy.jsonl", "jsonl", {"litellm"}),
+        ("b-server.log.gz", "vllm-log", {"vllm-log"}),
+    ]
+    assert files[1]["formats"] == {"vllm-log": 21} and files[1]["counts"]["truncated"] == 2

@@ -281,3 +281,23 @@ def test_docs_family_table_matches_the_code() -> None:
         row = next((line for line in text.splitlines() if line.startswith(f"| {family.name} |")), None)
         assert row is not None, f"docs/logs.md has no family row for {family.name}"
         assert f"`{family.spec}`" in row and (family.fetched is None or f"`{family.fetched}`" in row)
+
+
+def test_sglang_url_asks_the_server(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fake_engine import FakeEngine, char_tokenize, chat_text
+
+    import prefixplan
+
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hello"}]
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"model": "fake-model", "messages": messages}) + "\n")
+    with FakeEngine("sglang") as fake:
+        url = fake.url
+        analysis = prefixplan.analyze(str(log), tokenizer=f"sglang:{url}", simulate=False, rag_whatif=False)
+    tok = analysis.record.tokenizer
+    assert tok.spec == f"sglang:{url}" and "server /tokenize" in tok.label
+    assert analysis.record.summary.prompt_tokens == len(char_tokenize(chat_text(messages)))
+    assert tok.matches_log_model is True  # the server serves the log's model
