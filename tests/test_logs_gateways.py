@@ -194,3 +194,16 @@ def test_the_header_names_each_files_format(tmp_path: Path, capsys: pytest.Captu
         ("b-server.log.gz", "vllm-log", {"vllm-log"}),
     ]
     assert files[1]["formats"] == {"vllm-log": 21} and files[1]["counts"]["truncated"] == 2
+
+
+def test_older_otel_form_unknown_and_malformed_prompt_are_reported(tmp_path: Path) -> None:
+    lines = _lines("otel-legacy")
+    spans = lines[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans[0]["attributes"].append({"key": "gen_ai.prompt.0.citations", "value": {"stringValue": "[]"}})
+    event = next(e for e in spans[1]["events"] if e["name"] == "gen_ai.content.prompt")
+    event["attributes"][0]["value"]["stringValue"] = '[{"role": "user", "content": "cut'
+    requests, errors = _read(_write(tmp_path, lines))
+    reasons = [s.reason for s in errors.samples]
+    assert reasons[0].startswith("unknown field: span attribute 'gen_ai.prompt.0.citations'")
+    assert reasons[1].startswith("bad JSON: gen_ai.prompt is not JSON")
+    assert all(s.line_no == 1 for s in errors.samples) and len(requests) == 10

@@ -51,6 +51,7 @@ _KNOWN_FAMILIES = (
     "gen_ai.token.", "gen_ai.retrieval.",
 )  # fmt: skip
 _FLAT = re.compile(r"^gen_ai\.(prompt|completion)\.(\d+)\.([a-z_]+)(?:\.(\d+)\.([a-z_.]+))?$")
+_FLAT_FIELDS = ("role", "content", "tool_call_id", "name")
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 CAPTURE_HINT = (
     "the span has no prompt: turn on content capture "
@@ -130,7 +131,10 @@ def _span(span: Any, resource: dict[str, Any], ctx: LineContext) -> Request | No
     if not genai and not prompt_events:
         return None
     for key in genai:
-        if key not in _KNOWN_ATTRS and not key.startswith(_KNOWN_FAMILIES) and not _FLAT.match(key):
+        flat = _FLAT.match(key)
+        if flat is not None and flat.group(1) == "prompt" and (flat.group(4) or flat.group(3) not in _FLAT_FIELDS):
+            raise BadLine(f"unknown field: span attribute {key!r} (prompt fields read: {', '.join(_FLAT_FIELDS)})")
+        if key not in _KNOWN_ATTRS and not key.startswith(_KNOWN_FAMILIES) and flat is None:
             raise BadLine(f"unknown field: span attribute {key!r} is not a GenAI convention prefixplan reads")
     operation = attrs.get("gen_ai.operation.name")
     if operation is not None and operation not in _MODEL_CALLS:
@@ -292,10 +296,5 @@ def _flattened(attrs: dict[str, Any]) -> list[dict[str, Any]]:
         m = _FLAT.match(key)
         if m is None or m.group(1) != "prompt":
             continue
-        if m.group(4) is not None:
-            raise BadLine(f"unsupported: flattened attribute {key!r} (nested prompt fields)")
-        field = m.group(3)
-        if field not in ("role", "content", "tool_call_id", "name"):
-            raise BadLine(f"unknown field: span attribute {key!r}")
-        found.setdefault(int(m.group(2)), {})[field] = value
+        found.setdefault(int(m.group(2)), {})[m.group(3)] = value  # fields checked in _span
     return [found[i] for i in sorted(found)]
