@@ -194,3 +194,16 @@ def test_analyze_the_captured_log_without_a_tokenizer(tmp_path: Path, capsys, st
     assert files[0]["reader"] == "vllm-log" and files[0]["formats"] == {"vllm-log": 21}
     assert record["errors"]["by_reason"] == {"truncated": 2}
     assert record["inputs"]["per_model"]["tiny-qwen3"]["requests"] == 21
+
+
+def test_auto_with_a_model_outside_the_family_table_still_uses_the_engine_ids(tmp_path: Path) -> None:
+    import prefixplan
+
+    lines = [
+        line.replace('"model":"tiny-qwen3"', '"model":"acme-finetune"').replace("['tiny-qwen3']", "['acme-finetune']")
+        for line in _lines()
+    ]
+    analysis = prefixplan.analyze(str(_write(tmp_path, lines)), tokenizer="auto", simulate=False, rag_whatif=False)
+    record = analysis.record
+    assert record.summary.requests == 21 and record.tokenizer.spec == "engine" and record.summary.exact
+    assert record.inputs["engine_ids"] == {"used": 21} and set(record.inputs["models"]) == {"acme-finetune"}

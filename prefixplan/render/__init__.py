@@ -216,7 +216,13 @@ class RenderSet:
                     out[i] = ids_prompt(req)
                     continue
                 engine.add(i)
-            r = self.for_model(req.model)
+                try:  # the ids need no tokenizer: one that cannot be found only means no spans
+                    r = self.for_model(req.model)
+                except (UsageError, TokenizerError):
+                    out[i] = ids_prompt(req)
+                    continue
+            else:
+                r = self.for_model(req.model)
             groups.setdefault(id(r), []).append(i)
             renderers[id(r)] = r
         for rid, idxs in groups.items():
