@@ -170,3 +170,12 @@ def test_without_a_time_span_there_are_no_per_day_figures():
     assert move.figures["gpu_hours_per_day"] is None and "GPU-seconds over the log" in move.effect
     assert not math.isnan(move.figures["gpu_seconds"])
     assert views.split_withheld([], rec) == ([], None)
+
+
+def test_pinning_that_would_not_help_is_not_suggested():
+    """On the benchmark log LRU already keeps the system prompts resident: a 20% pinned partition
+    only shrinks the rest of the cache, and the next steps leave it out."""
+    rec = record()
+    pinned = rec["simulation"]["pinned"]
+    pinned["hit_tokens"] = pinned["baseline_hit_tokens"] - 1
+    assert "pin" not in _by_kind(next_steps(rec))

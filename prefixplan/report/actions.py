@@ -273,6 +273,8 @@ def _pin_action(record: Mapping[str, Any], kv: KVSize | None, price: float | Non
         return None
     ranks = [int(r) for r in pinned["ranks"]]
     gain = float(pinned["hit_tokens"]) - float(pinned["baseline_hit_tokens"])
+    if gain <= 0:
+        return None  # LRU keeps them resident already: pinning would only shrink the rest of the cache
     tokens = float(pinned["pinned_tokens"])
     secs = float(pinned.get("gpu_seconds_saved_vs_baseline") or 0.0)
     scale = per_day(record)
@@ -296,10 +298,10 @@ def _pin_action(record: Mapping[str, Any], kv: KVSize | None, price: float | Non
     )
     effect = (
         f"hit rate {v.pct(pinned['baseline_hit_rate_tokens'])} → {v.pct(pinned['hit_rate_tokens'])} "
-        f"({'+' if gain >= 0 else ''}{v.n(round(gain))} prefill tokens over the log)"
+        f"(+{v.n(round(gain))} prefill tokens over the log)"
     )
     money = _time_effect(figures, secs)
-    if money and gain > 0:
+    if money:
         effect += f"; {money}"
     return Action("pin", title, effect, gain, figures, "simulation.pinned")
 
