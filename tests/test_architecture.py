@@ -1,7 +1,7 @@
 """The one-way flow, enforced: every module's imports (read with ast) respect the layer order, and
 ``prefixplan --help`` imports none of the heavy libraries.
 
-Layer order (docs/architecture.md): errors, core -> logs -> render -> analysis -> savings ->
+Layer order (docs/architecture.md): errors, core -> logs -> render -> trace -> analysis -> savings ->
 simulation -> keys -> store -> gate -> engines -> warming -> gateway -> report -> api -> cli (-> __main__). A module may import
 its own package and any package to its left; imports under ``if TYPE_CHECKING:`` and inside
 functions count too (a lazy import is still a dependency).
@@ -24,6 +24,7 @@ LAYERS = (
     "core",
     "logs",
     "render",
+    "trace",
     "analysis",
     "savings",
     "simulation",

@@ -5,6 +5,7 @@ Each case is refused with a message naming the field, and nothing it would have 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -152,8 +153,14 @@ def test_an_output_that_cannot_be_written_does_not_cost_the_others(
     system = "You are the support assistant. " * 30
     log.write_text(
         "".join(
-            '{"model": "m", "user": "u%d", "messages": [{"role": "system", "content": "%s"}, '
-            '{"role": "user", "content": "q%d"}]}\n' % (i, system, i)
+            json.dumps(
+                {
+                    "model": "m",
+                    "user": f"u{i}",
+                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": f"q{i}"}],
+                }
+            )
+            + "\n"
             for i in range(6)
         )
     )

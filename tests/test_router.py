@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from prefixplan.core.granularity import engine_granularity
+from prefixplan.core.routebytes import request_route_bytes, route_units
 from prefixplan.errors import UsageError
 from prefixplan.simulation.fleet import FleetModel, FleetRequest, simulate_fleet
-from prefixplan.simulation.router import Router, RouterConfig, request_route_bytes, route_units
+from prefixplan.simulation.router import Router, RouterConfig
 from prefixplan.simulation.trace import SimRequest, build_trace
 
 

@@ -77,10 +77,15 @@ def test_option_parsing():
 
 
 def _sim_log(tmp_path: Path) -> Path:
-    system = "You are the support assistant of a large company with many rules. " * 100  # > 1,024 tokens: hosted caches start there
+    system = (
+        "You are the support assistant of a large company with many rules. " * 100
+    )  # > 1,024 tokens: hosted caches start there
     rows = [
-        {"model": "m", "user": f"u{i % 4}", "messages": [{"role": "system", "content": system},
-                                                         {"role": "user", "content": f"question {i}"}]}
+        {
+            "model": "m",
+            "user": f"u{i % 4}",
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": f"question {i}"}],
+        }
         for i in range(12)
     ]
     log = tmp_path / "log.jsonl"
@@ -103,12 +108,32 @@ def test_docs_and_program_agree_on_profiles_providers_and_capacities(tmp_path: P
     assert doc["savings"] is None and doc["money"]["usd_saved"] > 0
     assert any("not modelled for hosted APIs" in n for n in doc["notes"])
     # Anthropic with one breakpoint at each prompt's end: no reads here, and the output says why and what to do.
-    assert main(["simulate", str(log), "--provider", "anthropic", "--model", "claude-sonnet-4", "--breakpoints",
-                 "auto", "--json", "-", "-q"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(log),
+                "--provider",
+                "anthropic",
+                "--model",
+                "claude-sonnet-4",
+                "--breakpoints",
+                "auto",
+                "--json",
+                "-",
+                "-q",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["money"]["usd_saved"] < 0 and any("no request read a cached prefix" in n for n in doc["notes"])
     # A capacity given in bytes reads back in bytes; tiered hit rates say what the GPU alone holds.
-    assert main(["simulate", str(log), "--capacity", "1GB", "--model", "Llama-3.1-8B-Instruct", "--tier",
-                 "cpu:2GB:25:0.5"]) == 0
+    assert (
+        main(
+            ["simulate", str(log), "--capacity", "1GB", "--model", "Llama-3.1-8B-Instruct", "--tier", "cpu:2GB:25:0.5"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "lru 7.63k tok (1 GB) + cpu 15.3k tok (2 GB)" in out and "GPU only" in out and "e+0" not in out

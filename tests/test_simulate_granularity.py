@@ -11,22 +11,26 @@ from hypothesis import strategies as st
 from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 from prefixplan.errors import UsageError
 from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate
+from prefixplan.simulation.trace import request_boundaries
 
 
 def _toks(seed: int, n: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 50_000, size=n, dtype=np.uint32)
 
 
-def _reqs(*prompts, times=None, ns="m", breakpoints=None):
+def _reqs(*prompts, times=None, ns="m", breakpoints=None, ends=()):
+    """SimRequests; ``ends``: segment ends shared by all (where the Anthropic model looks up entries)."""
     out = []
     for i, p in enumerate(prompts):
+        bps = tuple(breakpoints[i]) if breakpoints else ()
         out.append(
             SimRequest(
                 time=float(times[i] if times else i),
                 namespace=ns,
                 tokens=np.asarray(p, np.uint32),
-                breakpoints=tuple(breakpoints[i]) if breakpoints else (),
+                breakpoints=bps,
                 index=i,
+                boundaries=request_boundaries(len(p), bps, ends),
             )
         )
     return out
@@ -84,7 +88,7 @@ def test_anthropic_breakpoints_and_minimums():
     r1 = np.concatenate([sys_, _toks(9, 1000)])
     r2 = np.concatenate([sys_, _toks(10, 600)])
     r3 = np.concatenate([sys_, _toks(11, 900)])
-    reqs = _reqs(r1, r2, r3, breakpoints=[[2000], [2000], [2500]])
+    reqs = _reqs(r1, r2, r3, breakpoints=[[2000], [2000], [2500]], ends=[2000])  # the system text ends at 2000
     res = simulate(reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4-5")))
     run = res.run(res.persistent)
     # r1 writes 2000; r2 reads 2000; r3 reads the 2000 entry (<= its breakpoint 2500) and writes 500
@@ -105,7 +109,7 @@ def test_anthropic_breakpoints_and_minimums():
 def test_anthropic_auto_breakpoint_and_ttl():
     p = _toks(12, 1500)
     longer = np.concatenate([p, _toks(13, 100)])
-    reqs = _reqs(p, p, longer, p, times=[0, 10, 20, 2000])
+    reqs = _reqs(p, p, longer, p, times=[0, 10, 20, 2000], ends=[1500])  # the longer one adds a message
     res = simulate(
         reqs, SimConfig(cache=CacheModel(provider="anthropic", model="claude-sonnet-4", anthropic_breakpoints="auto"))
     )

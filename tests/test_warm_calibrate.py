@@ -94,7 +94,11 @@ def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
     a, b, c = 0.002, 1.0e-4, 2.0e-8
     with FakeEngine("vllm", block_size=16, ttft_model=(a, b, c), clock=clock) as fake:
         profile, path = calibrate_endpoint(
-            fake.url, lengths=[64, 256, 512, 1024], fractions=[0.0, 0.5, 0.9], repeats=2, out=tmp_path / "prof.yaml",
+            fake.url,
+            lengths=[64, 256, 512, 1024],
+            fractions=[0.0, 0.5, 0.9],
+            repeats=2,
+            out=tmp_path / "prof.yaml",
             clock=clock,
         )
         sent = [b for _, p, b, _ in fake.requests if p == "/v1/completions"]

@@ -31,7 +31,7 @@ from prefixplan.logs import LineErrors
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, source_meter
 
-PrefixSink = Callable[[Prompt], None]
+PrefixSink = Callable[[Prompt], object]
 """Receives every rendered prompt during the single pass (e.g. the simulation headline)."""
 
 

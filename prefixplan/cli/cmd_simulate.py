@@ -117,6 +117,7 @@ def register(app: typer.Typer) -> None:
         replicas: o.Replicas = None,
         router: o.Router = None,
         json_out: o.Json = None,
+        trace_out: o.TraceOut = None,
         quiet: o.Quiet = False,
         old_format: Annotated[Optional[str], o.deprecated("--format", "--log-format")] = None,
         old_engine: Annotated[Optional[str], o.deprecated("--engine", "--granularity")] = None,
@@ -175,7 +176,12 @@ def register(app: typer.Typer) -> None:
 
         progress = ConsoleProgress(report_console(stderr=True), quiet=quiet)
         result, errors = simulate_source(
-            source, config, pins_from=analysis, pin_top=10 if top is None else top, progress=progress
+            source,
+            config,
+            pins_from=analysis,
+            pin_top=10 if top is None else top,
+            progress=progress,
+            trace_out=trace_out,
         )
         doc = Simulation(result, errors.count).to_json()
         console = report_console(stderr=json_out == "-")

@@ -241,6 +241,21 @@ KeyStats = Annotated[
 Json = Annotated[
     Optional[str], typer.Option("--json", metavar="FILE", help="Write the result as JSON to FILE ('-' = stdout).")
 ]
+TraceOut = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--trace-out",
+        metavar="FILE",
+        help="Also write the rendered requests as a trace file (Parquet) that analyze and simulate read "
+        "without re-rendering.",
+    ),
+]
+Workers = Annotated[
+    Optional[int],
+    typer.Option(
+        "--workers", metavar="N", help="Render in N worker processes (default: one per core; 1 = in this process)."
+    ),
+]
 Html = Annotated[
     Optional[str],
     typer.Option("--html", metavar="FILE", help="Write a self-contained HTML report to FILE ('-' = stdout)."),

@@ -178,5 +178,8 @@ class Prompt:
 
     @property
     def n_tokens(self) -> int:
-        """Prompt length in real tokens (ids x token_scale)."""
+        """Prompt length in real tokens: ids x token_scale, or a trace line's ``input_length``
+        when it has one (Mooncake hash ids stand for 512-token blocks; the last may be partial)."""
+        if self.token_scale > 1 and self.request.input_length is not None and self.request.input_length >= 0:
+            return int(self.request.input_length)
         return int(self.tokens.shape[0]) * self.token_scale

@@ -15,12 +15,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from prefixplan.core.routebytes import request_route_bytes, route_units
 from prefixplan.gateway.keys import GatewayError, KeyService
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.prefix import expand_chat, expand_completion, request_parts
 from prefixplan.gateway.upstream import StreamUsage, UpstreamFailure, Upstreams, response_headers, usage_of
 from prefixplan.gateway.warm import ReadyView, Warmer
-from prefixplan.simulation.router import Decision, Router, request_route_bytes, route_units
+from prefixplan.simulation.router import Decision, Router
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx

@@ -43,11 +43,15 @@ from prefixplan.simulation.models import (
 from prefixplan.simulation.risk import PrefixRisk, eviction_risk
 from prefixplan.simulation.trace import BlockTrace, SimRequest, TraceBuilder
 from prefixplan.simulation.tree import build_tree
+from prefixplan.trace.rows import RowMaker
 
 if TYPE_CHECKING:
     from prefixplan.core.types import Prompt
+    from prefixplan.trace.rows import TraceRow
 from prefixplan.simulation.result import CacheRun, SimResult
 
+TRACE_BLOCK = 16
+"""Block size of the block trace under Anthropic's breakpoint cache (blocks are not used there)."""
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
 
 
@@ -104,7 +108,7 @@ def _partition_json(trace: BlockTrace, config: SimConfig, pol: str, cap: float, 
 
 def _default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | None:
     if config.workload.priorities is not None:
-        return np.asarray(config.workload.priorities)
+        return np.asarray(config.workload.priorities)[trace.order]  # given per input request; rows are arrivals
     hot = list(config.workload.hot_prefixes) or [("pin", ns, t) for ns, t in config.cache.pins]
     if not hot:
         return None
@@ -127,9 +131,17 @@ class Simulation:
     anyway, so one pass over the log serves both.
     """
 
-    def __init__(self, config: SimConfig | None = None) -> None:
+    def __init__(self, config: SimConfig | None = None, *, routing: bool = False) -> None:
+        """``routing``: compute what a router sees of each prompt even without a fleet (rows
+        written to a trace file carry it, so the trace can replay a fleet later)."""
         self.config = config or SimConfig()
+        self._routing = routing or self.config.fleet is not None
         self._prepare()
+
+    @property
+    def block_size(self) -> int:
+        """Real tokens per block of the block trace (what trace rows must divide)."""
+        return self._builder.granularity.block_size
 
     def add(self, request: SimRequest) -> None:
         """Add the next request (arrival order)."""
@@ -137,11 +149,17 @@ class Simulation:
         if self.config.fleet is not None:
             self._fleet.append(fleet_request(request))
 
-    def add_prompt(self, prompt: Prompt) -> None:
-        """Add the next rendered prompt (:func:`prefixplan.simulation.source.sim_request`)."""
-        from prefixplan.simulation.source import sim_request
+    def add_prompt(self, prompt: Prompt) -> TraceRow:
+        """Add the next rendered prompt through its trace row; returns the row."""
+        row = self._rows.row(prompt, self._count)
+        self.add_row(row)
+        return row
 
-        self.add(sim_request(prompt, self._count, routing=self.config.fleet is not None))
+    def add_row(self, row: TraceRow) -> None:
+        """Add the next trace row (a rendered prompt, or a row read from a trace file)."""
+        from prefixplan.simulation.source import row_request
+
+        self.add(row_request(row))
         self._count += 1
 
     def _prepare(self) -> None:
@@ -165,7 +183,11 @@ class Simulation:
             if gran.breakpoints is not None
             else None
         )
-        self._builder = TraceBuilder(gran, observer=self._anthropic)
+        # Anthropic caches at breakpoints (keys at each request's boundaries), not in blocks: its
+        # block trace only counts tokens, so it uses the default block size, not one per token.
+        blocks = replace(gran, block_size=TRACE_BLOCK) if gran.breakpoints is not None else gran
+        self._builder = TraceBuilder(blocks, observer=self._anthropic)
+        self._rows = RowMaker(blocks.block_size, routing=self._routing)
         self._count = 0
         self._fleet: list[FleetRequest] = []
 
@@ -178,7 +200,8 @@ class Simulation:
             return result
         work = self.config.workload
         service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
-        return replace(result, fleet=simulate_fleet(trace, self._fleet, fleet, service))
+        in_rows = [self._fleet[i] for i in trace.order.tolist()]  # rows are arrivals
+        return replace(result, fleet=simulate_fleet(trace, in_rows, fleet, service))
 
 
 def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:

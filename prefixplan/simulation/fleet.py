@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from prefixplan.core.routebytes import route_units
 from prefixplan.errors import UsageError
-from prefixplan.simulation.router import SIM_POLICIES, Router, RouterConfig, route_units
+from prefixplan.simulation.router import SIM_POLICIES, Router, RouterConfig
 from prefixplan.simulation.trace import BlockTrace, SimRequest
 
 
@@ -62,8 +63,10 @@ class FleetRequest:
 def fleet_request(request: SimRequest) -> FleetRequest:
     """The routing input of a simulated request: its route units (else its token blocks' keys)."""
     units = request.route_units
-    if units is None:  # no request content (traces, in-memory token streams): 16 token ids per unit
+    if units is None and request.tokens is not None:  # in-memory token streams: 16 token ids per unit
         units = tuple(route_units(np.ascontiguousarray(request.tokens, dtype="<u4").tobytes()))
+    elif units is None:  # no request content (Mooncake traces, trace files): the block keys
+        units = tuple(int(k) for k in (request.block_keys if request.block_keys is not None else ()))
     return FleetRequest(units=tuple(units), key=request.key, key_tokens=int(request.key_tokens))
 
 

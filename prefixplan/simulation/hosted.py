@@ -5,7 +5,9 @@ Model (documented simplification of the provider's behaviour):
 * A request's breakpoints are its ``cache_control`` token offsets (prefix lengths); a
   request without any (or ``breakpoints="auto"``) gets one breakpoint at the prompt end.
 * Lookup: the longest cache entry that is a prefix of the request, ends at or before its
-  last breakpoint, is at least the model minimum, and was used within the TTL. The
+  last breakpoint, is at least the model minimum, and was used within the TTL. Entries are
+  looked up where the request has a boundary (the end of its system text, of each tool, of
+  each message, of the prompt): an entry ending inside one of its segments is not found. The
   provider's 20-block lookback limit is not modelled.
 * Writes: every breakpoint at or above the minimum and beyond the hit creates an entry;
   the tokens between the hit and the furthest such breakpoint are billed as cache writes.
@@ -15,8 +17,7 @@ Model (documented simplification of the provider's behaviour):
 from __future__ import annotations
 
 import bisect
-
-import numpy as np
+from collections.abc import Mapping
 
 from prefixplan.simulation.trace import SimRequest
 
@@ -37,8 +38,8 @@ class AnthropicCache:
         t = self.entries.get(key)
         return t is not None and (self.ttl is None or now - t <= self.ttl)
 
-    def __call__(self, req: SimRequest, keys: np.ndarray) -> None:
-        n = int(keys.shape[0])
+    def __call__(self, req: SimRequest, keys: Mapping[int, int]) -> None:
+        n = req.n_units
         scale = max(1, int(req.block_scale))
         now = float(req.time)
         bps = sorted({int(b) for b in req.breakpoints if 0 < int(b) <= n}) if self.mode == "request" else []
@@ -54,16 +55,16 @@ class AnthropicCache:
                 length = lengths[i]
                 if length < self.min_tokens:
                     break
-                key = int(keys[length - 1])
-                if self._alive(key, now):
+                key = keys.get(length)
+                if key is not None and self._alive(key, now):
                     hit = length
                     self.entries[key] = now
                     break
         written = hit
         for bp in bps:
-            if bp < self.min_tokens:
+            if bp < self.min_tokens or bp not in keys:
                 continue
-            key = int(keys[bp - 1])
+            key = keys[bp]
             if bp > hit:
                 written = max(written, bp)
             i = bisect.bisect_left(lengths, bp)

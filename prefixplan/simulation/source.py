@@ -14,85 +14,73 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from prefixplan.core.hashes import segment_hash
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt
+from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
-from prefixplan.simulation.api import simulate
+from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import SimConfig
+from prefixplan.simulation.pins import PinSelection
 from prefixplan.simulation.result import SimResult
-from prefixplan.simulation.router import request_route_bytes, route_units
 from prefixplan.simulation.trace import SimRequest
-
-_MESSAGE_KINDS = ("user", "assistant", "tool_result")
-
-
-def breakpoint_offsets(prompt: Prompt) -> tuple[int, ...]:
-    """Token offsets (prefix lengths) of a request's ``cache_control`` breakpoints."""
-    req = prompt.request
-    if not req.breakpoints:
-        return ()
-    segs = prompt.segments
-    messages = sorted({s.index for s in segs if s.kind in _MESSAGE_KINDS})
-    out = set()
-    for bp in req.breakpoints:
-        if bp.where == "system":
-            ends = [s.end for s in segs if s.kind == "system"]
-        elif bp.where == "tools":
-            ends = [s.end for s in segs if s.kind == "tool" and s.index == bp.index] or [
-                s.end for s in segs if s.kind == "tool"
-            ]
-        else:
-            idx = messages[bp.index] if 0 <= bp.index < len(messages) else None
-            ends = [s.end for s in segs if s.kind in _MESSAGE_KINDS and s.index == idx]
-        if ends:
-            out.add(max(ends))
-    return tuple(sorted(out))
+from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
+from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, is_trace_file
+from prefixplan.trace.rows import RowMaker, TraceRow
 
 
-def key_prefix(prompt: Prompt) -> tuple[str | None, int]:
-    """``(identity, tokens)`` of a chat prompt's leading system/tool prefix, up to where the first
-    user message's content starts (what a gateway key registers); ``(None, 0)`` without one."""
-    users = [s.start for s in prompt.segments if s.kind == "user"]
-    if not users:
-        return None, 0
-    cut = min(users)
-    if not any(s.kind in ("system", "tool") and s.end <= cut for s in prompt.segments):
-        return None, 0
-    ident = segment_hash(prompt.request.namespace.encode() + b"\x00" + prompt.tokens[:cut].tobytes())
-    return f"prefix-{ident}", cut
-
-
-def sim_request(prompt: Prompt, index: int, *, routing: bool = False) -> SimRequest:
-    """One rendered prompt as simulation input (``index``: its position in the stream); with
-    ``routing``, also what the fleet's router sees (route units, key prefix)."""
-    req = prompt.request
-    units: tuple[int, ...] | None = None
-    key, key_tokens = None, 0
-    if routing:
-        if req.messages is not None or req.prompt is not None or req.prompt_ids is not None:
-            prompt_value = req.prompt if req.prompt is not None else (list(req.prompt_ids) if req.prompt_ids else None)
-            units = tuple(route_units(request_route_bytes(req.messages, req.tools, prompt_value)))
-        key, key_tokens = key_prefix(prompt)
+def row_request(row: TraceRow) -> SimRequest:
+    """A trace row as simulation input (no tokens: its block keys and boundary keys)."""
     return SimRequest(
-        time=float(req.time) if req.time is not None else float(index),
-        namespace=req.namespace,
-        tokens=prompt.tokens,
-        output_len=int(req.output_length or 0),
-        breakpoints=breakpoint_offsets(prompt),
-        block_scale=int(prompt.token_scale or 1),
-        index=index,
-        route_units=units,
-        key=key,
-        key_tokens=key_tokens,
+        time=float(row.time) if row.time is not None else float(row.index),
+        namespace=row.namespace,
+        tokens=None,
+        output_len=int(row.output_tokens),
+        breakpoints=row.breakpoints,
+        block_scale=int(row.token_scale),
+        index=int(row.index),
+        route_units=row.route_units,
+        key=row.gw_key,
+        key_tokens=int(row.gw_key_tokens),
+        prompt_len=int(row.prompt_tokens),
+        block_keys=row.block_keys,
+        keys_units=int(row.keys_units),
+        boundaries=row.boundaries,
+        boundary_keys=row.boundary_keys,
+        units=int(row.units),
     )
 
 
-def sim_requests(prompts: Iterable[Prompt], *, routing: bool = False) -> Iterator[SimRequest]:
+def sim_request(prompt: Prompt, index: int, *, block_size: int = 1, routing: bool = False) -> SimRequest:
+    """One rendered prompt as simulation input, through its trace row at ``block_size`` tokens
+    (``index``: its position in the stream); with ``routing``, also what the fleet's router sees."""
+    return row_request(RowMaker(block_size, routing=routing).row(prompt, index))
+
+
+def sim_requests(prompts: Iterable[Prompt], *, block_size: int = 1, routing: bool = False) -> Iterator[SimRequest]:
     """Rendered prompts as simulation input, in stream order."""
+    maker = RowMaker(block_size, routing=routing)
     for i, prompt in enumerate(prompts):
-        yield sim_request(prompt, i, routing=routing)
+        yield row_request(maker.row(prompt, i))
+
+
+def trace_input(source: SourceOptions) -> TraceFile | None:
+    """The trace file ``source`` names (one ``.parquet`` written by ``--trace-out``), or None for logs.
+
+    Raises:
+        UsageError: a trace mixed with other inputs.
+    """
+    if source.objects is not None:
+        return None
+    traces = [p for p in source.paths if is_trace_file(p)]
+    if not traces:
+        return None
+    if len(source.paths) > 1:
+        raise UsageError(
+            "a trace file is read on its own, not with other inputs",
+            hint="write one trace for all the logs: prefixplan simulate LOG1 LOG2 --trace-out T.parquet",
+        )
+    return TraceFile(traces[0])
 
 
 def simulate_source(
@@ -102,8 +90,10 @@ def simulate_source(
     pins_from: str | Path | None = None,
     pin_top: int = 10,
     progress: Progress = NO_PROGRESS,
+    trace_out: str | Path | None = None,
 ) -> tuple[SimResult, LineErrors]:
-    """Read, render and simulate ``source``; returns (result, line errors).
+    """Read, render and simulate ``source`` (logs, or a trace file: no tokenizer then); returns
+    (result, line errors). ``trace_out`` writes the rendered rows as a trace file.
 
     With ``pins_from`` (an analysis record), its top ``pin_top`` candidates become the pins
     of the pinned partition and the hot prefixes of the eviction-risk table; their tokenizer
@@ -111,10 +101,18 @@ def simulate_source(
     """
     from prefixplan.simulation.pins import check_fingerprints, load_pins
 
-    renderers = source.renderers()
+    trace_in = trace_input(source)
+    renderers = None if trace_in is not None else source.renderers()
+    if trace_in is not None:
+        check_block_size(trace_in.meta, Simulation(config).block_size, str(trace_in.path))
+        if trace_out is not None:
+            raise UsageError("--trace-out writes a trace while rendering a log; the input is a trace already")
     if pins_from is not None:
         selection = load_pins(pins_from, pin_top)
-        check_fingerprints(selection, renderers)
+        if renderers is not None:
+            check_fingerprints(selection, renderers)
+        elif trace_in is not None:
+            check_trace_fingerprints(selection, trace_in)
         notes = list(selection.notes)
         if not selection.prefixes:
             notes.append(f"no pins: none of the top {pin_top} candidates of {pins_from} has token ids")
@@ -129,23 +127,70 @@ def simulate_source(
             workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
             notes=config.notes + tuple(notes),
         )
-    errors = LineErrors()
-    routing = config.fleet is not None
-    meter = source_meter(source)
-
-    def reported(prompts: Iterable[Prompt]) -> Iterator[Prompt]:
-        progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
-        tokens = n = 0
-        for n, prompt in enumerate(prompts, start=1):
-            tokens += prompt.n_tokens
-            if n % 256 == 1:
-                progress.update(n, tokens, meter.done() if meter is not None else None)
-            yield prompt
-        progress.update(n, tokens, meter.done() if meter is not None else None)
+    sim = Simulation(config, routing=trace_out is not None)
+    if trace_in is not None:
+        progress.begin("reading the trace", trace_in.num_rows)
+        n = tokens = 0
+        for n, row in enumerate(trace_in.rows(), start=1):
+            sim.add_row(row)
+            tokens += row.prompt_tokens
+            if n % 4096 == 1:
+                progress.update(n, tokens, None)
+        progress.update(n, tokens, None)
         progress.end()
-        progress.begin("simulating the cache models")
-
-    prompts = reported(iter_prompts(source, errors, renderers, meter=meter))
-    result = simulate(sim_requests(prompts, routing=routing), config)
+        errors = line_errors_of(trace_in.meta.get("line_errors"))
+    else:
+        assert renderers is not None
+        errors = LineErrors()
+        meter = source_meter(source)
+        gran = config.granularity()
+        writer = (
+            TraceWriter(trace_out, base_meta(sim.block_size, {"describe": gran.describe()}))
+            if trace_out is not None
+            else None
+        )
+        try:
+            progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
+            tokens = n = 0
+            for n, prompt in enumerate(iter_prompts(source, errors, renderers, meter=meter), start=1):
+                row = sim.add_prompt(prompt)
+                if writer is not None:
+                    writer.write(row)
+                tokens += prompt.n_tokens
+                if n % 256 == 1:
+                    progress.update(n, tokens, meter.done() if meter is not None else None)
+            progress.update(n, tokens, meter.done() if meter is not None else None)
+            progress.end()
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        if writer is not None:
+            writer.close(
+                {
+                    "inputs": {"paths": list(source.display)},
+                    "line_errors": line_errors_json(errors),
+                    "tokenizers": renderers_json(renderers),
+                }
+            )
+    progress.begin("simulating the cache models")
+    result = sim.result()
     progress.end()
     return result, errors
+
+
+def check_trace_fingerprints(selection: PinSelection, trace: TraceFile) -> None:
+    """As :func:`~prefixplan.simulation.pins.check_fingerprints`, against the tokenizers a trace
+    file says its rows were rendered with."""
+    if not selection.fingerprints:
+        return
+    tokenizers = trace.meta.get("tokenizers") or []
+    for prefix in selection.prefixes:
+        have = fingerprint_for(tokenizers, prefix.model or None)
+        if have is not None and have not in selection.fingerprints:
+            raise UsageError(
+                f"--analysis {selection.source}: its token ids come from tokenizer "
+                f"{', '.join(selection.tokenizer_labels)}, but {trace.path} was rendered with {have}; "
+                "pinned ids would never match",
+                hint="write the trace with the same --tokenizer as the analysis",
+            )

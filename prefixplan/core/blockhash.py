@@ -1,0 +1,107 @@
+"""Block keys: 64-bit identities of token prefixes, the way engines key KV blocks.
+
+Scheme ``pp-prefix-1`` (stable across versions and machines; traces store these keys):
+
+* each token ``t_i`` at position ``i`` is mixed with a position constant
+  ``K_i = splitmix64(i) | 1``: ``x_i = m(K_i * (t_i + 1))`` where ``m(z) = z ^ (z >> 31)``,
+  then ``* 0xBF58476D1CE4E5B9``, then ``^ (z >> 29)`` (all mod 2**64);
+* the prefix sum ``P_i = x_0 + ... + x_i`` (mod 2**64) plus the namespace seed ``S`` is
+  finalised: ``key_i = f(P_i + S) | 1`` with ``f(z) = z ^ (z >> 33)``, ``* 0x94D049BB133111EB``,
+  ``^ (z >> 33)``;
+* ``S`` is the first 8 bytes (little-endian) of ``blake2b(namespace + b"\\0" + scale + salt)``.
+
+``key_i`` identifies ``tokens[:i+1]`` in its namespace: the key of a block covers its parent's
+prefix and its own tokens (chained, as vLLM's block hashes), and a whole prompt's keys cost one
+vectorised pass. Keys are odd, so 0 never occurs (it marks empty slots in
+:class:`~prefixplan.core.u64index.U64Index`). Two distinct prefixes share a key with
+probability about ``D**2 / 2**64`` for ``D`` distinct prefixes.
+
+A salt (``trace --export``) gives every key a different value per export, so exported hash ids
+cannot be matched against keys computed from known prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+SCHEME = "pp-prefix-1"
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_SM1 = np.uint64(0xBF58476D1CE4E5B9)
+_SM2 = np.uint64(0x94D049BB133111EB)
+_S27 = np.uint64(27)
+_S29 = np.uint64(29)
+_S30 = np.uint64(30)
+_S31 = np.uint64(31)
+_S33 = np.uint64(33)
+_ONE = np.uint64(1)
+
+
+def _splitmix64(i: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = (i.astype(np.uint64) + _ONE) * _GOLDEN
+        z = (z ^ (z >> _S30)) * _SM1
+        z = (z ^ (z >> _S27)) * _SM2
+        return z ^ (z >> _S31)
+
+
+class BlockHasher:
+    """Prefix keys of token arrays (module docstring); position constants are cached."""
+
+    def __init__(self) -> None:
+        self._k = np.zeros(0, dtype=np.uint64)
+
+    def _consts(self, n: int) -> np.ndarray:
+        if self._k.shape[0] < n:
+            size = max(n, 2 * self._k.shape[0], 4096)
+            self._k = _splitmix64(np.arange(size, dtype=np.uint64)) | _ONE
+        return self._k[:n]
+
+    def prefix_keys(self, tokens: np.ndarray, seed: int) -> np.ndarray:
+        """Key of ``tokens[:i+1]`` at index ``i`` (uint64 array, same length)."""
+        n = int(tokens.shape[0])
+        with np.errstate(over="ignore"):
+            x = (tokens.astype(np.uint64) + _ONE) * self._consts(n)
+            x ^= x >> _S31
+            x *= _SM1
+            x ^= x >> _S29
+            p = np.cumsum(x, dtype=np.uint64)
+            p += np.uint64(seed)
+            p ^= p >> _S33
+            p *= _SM2
+            p ^= p >> _S33
+            p |= _ONE
+        return p
+
+    def block_keys(self, tokens: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
+        """Keys of the full blocks of ``tokens`` (``units_per_block`` entries each)."""
+        keys = self.prefix_keys(np.asarray(tokens, dtype=np.uint32), seed)
+        nb = keys.shape[0] // units_per_block
+        return keys[units_per_block - 1 : nb * units_per_block : units_per_block].copy()
+
+
+def namespace_seed(namespace: str, scale: int = 1, salt: bytes = b"") -> int:
+    """The seed ``S`` of a namespace (module docstring); ``scale`` is the real tokens per entry
+    (Mooncake hash ids stand for whole blocks)."""
+    digest = hashlib.blake2b(
+        namespace.encode("utf-8") + b"\x00" + str(int(scale)).encode() + b"\x00" + salt, digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "little")
+
+
+def salted(keys: np.ndarray, salt: bytes) -> np.ndarray:
+    """``keys`` re-keyed by ``salt`` (an export's secret): a bijection per salt, so equal keys
+    stay equal and distinct keys stay distinct, but the values say nothing without the salt."""
+    if not salt:
+        return keys
+    s = np.uint64(int.from_bytes(hashlib.blake2b(b"pp-salt\x00" + salt, digest_size=8).digest(), "little"))
+    with np.errstate(over="ignore"):
+        z = keys.astype(np.uint64) ^ s
+        z ^= z >> _S33
+        z *= _SM1
+        z ^= z >> _S29
+        z *= _SM2
+        z ^= z >> _S31
+    return z

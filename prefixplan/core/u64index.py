@@ -1,0 +1,100 @@
+"""A compact map from 64-bit keys to dense ids (0, 1, 2, ... in insertion order).
+
+Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32``), kept at
+most half full: about 24 bytes per key, with no Python object per key (a ``dict`` of ints costs
+~100 bytes per key, which is what made block traces of large logs run out of memory). Lookups
+and inserts take whole arrays of keys at once. Key 0 is reserved for empty slots; block keys
+(:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+
+
+class U64Index:
+    """Key -> dense id (module docstring)."""
+
+    def __init__(self, capacity: int = 1 << 12) -> None:
+        size = 1 << max(4, int(2 * max(capacity, 8) - 1).bit_length())
+        self._keys = np.zeros(size, dtype=np.uint64)
+        self._ids = np.zeros(size, dtype=np.int32)
+        self._shift = np.uint64(64 - (size.bit_length() - 1))
+        self._mask = size - 1
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._keys.nbytes + self._ids.nbytes)
+
+    def _slots(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return ((keys * _MUL) >> self._shift).astype(np.int64)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Ids of ``keys`` (-1 where absent)."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        out = np.full(keys.shape[0], -1, dtype=np.int64)
+        if not keys.shape[0]:
+            return out
+        slots = self._slots(keys)
+        pending = np.arange(keys.shape[0])
+        table, ids, mask = self._keys, self._ids, self._mask
+        while pending.shape[0]:
+            s = slots[pending]
+            at = table[s]
+            hit = at == keys[pending]
+            out[pending[hit]] = ids[s[hit]]
+            go_on = ~hit & (at != 0)
+            pending = pending[go_on]
+            slots[pending] = (slots[pending] + 1) & mask
+        return out
+
+    def insert_new(self, keys: np.ndarray, first_id: int | None = None) -> np.ndarray:
+        """Insert ``keys`` (distinct, none present yet: callers look up first) with consecutive
+        ids from ``first_id`` (default: the current size); returns their ids."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        n = int(keys.shape[0])
+        start = self.size if first_id is None else int(first_id)
+        new_ids = np.arange(start, start + n, dtype=np.int64)
+        if not n:
+            return new_ids
+        if 2 * (self.size + n) > self._keys.shape[0]:
+            self._grow(self.size + n)
+        self._place(keys, new_ids.astype(np.int32))
+        self.size += n
+        return new_ids
+
+    def _place(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        table, mask = self._keys, self._mask
+        slots = self._slots(keys)
+        pending = np.arange(keys.shape[0])
+        while pending.shape[0]:
+            s = slots[pending]
+            free = table[s] == 0
+            # among keys aiming at the same free slot, the first takes it
+            cand = pending[free]
+            taken_slots, first = np.unique(s[free], return_index=True)
+            winners = cand[first]
+            table[taken_slots] = keys[winners]
+            self._ids[taken_slots] = ids[winners]
+            placed = np.zeros(keys.shape[0], dtype=bool)
+            placed[winners] = True
+            pending = pending[~placed[pending]]
+            # losers of a contest retry the same slot (now taken) and move on; occupied ones move on
+            slots[pending] = (slots[pending] + 1) & mask
+
+    def _grow(self, need: int) -> None:
+        old_keys, old_ids = self._keys, self._ids
+        used = old_keys != 0
+        size = 1 << int(2 * need - 1).bit_length()
+        self._keys = np.zeros(size, dtype=np.uint64)
+        self._ids = np.zeros(size, dtype=np.int32)
+        self._shift = np.uint64(64 - (size.bit_length() - 1))
+        self._mask = size - 1
+        self._place(old_keys[used], old_ids[used])

@@ -1,0 +1,181 @@
+"""One trace row per request: what every stage after rendering needs, and nothing more.
+
+A :class:`TraceRow` is a rendered request reduced to its arrival time, namespace, tenant,
+lengths, the prefix keys of its full blocks (:mod:`prefixplan.core.blockhash`) at the trace's
+block size, and its segment spans; no token ids and no text. Rows are what the render workers
+send back, what ``--trace-out`` writes as Parquet (:mod:`prefixplan.trace.parquet`) and what
+``simulate`` and ``analyze`` read from a trace file instead of re-rendering the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefixplan.core.blockhash import BlockHasher, namespace_seed
+from prefixplan.core.routebytes import request_route_bytes, route_units
+from prefixplan.core.types import SEGMENT_KINDS, Prompt
+from prefixplan.trace.spans import breakpoint_offsets, key_prefix
+
+KIND_CODE = {k: i for i, k in enumerate(SEGMENT_KINDS)}
+_EMPTY_U64 = np.zeros(0, dtype=np.uint64)
+_EMPTY_I32 = np.zeros(0, dtype=np.int32)
+_EMPTY_I8 = np.zeros(0, dtype=np.int8)
+
+
+@dataclass(slots=True)
+class TraceRow:
+    """One request of a trace (module docstring).
+
+    Attributes:
+        index: position in the input stream (0-based).
+        time: arrival seconds, None when the log has none.
+        source, line: where the request came from (re-rendering a representative request).
+        namespace, model, format, tenant: as :class:`~prefixplan.core.types.Request` has them.
+        prompt_tokens: real prompt tokens (a Mooncake line's ``input_length`` when given).
+        output_tokens: generated tokens (0 when unknown).
+        token_scale: real tokens per unit (Mooncake hash ids: the trace block size).
+        units: entries of the rendered prompt (token ids, or hash ids).
+        keys_units: units per block key.
+        block_keys: prefix keys of the full blocks (uint64), ``keys_units`` units each.
+        seg_kind/seg_start/seg_end/seg_index/seg_hash/seg_names: segment spans (kind codes of
+            ``SEGMENT_KINDS``, unit offsets, message or tool index, text hash as uint64, tool
+            name or None).
+        chunk_start/chunk_end/chunk_msg/chunk_hash/chunk_chars: recurring-document candidates.
+        breakpoints: Anthropic ``cache_control`` offsets (units).
+        boundaries/boundary_keys: prefix lengths where segments end (and the end), with keys.
+        route_units: what a content-aware router sees (None when not computed).
+        gw_key/gw_key_tokens: the leading system/tool prefix's identity and length (routing).
+        exact: the rendering is exact.
+        logged_cached_tokens: the engine's cached-token count from the log, when logged.
+    """
+
+    index: int
+    time: float | None
+    source: str
+    line: int
+    namespace: str
+    model: str | None
+    format: str
+    tenant: str | None
+    prompt_tokens: int
+    output_tokens: int
+    token_scale: int
+    units: int
+    keys_units: int
+    block_keys: np.ndarray
+    seg_kind: np.ndarray
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    seg_index: np.ndarray
+    seg_hash: np.ndarray
+    seg_names: tuple[str | None, ...]
+    chunk_start: np.ndarray
+    chunk_end: np.ndarray
+    chunk_msg: np.ndarray
+    chunk_hash: np.ndarray
+    chunk_chars: np.ndarray
+    breakpoints: tuple[int, ...]
+    boundaries: tuple[int, ...]
+    boundary_keys: tuple[int, ...]
+    route_units: tuple[int, ...] | None
+    gw_key: str | None
+    gw_key_tokens: int
+    exact: bool
+    logged_cached_tokens: int | None
+
+
+def hash_u64(text_hash: str) -> int:
+    """A 16-hex-digit segment hash as an integer (and back with ``f"{n:016x}"``)."""
+    return int(text_hash, 16)
+
+
+class RowMaker:
+    """Turns rendered prompts into rows at one block size (in real tokens)."""
+
+    def __init__(self, block_size: int, *, routing: bool = False) -> None:
+        if block_size < 1:
+            raise ValueError(f"block size must be >= 1, got {block_size}")
+        self.block_size = int(block_size)
+        self.routing = routing
+        self.hasher = BlockHasher()
+        self._seeds: dict[tuple[str, int], int] = {}
+
+    def _seed(self, namespace: str, scale: int) -> int:
+        seed = self._seeds.get((namespace, scale))
+        if seed is None:
+            seed = self._seeds[(namespace, scale)] = namespace_seed(namespace, scale)
+        return seed
+
+    def row(self, prompt: Prompt, index: int) -> TraceRow:
+        """The row of ``prompt``, the ``index``-th request of the stream."""
+        req = prompt.request
+        scale = max(1, int(prompt.token_scale or 1))
+        ku = max(1, self.block_size // scale)
+        tokens = prompt.tokens
+        n = int(tokens.shape[0])
+        keys = self.hasher.prefix_keys(np.asarray(tokens, dtype=np.uint32), self._seed(req.namespace, scale))
+        nb = n // ku
+        segs = prompt.segments
+        breakpoints = breakpoint_offsets(prompt)
+        bounds = {b for b in breakpoints if 0 < b <= n}
+        bounds.update(s.end for s in segs if 0 < s.end <= n)
+        if n:
+            bounds.add(n)
+        boundaries = tuple(sorted(bounds))
+        units: tuple[int, ...] | None = None
+        gw_key, gw_tokens = None, 0
+        if self.routing:
+            if req.messages is not None or req.prompt is not None or req.prompt_ids is not None:
+                value = req.prompt if req.prompt is not None else (list(req.prompt_ids) if req.prompt_ids else None)
+                units = tuple(route_units(request_route_bytes(req.messages, req.tools, value)))
+            gw_key, gw_tokens = key_prefix(prompt)
+        chunks = prompt.chunks
+        return TraceRow(
+            index=index,
+            time=req.time,
+            source=req.source,
+            line=req.line_no,
+            namespace=req.namespace,
+            model=req.model,
+            format=req.format,
+            tenant=req.tenant,
+            prompt_tokens=prompt.n_tokens,
+            output_tokens=int(req.output_length or 0),
+            token_scale=scale,
+            units=n,
+            keys_units=ku,
+            block_keys=keys[ku - 1 : nb * ku : ku].copy() if nb else _EMPTY_U64,
+            seg_kind=np.fromiter((KIND_CODE[s.kind] for s in segs), dtype=np.int8, count=len(segs))
+            if segs
+            else _EMPTY_I8,
+            seg_start=np.fromiter((s.start for s in segs), dtype=np.int32, count=len(segs)) if segs else _EMPTY_I32,
+            seg_end=np.fromiter((s.end for s in segs), dtype=np.int32, count=len(segs)) if segs else _EMPTY_I32,
+            seg_index=np.fromiter((s.index for s in segs), dtype=np.int32, count=len(segs)) if segs else _EMPTY_I32,
+            seg_hash=np.fromiter((hash_u64(s.text_hash) for s in segs), dtype=np.uint64, count=len(segs))
+            if segs
+            else _EMPTY_U64,
+            seg_names=tuple(s.name for s in segs),
+            chunk_start=np.fromiter((c.start for c in chunks), dtype=np.int32, count=len(chunks))
+            if chunks
+            else _EMPTY_I32,
+            chunk_end=np.fromiter((c.end for c in chunks), dtype=np.int32, count=len(chunks)) if chunks else _EMPTY_I32,
+            chunk_msg=np.fromiter((c.message_index for c in chunks), dtype=np.int32, count=len(chunks))
+            if chunks
+            else _EMPTY_I32,
+            chunk_hash=np.fromiter((hash_u64(c.text_hash) for c in chunks), dtype=np.uint64, count=len(chunks))
+            if chunks
+            else _EMPTY_U64,
+            chunk_chars=np.fromiter((c.chars for c in chunks), dtype=np.int32, count=len(chunks))
+            if chunks
+            else _EMPTY_I32,
+            breakpoints=breakpoints,
+            boundaries=boundaries,
+            boundary_keys=tuple(int(keys[b - 1]) for b in boundaries),
+            route_units=units,
+            gw_key=gw_key,
+            gw_key_tokens=int(gw_tokens),
+            exact=bool(prompt.exact),
+            logged_cached_tokens=req.logged_cached_tokens,
+        )

@@ -1,0 +1,177 @@
+"""Trace files: rows round-trip exactly, and simulating a trace gives what simulating its log gives
+(every policy, tiers, TTL, pins, hosted caches, fleets); the file order of a log does not matter."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prefixplan.cli.app import main
+from prefixplan.errors import InputError, UsageError
+from prefixplan.logs import LineErrors
+from prefixplan.render.stream import SourceOptions, iter_prompts
+from prefixplan.simulation import CacheModel, SimConfig
+from prefixplan.simulation.api import Simulation
+from prefixplan.simulation.config import Workload
+from prefixplan.simulation.fleet import FleetModel
+from prefixplan.simulation.result import to_json
+from prefixplan.simulation.spec import Tier
+from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta
+from prefixplan.trace.rows import RowMaker, TraceRow
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
+pytestmark = pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
+
+
+@pytest.fixture(scope="module")
+def rows_and_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[TraceRow], Path]:
+    """The example log rendered once (block 16, with routing units), and its trace file."""
+    src = SourceOptions(paths=(str(EXAMPLE),))
+    maker = RowMaker(16, routing=True)
+    rows = [maker.row(p, i) for i, p in enumerate(iter_prompts(src, LineErrors(), src.renderers()))]
+    path = tmp_path_factory.mktemp("trace") / "example.parquet"
+    with TraceWriter(path, base_meta(16, {})) as writer:
+        for row in rows:
+            writer.write(row)
+    return rows, path
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return a == b
+
+
+def test_rows_round_trip_exactly(rows_and_file: tuple[list[TraceRow], Path]) -> None:
+    rows, path = rows_and_file
+    back = list(TraceFile(path).rows(batch_rows=97))  # batch edges inside the file's row groups
+    assert len(back) == len(rows) == TraceFile(path).meta["requests"]
+    for a, b in zip(rows, back, strict=True):
+        diff = [f.name for f in dataclasses.fields(a) if not _same(getattr(a, f.name), getattr(b, f.name))]
+        assert not diff, (a.index, diff)
+    assert any(r.route_units for r in back) and any(len(r.seg_kind) for r in back)
+
+
+CONFIGS = {
+    "policies": SimConfig(cache=CacheModel(policies=("lru", "lfu", "fifo", "priority"), capacities=(2e4, 2e5))),
+    "ttl": SimConfig(cache=CacheModel(policies=("lru", "lfu"), capacities=(5e4,), ttl="30s")),
+    "tiers": SimConfig(
+        cache=CacheModel(
+            policies=("lru",), capacities=(2e4,), tiers=(Tier("cpu", 4e4, 25.0, 0.5), Tier("disk", 1e5, 3.0, 2.0))
+        )
+    ),
+    "pinned": SimConfig(
+        cache=CacheModel(policies=("lru", "lfu"), capacities=(1e5,), pinned_fraction=0.2, running_fraction=0.1)
+    ),
+    "openai": SimConfig(cache=CacheModel(provider="openai", model="gpt-4o")),
+    "anthropic": SimConfig(
+        cache=CacheModel(provider="anthropic", model="claude-sonnet-4", anthropic_breakpoints="auto")
+    ),
+    "fleet": SimConfig(fleet=FleetModel(replicas=3, routers=("round-robin", "prefix-hash", "cache-aware"))),
+    "batch": SimConfig(workload=Workload(batch_window=2.0)),
+}
+
+
+def _sim(rows: list[TraceRow], config: SimConfig) -> dict:
+    sim = Simulation(config)
+    for row in rows:
+        sim.add_row(row)
+    return to_json(sim.result())
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_trace_simulates_exactly_as_its_log(rows_and_file: tuple[list[TraceRow], Path], name: str) -> None:
+    rows, path = rows_and_file
+    config = CONFIGS[name]
+    from_log = _sim(rows, config)
+    from_trace = _sim(list(TraceFile(path).rows()), config)
+    assert from_trace == from_log
+    assert from_log["runs"] and sum(r["hit_tokens"] + (r.get("cache_write_tokens") or 0) for r in from_log["runs"]) > 0
+
+
+def test_pins_from_an_analysis_apply_to_a_trace_as_to_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "a.json"
+    assert main(["analyze", str(EXAMPLE), "--no-store", "--json", str(record), "-q"]) == 0
+    trace = tmp_path / "t.parquet"
+    args = ["--capacity", "1e5", "--pinned-fraction", "0.2", "--analysis", str(record), "--top", "3", "-q"]
+    assert main(["simulate", str(EXAMPLE), *args, "--json", str(tmp_path / "log.json"), "--trace-out", str(trace)]) == 0
+    assert main(["simulate", str(trace), *args, "--json", str(tmp_path / "trace.json")]) == 0
+    log_doc, trace_doc = (json.loads((tmp_path / f).read_text()) for f in ("log.json", "trace.json"))
+    assert log_doc == trace_doc and any("pinned 3 prefixes" in n for n in log_doc["notes"])
+    assert log_doc["line_errors"] == 4  # the example's planted malformed lines, recorded in the trace
+
+
+def test_a_trace_refuses_a_finer_block_size_and_other_inputs(rows_and_file: tuple[list[TraceRow], Path]) -> None:
+    _, path = rows_and_file
+    from prefixplan.simulation.source import simulate_source
+
+    with pytest.raises(UsageError, match="every 16 tokens"):
+        simulate_source(SourceOptions(paths=(str(path),)), SimConfig(cache=CacheModel(engine="sglang")))
+    with pytest.raises(UsageError, match="on its own"):
+        simulate_source(SourceOptions(paths=(str(path), str(EXAMPLE))), SimConfig())
+    # a coarser multiple is cut from the same keys
+    result, _ = simulate_source(SourceOptions(paths=(str(path),)), SimConfig(cache=CacheModel(engine="lmcache")))
+    assert result.runs
+
+
+def test_not_a_trace(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"a": [1]}), other)
+    with pytest.raises(InputError, match="without prefixplan trace metadata"):
+        TraceFile(other)
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    with pytest.raises(InputError, match="not a readable Parquet file"):
+        TraceFile(broken)
+
+
+def _chat_log(path: Path, n: int, seed: int, *, shuffle: bool) -> Path:
+    """Agent-like traffic: a few system prompts, conversations that grow; distinct timestamps (ties
+    replay in file order, so only a log without ties has one time-sorted order)."""
+    rng = random.Random(seed)
+    systems = [f"You are agent {k}. " + "Follow the runbook carefully. " * 60 for k in range(3)]
+    convs: list[list[dict]] = []
+    rows = []
+    t = 1_700_000_000.0
+    for i in range(n):
+        t += rng.choice([0.25, 0.5, 1.0, 7.0])
+        if convs and rng.random() < 0.4:
+            msgs = convs[rng.randrange(len(convs))]
+            msgs += [{"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": f"next {i} " * 5}]
+        else:
+            msgs = [{"role": "system", "content": rng.choice(systems)}, {"role": "user", "content": f"task {i} " * 8}]
+            convs.append(msgs)
+        rows.append({"timestamp": t, "request": {"model": "m", "user": f"u{i % 5}", "messages": list(msgs)}})
+    if shuffle:
+        rng.shuffle(rows)
+    with gzip.open(path, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    return path
+
+
+def test_file_order_does_not_matter(tmp_path: Path) -> None:
+    from prefixplan.simulation.source import simulate_source
+
+    config = SimConfig(
+        cache=CacheModel(policies=("lru", "lfu", "fifo"), capacities=(3e3, 1e4), ttl="20s"),
+        fleet=FleetModel(replicas=2, routers=("round-robin", "cache-aware")),
+    )
+    sorted_log = _chat_log(tmp_path / "sorted.jsonl.gz", 120, 5, shuffle=False)
+    shuffled = _chat_log(tmp_path / "shuffled.jsonl.gz", 120, 5, shuffle=True)
+    a, _ = simulate_source(SourceOptions(paths=(str(sorted_log),)), config)
+    b, _ = simulate_source(SourceOptions(paths=(str(shuffled),)), config)
+    ja, jb = to_json(a), to_json(b)
+    assert ja["runs"] == jb["runs"] and ja["fleet"] == jb["fleet"]
+    assert any(r["hit_tokens"] for r in ja["runs"])
