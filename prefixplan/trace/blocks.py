@@ -1,0 +1,391 @@
+"""The simulation input stream and its shared integer block trace (used by the cache models and the analysis).
+
+:class:`SimRequest` is the input contract (independent of logs and tokenizers). A
+:class:`TraceBuilder` turns the stream into a :class:`BlockTrace` once; every cache model
+and every capacity then replays the same integer block ids.
+
+Replay order. Every model replays requests in one order: arrival time, ties in input order
+(stable). Requests may come in any file order (agent logs are often written at completion);
+:meth:`TraceBuilder.finish` sorts them, and the rows of a :class:`BlockTrace` are arrivals
+(``order`` maps each row back to its position in the input).
+
+Block identity. Block ``j`` of a request stands for the whole prefix ``tokens[:(j+1)*block]``
+in its namespace (chained identity, as vLLM's block hashes): its key is the ``pp-prefix-1``
+prefix key (:mod:`prefixplan.core.blockhash`) of that prefix. A request either brings its
+tokens (keys are computed here) or its keys at a finer block size that divides this one (a
+trace file). Distinct keys get dense ids in order of first arrival, so a block's parent always
+has a smaller id and the blocks a request adds form a consecutive id range. Because identities
+are chained, the blocks seen before form a prefix-closed set and a request is fully described by
+its deepest block id (``end_block``) and its block count. Ids come from a
+:class:`~prefixplan.core.u64index.U64Index` (about 28 bytes per distinct block) and the keys wait
+for the sort in a :class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory budget.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefixplan.core.blockhash import BlockHasher, namespace_seed
+from prefixplan.core.granularity import Granularity
+from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
+from prefixplan.core.u64index import U64Index
+from prefixplan.errors import UsageError
+
+KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
+"""Called once per request in replay order with its prefix keys at its boundaries
+(prefix length in units -> key): the Anthropic breakpoint model."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One request as the simulator sees it.
+
+    Attributes:
+        time: arrival seconds (logs without times use the file index).
+        namespace: cache namespace (model, LoRA, salt); namespaces never share blocks.
+        tokens: uint32 token ids. For Mooncake traces one pseudo-token per block hash id. None
+            when the request comes from a trace file (``block_keys`` instead).
+        output_len: generated tokens (0 when unknown).
+        breakpoints: Anthropic ``cache_control`` token offsets (prefix lengths), if any.
+        block_scale: real tokens each entry of ``tokens`` stands for (Mooncake block size).
+        index: position in the input stream.
+        route_units: what a router sees of the request (``simulation.router.route_units``);
+            None when no fleet is simulated.
+        key: identity of the request's leading system/tool prefix (keyed routing), if any.
+        key_tokens: that prefix's length in tokens (up to the first user message).
+        prompt_len: real prompt tokens when they differ from ``len(tokens) * block_scale``
+            (a Mooncake ``input_length``: the last hash id may stand for a partial block), or
+            when ``tokens`` is None.
+        block_keys: prefix keys of the full blocks at ``keys_units`` units each (trace files).
+        keys_units: units (entries of ``tokens``) per key in ``block_keys``.
+        boundaries: prefix lengths (units) where the request's segments end (system, each
+            tool, each message) and its end: where the Anthropic model looks up entries.
+        boundary_keys: the prefix keys at ``boundaries`` when ``tokens`` is None.
+        units: entries of the prompt when ``tokens`` is None.
+    """
+
+    time: float
+    namespace: str
+    tokens: np.ndarray | None
+    output_len: int = 0
+    breakpoints: tuple[int, ...] = ()
+    block_scale: int = 1
+    index: int = 0
+    route_units: tuple[int, ...] | None = None
+    key: str | None = None
+    key_tokens: int = 0
+    prompt_len: int | None = None
+    block_keys: np.ndarray | None = None
+    keys_units: int = 1
+    boundaries: tuple[int, ...] = ()
+    boundary_keys: tuple[int, ...] | None = None
+    units: int | None = None
+
+    @property
+    def n_units(self) -> int:
+        """Entries of the prompt in units of ``block_scale`` tokens."""
+        if self.tokens is not None:
+            return int(self.tokens.shape[0])
+        if self.units is not None:
+            return int(self.units)
+        return -(-int(self.prompt_len or 0) // max(1, int(self.block_scale)))
+
+    @property
+    def real_tokens(self) -> int:
+        """Real prompt tokens."""
+        if self.prompt_len is not None:
+            return int(self.prompt_len)
+        return self.n_units * max(1, int(self.block_scale))
+
+
+def request_boundaries(n_units: int, breakpoints: Iterable[int], segment_ends: Iterable[int]) -> tuple[int, ...]:
+    """Sorted prefix lengths in ``(0, n_units]``: segment ends, breakpoints and the end."""
+    out = {int(b) for b in breakpoints if 0 < int(b) <= n_units}
+    out.update(int(e) for e in segment_ends if 0 < int(e) <= n_units)
+    if n_units > 0:
+        out.add(n_units)
+    return tuple(sorted(out))
+
+
+@dataclass(slots=True)
+class BlockTrace:
+    """Integer block trace shared by all cache models (arrays indexed by arrival row).
+
+    Attributes:
+        granularity: the reuse granularity the blocks were cut at.
+        times: arrival seconds (non-decreasing).
+        order: input position of each row (rows are arrivals; see module docstring).
+        prompt_tokens: real prompt tokens.
+        output_tokens: output tokens per request.
+        n_blocks: full blocks of each request (all are cached after it runs).
+        cap_blocks: most blocks a request may reuse (full blocks; last-token rule).
+        end_block: id of the deepest block (-1 for requests shorter than a block).
+        known_blocks: leading blocks seen in earlier requests (the infinite-cache match).
+        block_tokens: real tokens per block for each request.
+        parent: parent block id of each block id (-1 for a namespace's first block).
+        namespaces: namespace names; ``ns`` indexes them per request.
+    """
+
+    granularity: Granularity
+    times: np.ndarray
+    order: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    n_blocks: np.ndarray
+    cap_blocks: np.ndarray
+    end_block: np.ndarray
+    known_blocks: np.ndarray
+    block_tokens: np.ndarray
+    parent: np.ndarray
+    ns: np.ndarray
+    namespaces: list[str]
+    index: TraceBuilder
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.times.shape[0])
+
+    @property
+    def n_distinct_blocks(self) -> int:
+        return int(self.parent.shape[0])
+
+    def rows_of_inputs(self) -> np.ndarray:
+        """Row of each input position (the inverse of ``order``)."""
+        inv = np.empty_like(self.order)
+        inv[self.order] = np.arange(self.order.shape[0])
+        return inv
+
+    def path_blocks(self, r: int) -> list[int]:
+        """Block ids of row ``r``, root first (slow; for tests and small traces)."""
+        out: list[int] = []
+        b = int(self.end_block[r])
+        parent = self.parent
+        while b >= 0:
+            out.append(b)
+            b = int(parent[b])
+        out.reverse()
+        return out
+
+    def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int | None = None) -> list[int]:
+        """Ids of the leading full blocks of ``tokens`` that occur in the trace (``block_scale``
+        defaults to the one the namespace's requests used: Mooncake hash ids)."""
+        return self.index.resolve(tokens, namespace, block_scale)
+
+
+class TraceBuilder:
+    """Streams :class:`SimRequest` records into a :class:`BlockTrace`.
+
+    Args:
+        granularity: block size in real tokens (and the last-token rule).
+        observer: optional callback ``(request, keys at its boundaries)`` called for every
+            request in replay order (the Anthropic breakpoint model).
+        spill_bytes: memory for waiting block keys before they go to a temporary file.
+    """
+
+    def __init__(
+        self,
+        granularity: Granularity,
+        observer: KeyObserver | None = None,
+        *,
+        spill_bytes: int = DEFAULT_BUDGET,
+    ) -> None:
+        self.granularity = granularity
+        self.hasher = BlockHasher()
+        self.observer = observer
+        self._index = U64Index()
+        self._seeds: dict[tuple[str, int], int] = {}
+        self._ns_index: dict[str, int] = {}
+        self._ns_scale: dict[str, int] = {}  # block scale of each namespace's first request
+        self._keys = RaggedU64(spill_bytes)
+        self._observed: list[tuple[SimRequest, dict[int, int]]] = []
+        self._times = array("d")
+        self._ns = array("i")
+        self._prompt = array("q")
+        self._out = array("q")
+        self._cap = array("i")
+        self._btok = array("i")
+        self._finished = False
+
+    def _seed(self, namespace: str, scale: int) -> int:
+        key = (namespace, scale)
+        seed = self._seeds.get(key)
+        if seed is None:
+            seed = self._seeds[key] = namespace_seed(namespace, scale)
+        return seed
+
+    def units_per_block(self, block_scale: int) -> int:
+        """Entries of ``tokens`` per block: the block size is rounded down to whole
+        trace blocks, and is never finer than one trace block."""
+        return max(1, self.granularity.block_size // max(1, block_scale))
+
+    def block_keys(self, tokens: np.ndarray, namespace: str, block_scale: int = 1) -> np.ndarray:
+        """Keys of the full blocks of ``tokens`` at this granularity."""
+        scale = max(1, int(block_scale))
+        return self.hasher.block_keys(tokens, self._seed(namespace, scale), self.units_per_block(scale))
+
+    def _request_keys(self, req: SimRequest, scale: int, bu: int) -> tuple[np.ndarray, dict[int, int] | None]:
+        """(block keys at this granularity, keys at the boundaries when observed)."""
+        if req.tokens is not None:
+            tokens = np.asarray(req.tokens, dtype=np.uint32)
+            if self.observer is None:
+                return self.hasher.block_keys(tokens, self._seed(req.namespace, scale), bu), None
+            keys = self.hasher.prefix_keys(tokens, self._seed(req.namespace, scale))
+            nb = keys.shape[0] // bu
+            bounds = req.boundaries or request_boundaries(int(tokens.shape[0]), req.breakpoints, ())
+            return keys[bu - 1 : nb * bu : bu].copy(), {b: int(keys[b - 1]) for b in bounds if 0 < b <= keys.shape[0]}
+        if req.block_keys is None:
+            raise UsageError(f"request {req.index} has neither tokens nor block keys")
+        ku = max(1, int(req.keys_units))
+        if bu % ku:
+            raise UsageError(
+                f"the trace has block keys every {ku * scale} tokens; blocks of {bu * scale} tokens cannot be "
+                "cut from them",
+                hint=f"simulate with a block size that is a multiple of {ku * scale}, or write the trace at the "
+                "finer granularity (--granularity / --block-size when writing it)",
+            )
+        step = bu // ku
+        keys = np.asarray(req.block_keys, dtype=np.uint64)[step - 1 :: step]
+        if self.observer is None:
+            return np.ascontiguousarray(keys), None
+        return np.ascontiguousarray(keys), dict(zip(req.boundaries, req.boundary_keys or (), strict=False))
+
+    def add(self, req: SimRequest) -> None:
+        """Add one request (any order: :meth:`finish` sorts by arrival)."""
+        if self._finished:
+            raise RuntimeError("TraceBuilder.add after finish")
+        scale = max(1, int(req.block_scale))
+        bu = self.units_per_block(scale)
+        btok = bu * scale
+        keys, at = self._request_keys(req, scale, bu)
+        n_real = req.real_tokens
+        nb = min(int(keys.shape[0]), n_real // btok)
+        keys = keys[:nb]
+        if self.granularity.last_token_rule:
+            cap = max(0, (n_real - 1) // btok) if n_real > 0 else 0
+        else:
+            cap = nb
+        ns = self._ns_index.setdefault(req.namespace, len(self._ns_index))
+        self._ns_scale.setdefault(req.namespace, scale)
+        self._keys.append(keys)
+        if self.observer is not None:
+            self._observed.append((req, at or {}))
+        self._times.append(float(req.time))
+        self._ns.append(ns)
+        self._prompt.append(n_real)
+        self._out.append(int(req.output_len))
+        self._cap.append(min(cap, nb))
+        self._btok.append(btok)
+
+    def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int | None = None) -> list[int]:
+        """Ids of the leading full blocks of ``tokens`` seen in the trace (after :meth:`finish`)."""
+        if block_scale is None:
+            block_scale = self._ns_scale.get(namespace, 1)
+        keys = self.block_keys(np.asarray(tokens, dtype=np.uint32), namespace, block_scale)
+        ids = self._index.lookup(keys)
+        missing = np.flatnonzero(ids < 0)
+        known = int(missing[0]) if missing.shape[0] else int(ids.shape[0])
+        return [int(i) for i in ids[:known]]
+
+    def finish(self) -> BlockTrace:
+        """Sort by arrival and assign block ids (the builder stays usable for :meth:`resolve`)."""
+        if self._finished:
+            raise RuntimeError("TraceBuilder.finish called twice")
+        self._finished = True
+        times = _frozen(self._times, np.float64)
+        n = times.shape[0]
+        order = np.lexsort((np.arange(n), times)) if n else np.zeros(0, dtype=np.int64)
+        nb_in = self._keys.lengths()
+        end = np.full(n, -1, dtype=np.int64)
+        known = np.zeros(n, dtype=np.int64)
+        parents: list[np.ndarray] = []
+        batch: list[int] = []
+        batch_keys = 0
+        for row, i in enumerate(order.tolist()):
+            batch.append(row)
+            batch_keys += int(nb_in[i])
+            if len(batch) >= 512 or batch_keys >= 1 << 18:
+                parents.append(self._assign(order, batch, end, known))
+                batch, batch_keys = [], 0
+        if batch:
+            parents.append(self._assign(order, batch, end, known))
+        if self.observer is not None:
+            for i in order.tolist():
+                req, at = self._observed[i]
+                self.observer(req, at)
+            self._observed.clear()
+        self._keys.close()
+        parent = np.concatenate(parents) if parents else np.zeros(0, dtype=np.int64)
+        return BlockTrace(
+            granularity=self.granularity,
+            times=times[order],
+            order=order.astype(np.int64),
+            prompt_tokens=_frozen(self._prompt, np.int64)[order],
+            output_tokens=_frozen(self._out, np.int64)[order],
+            n_blocks=nb_in[order],
+            cap_blocks=_frozen(self._cap, np.int32).astype(np.int64)[order],
+            end_block=end,
+            known_blocks=known,
+            block_tokens=_frozen(self._btok, np.int32).astype(np.int64)[order],
+            parent=parent.astype(np.int64),
+            ns=_frozen(self._ns, np.int32)[order],
+            namespaces=list(self._ns_index),
+            index=self,
+        )
+
+    def _assign(self, order: np.ndarray, rows: list[int], end: np.ndarray, known: np.ndarray) -> np.ndarray:
+        """Block ids for the rows ``rows`` (consecutive arrivals) as if added one by one: a key is
+        known to a request when an earlier arrival brought it. Fills ``end`` and ``known``;
+        returns the parents of the new blocks (in id order)."""
+        arrays = [self._keys.get(int(order[r])) for r in rows]
+        lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+        total = int(lengths.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64)
+        keys = np.concatenate(arrays)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        owner = np.repeat(np.arange(len(rows)), lengths)
+        pos = np.arange(total) - starts[owner]
+        ids = self._index.lookup(keys)
+        absent = np.flatnonzero(ids < 0)
+        present = ids >= 0
+        new_parents = np.zeros(0, dtype=np.int64)
+        if absent.shape[0]:
+            uniq, first, inverse = np.unique(keys[absent], return_index=True, return_inverse=True)
+            first_at = absent[first]  # where each absent key first occurs in the batch
+            present[absent] = owner[first_at[inverse]] < owner[absent]
+            by_pos = np.argsort(first_at, kind="stable")  # new ids in order of first arrival
+            new_at = first_at[by_pos]
+            new_ids = self._index.insert_new(keys[new_at])
+            id_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
+            id_of_uniq[by_pos] = new_ids
+            ids[absent] = id_of_uniq[inverse]
+            prev = np.where(pos[new_at] > 0, new_at - 1, -1)
+            new_parents = np.where(prev >= 0, ids[np.maximum(prev, 0)], -1)
+        # leading run of keys known on arrival, per request
+        not_known = np.where(present, lengths[owner], pos)
+        has = lengths > 0
+        first_unknown = np.minimum.reduceat(not_known, starts[has]) if has.any() else np.zeros(0, dtype=np.int64)
+        rows_arr = np.asarray(rows, dtype=np.int64)
+        known[rows_arr[has]] = np.minimum(first_unknown, lengths[has])
+        end[rows_arr[has]] = ids[starts[has] + lengths[has] - 1]
+        return new_parents
+
+
+def _frozen(a: array, dtype: type) -> np.ndarray:
+    return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
+
+
+def build_trace(
+    requests: Iterable[SimRequest],
+    granularity: Granularity,
+    observer: KeyObserver | None = None,
+) -> BlockTrace:
+    """Stream ``requests`` (any iterable of :class:`SimRequest`) into a :class:`BlockTrace`."""
+    builder = TraceBuilder(granularity, observer)
+    for req in requests:
+        builder.add(req)
+    return builder.finish()
