@@ -210,8 +210,8 @@ def send_requests(url: str, model: str) -> list[dict[str, Any]]:
 
 
 def has_null_content_tool_turn(item: dict[str, Any]) -> bool:
-    """An assistant turn with ``tool_calls`` and ``content: null`` (vLLM 0.32's /tokenize drops its
-    tool calls; the chat endpoint keeps them)."""
+    """An assistant turn with ``tool_calls`` and ``content: null``: a vLLM 0.32 server logging requests
+    at DEBUG loses its tool calls in ``/tokenize`` (not in the chat endpoint)."""
     return any(
         m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") is None
         for m in item["body"].get("messages", [])

@@ -63,10 +63,8 @@ class TokenizerInfo:
 
     ``probe_ids`` are its ids for :data:`prefixplan.core.probe.TOKENIZER_PROBE_TEXT`, which warm
     compares with a server's ``/tokenize``; ``fingerprint`` is None for block-level traces.
-    ``matches_log_model`` says whether it is the tokenizer of the models the log names for the
-    requests it rendered (``log_models``): False means the counts are approximate and
-    ``suggested`` names the ``--tokenizer`` (or ``--tokenizer-map``) to use; None means it cannot
-    be told (no model in the log, or a model or tokenizer outside the family table).
+    ``matches_log_model``: is it the tokenizer of the models it rendered (``log_models``)? False:
+    counts approximate, ``suggested`` is the flag to use; None: cannot be told (render/resolve.py).
     """
 
     spec: str

@@ -55,9 +55,10 @@ def token_strs_to_bytes(strs: Sequence[str]) -> list[bytes] | None:
 
 
 def null_content_as_empty(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages with ``content: null`` sent as ``""``: vLLM 0.32's ``/tokenize`` drops an assistant
-    turn's ``tool_calls`` when its content is null, while its chat endpoint renders null as ``""``
-    and keeps them (seen live; ``""`` gives both the same ids)."""
+    """Messages with ``content: null`` sent as ``""``. A vLLM 0.32 server that logs requests at
+    DEBUG (``--enable-log-requests``) loses the ``tool_calls`` of such a turn in ``/tokenize`` (its
+    request-body dump consumes them), while its chat endpoint keeps them; ``""`` gives the chat
+    endpoint's ids on every server (seen live: the chat endpoint renders null and ``""`` alike)."""
     return [dict(m, content="") if isinstance(m, dict) and m.get("content", "") is None else m for m in messages]
 
 

@@ -3,7 +3,8 @@
 scripts/stages/20-live.sh installs ``.venv-vllm`` (scripts/setup_vllm.sh) and builds the tiny
 random-weight Qwen3 model (scripts/make_tiny_model.py) before running ``pytest -m live tests/live``;
 the ``vllm_server`` fixture then starts ONE server (scripts/vllm_server.py) for the whole session
-and stops it at the end. When vLLM or the model is missing, or the server does not start, the live
+and stops it at the end; ``vllm_logging_server`` starts a second one, for the request-log tests'
+module only, that logs requests at DEBUG. When vLLM or the model is missing, or the server does not start, the live
 tests skip with the reason, unless ``PREFIXPLAN_REQUIRE_LIVE=1`` (set by ``.ci/run``): then they fail.
 """
 
@@ -65,8 +66,9 @@ class LiveServer:
         r.raise_for_status()
 
 
-@pytest.fixture(scope="session")
-def vllm_server() -> Iterator[LiveServer]:
+def _serve(
+    log_name: str, extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None
+) -> Iterator[LiveServer]:
     mod = _server_module()
     python = Path(os.environ.get("PREFIXPLAN_VLLM_PYTHON", mod.DEFAULT_PYTHON))
     model = Path(os.environ.get("PREFIXPLAN_TINY_MODEL", mod.DEFAULT_MODEL))
@@ -75,16 +77,15 @@ def vllm_server() -> Iterator[LiveServer]:
     if not (model / "config.json").is_file():
         _unavailable(f"tiny model missing in {model} (.venv-vllm/bin/python scripts/make_tiny_model.py)")
     ARTIFACTS.mkdir(exist_ok=True)
-    log = ARTIFACTS / "vllm-server.log"
+    log = ARTIFACTS / log_name
     try:
-        capture = capture_module()  # log requests at DEBUG: the request-log tests read this server's log
         info, proc = mod.start(
             model,
             python=python,
             log_path=log,
             timeout=float(os.environ.get("PREFIXPLAN_VLLM_START_TIMEOUT", "300")),
-            extra_args=capture.SERVER_FLAGS,
-            extra_env=capture.SERVER_ENV,
+            extra_args=extra_args,
+            extra_env=extra_env,
         )
     except mod.ServerError as err:
         _unavailable(str(err))
@@ -102,3 +103,18 @@ def vllm_server() -> Iterator[LiveServer]:
     finally:
         mod.stop_process(proc.pid)
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> Iterator[LiveServer]:
+    yield from _serve("vllm-server.log")
+
+
+@pytest.fixture(scope="module")
+def vllm_logging_server() -> Iterator[LiveServer]:
+    """A second server, for the request-log tests only: ``--enable-log-requests`` at DEBUG
+    (scripts/capture_vllm_log.py's flags). Kept apart from the session server because at DEBUG
+    vLLM 0.32 logs each request body with a dump that consumes its tool calls: a ``/tokenize`` whose
+    tool-call arguments are objects then answers 200 without them instead of 400."""
+    capture = capture_module()
+    yield from _serve("vllm-request-log-server.log", capture.SERVER_FLAGS, capture.SERVER_ENV)

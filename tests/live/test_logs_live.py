@@ -1,5 +1,5 @@
-"""Live: the session's real vLLM server logs its requests (``--enable-log-requests``, DEBUG,
-``--max-log-len`` :data:`capture.MAX_LOG_LEN`); this test sends the request set of
+"""Live: a real vLLM server that logs its requests (``--enable-log-requests``, DEBUG,
+``--max-log-len`` :data:`capture.MAX_LOG_LEN`; the ``vllm_logging_server`` fixture); this test sends the request set of
 scripts/capture_vllm_log.py, captures the server's log and checks, must-show of issue 13:
 
 - the token ids in the log equal the server's ``/tokenize`` for the same requests;
@@ -63,18 +63,20 @@ def _candidates(analysis: prefixplan.Analysis) -> list[tuple[object, ...]]:
     ]
 
 
-def test_vllm_request_log_equals_tokenize_and_the_hf_analysis(vllm_server, tmp_path: Path) -> None:
+def test_vllm_request_log_equals_tokenize_and_the_hf_analysis(vllm_logging_server, tmp_path: Path) -> None:
     capture = capture_module()
-    model = vllm_server.served_model_name
-    sent = capture.send_requests(vllm_server.url, model)
-    tokenized = {item["id"]: capture.tokenize(vllm_server.url, model, item) for item in sent}
+    model = vllm_logging_server.served_model_name
+    sent = capture.send_requests(vllm_logging_server.url, model)
+    tokenized = {item["id"]: capture.tokenize(vllm_logging_server.url, model, item) for item in sent}
     tokenized_as_chat = {
-        item["id"]: capture.tokenize(vllm_server.url, model, item, null_content_as_empty=True) for item in sent
+        item["id"]: capture.tokenize(vllm_logging_server.url, model, item, null_content_as_empty=True) for item in sent
     }
     null_turns = {s["id"] for s in sent if capture.has_null_content_tool_turn(s)}
     log = ARTIFACTS / "vllm-request-log.txt"
     log.write_text(
-        capture.extract(vllm_server.log_path.read_text(encoding="utf-8", errors="replace"), [s["id"] for s in sent])
+        capture.extract(
+            vllm_logging_server.log_path.read_text(encoding="utf-8", errors="replace"), [s["id"] for s in sent]
+        )
     )
 
     # 1. the ids the engine logged are its /tokenize ids, request by request
@@ -82,8 +84,9 @@ def test_vllm_request_log_equals_tokenize_and_the_hf_analysis(vllm_server, tmp_p
     logged = list(iter_requests([str(log)], ReadOptions(), errors))
     long = {s["id"] for s in sent if s["long"]}
     assert {_sent_id(r.id) for r in logged} == {s["id"] for s in sent} - long
-    # vLLM 0.32's /tokenize drops the tool calls of an assistant turn whose content is null (its chat
-    # endpoint renders null as ""): those requests are compared with /tokenize of content "".
+    # At DEBUG, vLLM 0.32's /tokenize loses the tool calls of an assistant turn whose content is null
+    # (its chat endpoint, which wrote the log, keeps them and renders null as ""): those requests are
+    # compared with /tokenize of content "".
     plain = [r for r in logged if _sent_id(r.id) not in null_turns]
     equal = sum(list(r.prompt_ids) == tokenized[_sent_id(r.id)] for r in plain)
     assert equal == len(plain) >= 12
@@ -102,7 +105,7 @@ def test_vllm_request_log_equals_tokenize_and_the_hf_analysis(vllm_server, tmp_p
     bodies.write_text("".join(json.dumps(s["body"]) + "\n" for s in sent if not s["long"]))
     from_log = prefixplan.analyze(str(log), simulate=False, rag_whatif=False, top=0)
     from_hf = prefixplan.analyze(
-        str(bodies), tokenizer=f"hf:{vllm_server.model_dir}", simulate=False, rag_whatif=False, top=0
+        str(bodies), tokenizer=f"hf:{vllm_logging_server.model_dir}", simulate=False, rag_whatif=False, top=0
     )
     a, b = from_log.record.summary, from_hf.record.summary
     assert from_log.record.tokenizer.spec == "engine" and a.exact and b.exact
