@@ -47,7 +47,33 @@ MODELS = {
     "llama": "meta-llama/Meta-Llama-3-8B-Instruct",
     "deepseek": "deepseek-ai/DeepSeek-V3",
 }
-_WORDS = ["account", "billing", "invoice", "refund", "order", "shipment", "tracking", "warehouse", "policy", "customer", "agent", "escalate", "summary", "ticket", "priority", "region", "latency", "cache", "prefix", "token", "server", "replica", "deploy", "rollback", "config"]
+_WORDS = [
+    "account",
+    "billing",
+    "invoice",
+    "refund",
+    "order",
+    "shipment",
+    "tracking",
+    "warehouse",
+    "policy",
+    "customer",
+    "agent",
+    "escalate",
+    "summary",
+    "ticket",
+    "priority",
+    "region",
+    "latency",
+    "cache",
+    "prefix",
+    "token",
+    "server",
+    "replica",
+    "deploy",
+    "rollback",
+    "config",
+]
 
 
 def _text(rng: random.Random, words: int) -> str:
