@@ -133,6 +133,7 @@ class AnalyzeOutputs:
     html: str | None = None
     markdown: str | None = None
     emit_recipes: str | None = None
+    trace_out: str | None = None
 
 
 @dataclass
@@ -173,15 +174,19 @@ def run_analyze(
         sim = headline_simulation(
             options.engine, options.granularity, headline.capacities, headline.configured_capacity
         )
-        sinks.append(sim.add_prompt)
-    analysis = run_pipeline(options, progress, sinks=sinks)
+        sinks.append(sim.add_row)
+    analysis = run_pipeline(options, progress, sinks=sinks, trace_out=outputs.trace_out)
+    if outputs.trace_out:
+        outcome_trace = [("trace", outputs.trace_out)]
+    else:
+        outcome_trace = []
     if sim is not None and headline is not None:
         progress.begin("simulating the cache")
         sim.result()
         progress.end()
         section = sim.section(headline.configured_capacity, analysis.record.candidates)
         analysis.record = replace(analysis.record, simulation=section)
-    outcome = AnalyzeOutcome(analysis, created_store=created_store)
+    outcome = AnalyzeOutcome(analysis, written=outcome_trace, created_store=created_store)
     if outputs.store:
         from prefixplan.store.register import register_analysis
 

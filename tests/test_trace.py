@@ -175,3 +175,26 @@ def test_file_order_does_not_matter(tmp_path: Path) -> None:
     ja, jb = to_json(a), to_json(b)
     assert ja["runs"] == jb["runs"] and ja["fleet"] == jb["fleet"]
     assert any(r["hit_tokens"] for r in ja["runs"])
+
+
+def _record_without_clock(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    doc.pop("created")
+    doc["summary"].pop("elapsed_s")
+    return doc
+
+
+def test_analyze_of_a_trace_equals_analyze_of_its_log(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    a, b = tmp_path / "log.json", tmp_path / "trace.json"
+    assert main(["analyze", str(EXAMPLE), "--no-store", "-q", "--json", str(a), "--trace-out", str(trace)]) == 0
+    assert main(["analyze", str(trace), "--no-store", "-q", "--json", str(b)]) == 0
+    from_log, from_trace = _record_without_clock(a), _record_without_clock(b)
+    assert from_trace == from_log
+    top = from_log["candidates"][0]
+    assert top["token_ids"] and top["preview"] and from_log["breakers"] and from_log["rag"]["whatif"]
+    # without the log the trace still gives every count, but no token ids (they need a re-render)
+    moved = tmp_path / "moved.parquet"
+    moved.write_bytes(trace.read_bytes())
+    meta_log = TraceFile(moved).meta["inputs"]["source"]["paths"]
+    assert meta_log == [str(EXAMPLE)]

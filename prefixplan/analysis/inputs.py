@@ -14,12 +14,14 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from prefixplan.analysis.record import TokenizerInfo
+from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
-from prefixplan.core.types import Prompt
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.engine_ids import ENGINE_LABEL, ENGINE_SPEC
@@ -28,50 +30,48 @@ from prefixplan.render.resolve import family_of_model, family_of_spec, suggestio
 ENGINE_TOKENIZER = TokenizerInfo(spec=ENGINE_SPEC, label=ENGINE_LABEL, fingerprint=None, exact=True)
 
 
-class InputAccounting:
-    """Per-file and per-model counts of the single pass (fed every prompt and its reused tokens)."""
+def files_json(store: RowStore, errors: LineErrors) -> list[dict[str, Any]]:
+    """``inputs.files``: one entry per file, in the order read (its formats counted from the rows)."""
+    c = store.columns()
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    if len(store):
+        pairs, n = np.unique(np.stack([c["source"], c["format"]]), axis=1, return_counts=True)
+        for (src, fmt), k in zip(pairs.T.tolist(), n.tolist(), strict=True):
+            counts[store.sources.names[src]][store.formats.names[fmt]] += int(k)
+    out = []
+    for source in dict.fromkeys([*errors.sources, *store.sources.names]):
+        info = errors.sources.get(source)
+        entry: dict[str, Any] = {"path": source, "formats": dict(counts.get(source, {}))}
+        if info is not None:
+            entry.update(reader=info.reader, detected=info.detected, notes=list(info.notes), counts=dict(info.counts))
+        out.append(entry)
+    return out
 
-    def __init__(self) -> None:
-        self.files: dict[str, Counter[str]] = defaultdict(Counter)
-        self.models: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # requests, tokens, reused, hits
 
-    def add(self, prompt: Prompt, reused: int) -> None:
-        req = prompt.request
-        self.files[req.source][req.format] += 1
-        row = self.models[req.model or "-"]
-        scale = prompt.token_scale
-        row[0] += 1
-        row[1] += len(prompt) * scale
-        row[2] += reused * scale
-        row[3] += reused > 0
-
-    def files_json(self, errors: LineErrors) -> list[dict[str, Any]]:
-        """``inputs.files``: one entry per file, in the order read."""
-        out = []
-        for source in dict.fromkeys([*errors.sources, *self.files]):
-            info = errors.sources.get(source)
-            entry: dict[str, Any] = {"path": source, "formats": dict(self.files.get(source, {}))}
-            if info is not None:
-                entry.update(
-                    reader=info.reader, detected=info.detected, notes=list(info.notes), counts=dict(info.counts)
-                )
-            out.append(entry)
+def models_json(store: RowStore, reused: np.ndarray, spec_of: Mapping[str, str], engine_used: bool) -> dict[str, Any]:
+    """``inputs.per_model``: requests, tokens, reusable tokens, hit rates and tokenizer per model
+    (``reused``: reusable tokens of each request, input order; ``spec_of``: model -> tokenizer)."""
+    c = store.columns()
+    out: dict[str, Any] = {}
+    n_models = len(store.models.names)
+    if not len(store):
         return out
-
-    def models_json(self, renderers: RenderSet) -> dict[str, Any]:
-        """``inputs.per_model``: requests, tokens, reusable tokens, hit rates and tokenizer per model."""
-        spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
-        out = {}
-        for model, (n, tokens, reused, hits) in sorted(self.models.items(), key=lambda kv: -kv[1][1]):
-            out[model] = {
-                "requests": n,
-                "prompt_tokens": tokens,
-                "reusable_tokens": reused,
-                "hit_rate_tokens": reused / tokens if tokens else 0.0,
-                "hit_rate_requests": hits / n if n else 0.0,
-                "tokenizer": spec_of.get(model, ENGINE_SPEC if renderers.engine_ids.get("used") else None),
-            }
-        return out
+    requests = np.bincount(c["model"], minlength=n_models)
+    tokens = np.bincount(c["model"], weights=c["prompt"], minlength=n_models)
+    reuse = np.bincount(c["model"], weights=reused, minlength=n_models)
+    hits = np.bincount(c["model"], weights=(reused > 0), minlength=n_models)
+    for m in sorted(range(n_models), key=lambda m: -tokens[m]):
+        model = store.models.names[m]
+        n, tok, r, h = int(requests[m]), int(tokens[m]), int(reuse[m]), int(hits[m])
+        out[model] = {
+            "requests": n,
+            "prompt_tokens": tok,
+            "reusable_tokens": r,
+            "hit_rate_tokens": r / tok if tok else 0.0,
+            "hit_rate_requests": h / n if n else 0.0,
+            "tokenizer": spec_of.get(model, ENGINE_SPEC if engine_used else None),
+        }
+    return out
 
 
 def tokenizer_infos(renderers: RenderSet) -> list[TokenizerInfo]:

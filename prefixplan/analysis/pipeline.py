@@ -1,38 +1,60 @@
-"""The analyze pipeline: requests -> exact tokens + spans -> radix tree -> candidates -> record.
+"""The analyze pipeline: requests -> exact tokens + spans -> trace rows -> block trace -> ranked
+shared prefixes -> record.
 
 :func:`analyze` streams the input once (plus a second pass for the RAG what-if when the input
-can be read twice), keeps one compact radix tree and per-request span summaries (never the
-token arrays of all requests), and returns an :class:`Analysis` whose ``record`` is the
-versioned JSON contract documented in docs/analysis-record.md. Later stages that want to see
-the same rendered stream (the simulation headline) pass ``sinks``: each receives every prompt
-as it goes by, so the log is rendered once for all of them.
+can be read twice). Each rendered request becomes a :class:`~prefixplan.trace.rows.TraceRow`:
+its block keys go into the block trace (:mod:`prefixplan.trace.blocks`, the radix tree at the
+cache granularity), its spans into compact columns (:mod:`prefixplan.analysis.rowstore`); no
+token arrays are kept. Shared prefixes are counted on the block trace
+(:mod:`prefixplan.analysis.blocktree`), and the shown candidates' token ids come from rendering
+their representative requests again. The input may also be a trace file (``--trace-out``):
+the same rows, no tokenizer, the same record. Later stages that want to see the same stream
+(the simulation headline) pass ``sinks``: each receives every row as it goes by.
 """
 
 from __future__ import annotations
 
+import os
 import time as _time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from prefixplan import __version__
+from prefixplan.analysis.blocktree import BlockTree, count_tenants, find_block_candidates
 from prefixplan.analysis.breakers import Breaker, BreakerFinder
-from prefixplan.analysis.candidates import Candidate, find_candidates
-from prefixplan.analysis.inputs import InputAccounting, mismatch_reason, tokenizer_infos
-from prefixplan.analysis.previews import Previews, RequestInfo, candidate_record
-from prefixplan.analysis.radix import RadixTree
-from prefixplan.analysis.rag import rag_report, rag_whatif, request_chunk_hashes
-from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, Summary, TokenizerInfo, candidates_frame
-from prefixplan.core.granularity import engine_granularity, reusable_ids
+from prefixplan.analysis.candidates import Candidate
+from prefixplan.analysis.inputs import files_json, mismatch_reason, models_json, tokenizer_infos
+from prefixplan.analysis.previews import Previews, candidate_record
+from prefixplan.analysis.rag import rag_report, rag_whatif
+from prefixplan.analysis.record import (
+    AnalysisRecord,
+    CandidateRecord,
+    ExampleRef,
+    Summary,
+    TokenizerInfo,
+    candidates_frame,
+)
+from prefixplan.analysis.rowstore import RowStore
+from prefixplan.analysis.textfacts import TextFacts
+from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.progress import NO_PROGRESS, Progress
-from prefixplan.core.types import Prompt, Segment
+from prefixplan.core.types import SEGMENT_KINDS, Prompt, Request, Segment
+from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
-from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, source_meter
+from prefixplan.render import RenderSet
+from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, iter_source_requests, source_meter
+from prefixplan.trace.blocks import BlockTrace, TraceBuilder, request_of_row
+from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
+from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
+from prefixplan.trace.rows import RowMaker, TraceRow
 
-PrefixSink = Callable[[Prompt], object]
-"""Receives every rendered prompt during the single pass (e.g. the simulation headline)."""
+PrefixSink = Callable[[TraceRow], object]
+"""Receives every trace row during the single pass (e.g. the simulation headline)."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +82,18 @@ class AnalyzeOptions:
 class Analysis:
     """Result of :func:`analyze`: the typed record plus in-memory objects for later stages.
 
-    ``ranked`` are the radix-level candidates (all of them, rank order); the record holds the
-    top ones as :class:`~prefixplan.analysis.record.CandidateRecord`.
+    ``ranked`` are the block-level candidates (all of them, rank order); the record holds the
+    top ones as :class:`~prefixplan.analysis.record.CandidateRecord`. ``trace_meta`` is what a
+    trace file of this run records besides its rows.
     """
 
     record: AnalysisRecord
     ranked: list[Candidate]
     breakers: list[Breaker]
     errors: LineErrors
-    tree: RadixTree
+    blocks: BlockTree
     render_failures: list[RenderFailure]
+    trace_meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def candidates(self) -> tuple[CandidateRecord, ...]:
@@ -85,61 +109,30 @@ class Analysis:
         return candidates_frame(self.record.candidates)
 
 
-class _Accounting:
-    """Per-request bookkeeping of the single pass."""
+class _FirstPass:
+    """What the first pass keeps: the block trace, the row store, and what only text can tell
+    (previews, breakers), fed one request at a time in input order."""
 
-    def __init__(self, block: int, min_tenants: int) -> None:
-        self.block = block
-        self.tree = RadixTree()
-        self.finder = BreakerFinder(min_tenants=min_tenants)
-        self.infos: list[RequestInfo] = []
+    def __init__(self, options: AnalyzeOptions) -> None:
+        self.granularity = engine_granularity(options.engine, options.block_size)
+        self.builder = TraceBuilder(self.granularity)
+        self.maker = RowMaker(self.granularity.block_size)
+        self.store = RowStore()
         self.previews = Previews()
-        self.chunk_requests: Counter[str] = Counter()
-        self.chunk_tokens: dict[str, int] = {}
-        self.namespaces: Counter[str] = Counter()
-        self.models: Counter[str] = Counter()
-        self.formats: Counter[str] = Counter()
-        self.tenants: set[str] = set()
-        self.exact = True
-        self.total = self.reused = self.hit_requests = 0
-        self.logged_cached = self.logged_n = 0
-        self.n_times = 0
-        self.t_min: float | None = None
-        self.t_max: float | None = None
-        self.inputs = InputAccounting()
+        self.finder = BreakerFinder(min_tenants=options.min_tenants)
+        self.total = 0
 
-    def add(self, i: int, prompt: Prompt) -> None:
-        req = prompt.request
-        n = len(prompt)
-        scale = prompt.token_scale
-        tenant = req.tenant
-        if tenant:
-            self.tenants.add(tenant)
-        match = self.tree.insert(
-            prompt.tokens, req.namespace, request_index=i, tenant=tenant or f"anon:{i}", time=req.time
-        )
-        reused = reusable_ids(match, n, self.block, scale)
-        self.inputs.add(prompt, reused)
-        self.infos.append(RequestInfo(req.source, req.line_no, prompt.segments, prompt.chunks, n, reused, tenant))
-        self.total += n * scale
-        self.reused += reused * scale
-        self.hit_requests += reused > 0
-        self.exact &= prompt.exact and req.format not in RECONSTRUCTED_FORMATS
-        self.namespaces[req.namespace] += 1
-        self.models[req.model or "-"] += 1
-        self.formats[req.format] += 1
-        if req.time is not None:
-            self.n_times += 1
-            self.t_min = req.time if self.t_min is None else min(self.t_min, req.time)
-            self.t_max = req.time if self.t_max is None else max(self.t_max, req.time)
-        if req.logged_cached_tokens is not None:
-            self.logged_cached += req.logged_cached_tokens
-            self.logged_n += 1
-        for chunk in prompt.chunks:
-            self.chunk_tokens.setdefault(chunk.text_hash, chunk.end - chunk.start)
-        self.chunk_requests.update(request_chunk_hashes(req))
-        self.previews.remember(req, prompt.segments)
+    def add_prompt(self, i: int, prompt: Prompt) -> TraceRow:
+        row = self.maker.row(prompt, i)
+        self.add_row(row)
+        self.previews.remember(prompt.request, prompt.segments)
         self.finder.add(prompt)
+        return row
+
+    def add_row(self, row: TraceRow) -> None:
+        self.builder.add(request_of_row(row))
+        self.store.add(row)
+        self.total += int(row.prompt_tokens)
 
 
 def analyze(
@@ -147,114 +140,236 @@ def analyze(
     progress: Progress = NO_PROGRESS,
     *,
     sinks: Iterable[PrefixSink] = (),
+    trace_out: str | os.PathLike[str] | None = None,
 ) -> Analysis:
-    """Run the analysis (module docstring); ``sinks`` see every rendered prompt in order;
-    ``progress`` hears about each pass (reading and rendering, the documents-first what-if)."""
+    """Run the analysis (module docstring); ``sinks`` see every trace row in input order;
+    ``progress`` hears about each pass (reading and rendering, the documents-first what-if);
+    ``trace_out`` also writes the rows as a trace file."""
     started = _time.monotonic()
     source = options.source
-    block = options.granularity
-    errors = LineErrors()
-    renderers = source.renderers()
-    failures: list[RenderFailure] = []
-    acc = _Accounting(block, options.min_tenants)
+    trace_in = trace_input(source)
+    first = _FirstPass(options)
     sink_list = list(sinks)
-    meter = source_meter(source)
-    progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
-    for i, prompt in enumerate(iter_prompts(source, errors, renderers, failures=failures, meter=meter)):
-        acc.add(i, prompt)
-        for sink in sink_list:
-            sink(prompt)
-        if i % 256 == 0:
-            progress.update(i + 1, acc.total, meter.done() if meter is not None else None)
-    n_requests = len(acc.infos)
-    progress.update(n_requests, acc.total, meter.done() if meter is not None else None)
-    progress.end()
+    failures: list[RenderFailure] = []
+    writer: TraceWriter | None = None
+    if trace_in is not None:
+        if trace_out is not None:
+            raise UsageError("--trace-out writes a trace while rendering a log; the input is a trace already")
+        check_block_size(trace_in.meta, first.granularity.block_size, str(trace_in.path))
+        facts: TextFacts | None = TextFacts.from_meta(trace_in.meta)
+        errors = line_errors_of(trace_in.meta.get("line_errors"))
+        progress.begin("reading the trace", None)
+        n = 0
+        for n, row in enumerate(trace_in.rows(), start=1):
+            first.add_row(row)
+            for sink in sink_list:
+                sink(row)
+            if n % 4096 == 1:
+                progress.update(n, first.total, None)
+        progress.update(n, first.total, None)
+        progress.end()
+        renderers = None
+    else:
+        errors = LineErrors()
+        renderers = source.renderers()
+        meter = source_meter(source)
+        if trace_out is not None:
+            gran = first.granularity
+            writer = TraceWriter(trace_out, base_meta(gran.block_size, {"describe": gran.describe()}))
+        progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
+        try:
+            i = -1
+            for i, prompt in enumerate(iter_prompts(source, errors, renderers, failures=failures, meter=meter)):
+                row = first.add_prompt(i, prompt)
+                if writer is not None:
+                    writer.write(row)
+                for sink in sink_list:
+                    sink(row)
+                if i % 256 == 0:
+                    progress.update(i + 1, first.total, meter.done() if meter is not None else None)
+            progress.update(i + 1, first.total, meter.done() if meter is not None else None)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        finally:
+            progress.end()
+        facts = None
+    try:
+        analysis = _rank_and_record(
+            options,
+            first,
+            errors,
+            failures,
+            renderers,
+            facts,
+            trace_in.meta if trace_in is not None else None,
+            progress,
+        )
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    summary = replace(analysis.record.summary, elapsed_s=round(_time.monotonic() - started, 3))
+    analysis.record = replace(analysis.record, summary=summary)
+    if writer is not None:
+        writer.close(analysis.trace_meta)
+    return analysis
 
-    recurring = {h for h, c in acc.chunk_requests.items() if c >= 2}
 
-    def segments_of(idx: int) -> Sequence[Segment]:
-        info = acc.infos[idx]
+def _rank_and_record(
+    options: AnalyzeOptions,
+    first: _FirstPass,
+    errors: LineErrors,
+    failures: Sequence[RenderFailure],
+    renderers: RenderSet | None,
+    facts: TextFacts | None,
+    meta: Mapping[str, Any] | None,
+    progress: Progress,
+) -> Analysis:
+    """Everything after the first pass: block counts, candidates, the record."""
+    source = options.source
+    store = first.store
+    trace = first.builder.finish()
+    tree = BlockTree(trace)
+    n_requests = len(store)
+    c = store.columns()
+    # reusable tokens of each request with an infinite cache, in input order
+    reused_rows = np.minimum(trace.known_blocks, trace.cap_blocks) * trace.block_tokens
+    reused = np.zeros(n_requests, dtype=np.int64)
+    reused[trace.order] = reused_rows
+    total = int(c["prompt"].sum())
+    reused_total = int(reused.sum())
+    rag, recurring_hex = rag_report(store, reused)
+    recurring = {int(h, 16) for h in recurring_hex}
+
+    def segments_of(row: int) -> Sequence[Segment]:
+        i = int(trace.order[row])
+        segs = store.segments(i)
         docs = [
-            Segment("doc", c.start, c.end, c.text_hash, c.message_index)
-            for c in info.chunks
-            if c.text_hash in recurring
+            Segment("doc", ch.start, ch.end, ch.text_hash, ch.message_index)
+            for ch in store.chunks(i)
+            if int(ch.text_hash, 16) in recurring
         ]
         if not docs:
-            return info.segments
-        return tuple(sorted(info.segments + tuple(docs), key=lambda s: (s.start, s.kind != "doc")))
+            return segs
+        return tuple(sorted(segs + tuple(docs), key=lambda s: (s.start, s.kind != "doc")))
 
-    ranked = find_candidates(
-        acc.tree,
-        block_size=block,
-        min_tokens=options.min_tokens,
-        min_hits=options.min_hits,
-        top=None,
-        segments_of=segments_of,
+    ranked = find_block_candidates(
+        tree, min_tokens=options.min_tokens, min_hits=options.min_hits, segments_of=segments_of
     )
-    tokenizers = tokenizer_infos(renderers)  # before the what-if pass renders the log again
-    engine_ids, per_model = dict(renderers.engine_ids), acc.inputs.models_json(renderers)
-    rag = rag_report(acc.infos, recurring, acc.chunk_requests, acc.chunk_tokens)
-    if options.rag_whatif and recurring and source.rereadable:
-        rag.update(rag_whatif(source, renderers, acc.chunk_requests, block, acc.reused, progress))
-    breakers = acc.finder.results()
+    shown = ranked[: options.top] if options.top else ranked
+    tenant_col = c["tenant"]
+
+    def tenant_of(row: int) -> str:
+        i = int(trace.order[row])
+        t = int(tenant_col[i])
+        return f"anon:{i}" if t == 0 else f"t:{t}"
+
+    counted = count_tenants(tree, shown, tenant_of)
+    shown = [replace(cand, tenants=counted[cand.node_id][0], tenants_capped=counted[cand.node_id][1]) for cand in shown]
+    rag_whatif_json: dict[str, Any] | None
+    if facts is None:
+        assert renderers is not None
+        tokenizers = tokenizer_infos(renderers)
+        engine_ids = dict(renderers.engine_ids)
+        spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
+        engine_used = bool(renderers.engine_ids.get("used"))
+        if options.rag_whatif and recurring_hex and source.rereadable:
+            rag.update(rag_whatif(source, renderers, _chunk_counts(store), first.granularity, reused_total, progress))
+        breakers: list[Any] = list(first.finder.results())
+        previews = first.previews
+        rag_whatif_json = rag.get("whatif")
+    else:
+        tokenizers = list(facts.tokenizers)
+        engine_ids = dict(facts.engine_ids)
+        spec_of = {m: t.spec for t in tokenizers for m in t.log_models}
+        spec_of.update(facts.spec_of)
+        engine_used = bool(engine_ids.get("used"))
+        if facts.rag_whatif is not None:
+            rag["whatif"] = facts.rag_whatif
+        breakers = list(facts.breakers)
+        previews = facts.previews
+        rag_whatif_json = facts.rag_whatif
     primary = tokenizers[0] if tokenizers else TokenizerInfo("trace", "trace blocks", None, False)
     mismatch = mismatch_reason(tokenizers)
-    exact = acc.exact and all(t.exact for t in tokenizers) and mismatch is None
+    rows_exact = bool(c["exact"].all()) if n_requests else True
+    exact = rows_exact and all(t.exact for t in tokenizers) and mismatch is None
     approx = [mismatch] if mismatch else []
-    if not (acc.exact and all(t.exact for t in tokenizers)):
-        approx.append(_approx_reason(tokenizers, acc.formats))
+    format_counts = np.bincount(c["format"], minlength=len(store.formats.names))
+    formats = Counter({store.formats.names[k]: int(v) for k, v in enumerate(format_counts)})
+    if not (rows_exact and all(t.exact for t in tokenizers)):
+        approx.append(_approx_reason(tokenizers, formats))
+    times = c["time"][c["has_time"]]
+    cached = c["cached"]
+    logged = cached >= 0
+    tenants = c["tenant"]
     summary = Summary(
         requests=n_requests,
         malformed_lines=errors.count,
-        render_failures=len(failures),
-        prompt_tokens=acc.total,
-        reusable_tokens=acc.reused,
-        hit_rate_tokens=acc.reused / acc.total if acc.total else 0.0,
-        hit_rate_requests=acc.hit_requests / n_requests if n_requests else 0.0,
-        shared_prefix_tokens=sum(c.marginal_tokens for c in ranked),
+        render_failures=len(failures) if meta is None else int(meta.get("render_failures") or 0),
+        prompt_tokens=total,
+        reusable_tokens=reused_total,
+        hit_rate_tokens=reused_total / total if total else 0.0,
+        hit_rate_requests=float((reused > 0).sum()) / n_requests if n_requests else 0.0,
+        shared_prefix_tokens=sum(cand.marginal_tokens for cand in ranked),
         candidates=len(ranked),
-        namespaces=len(acc.namespaces),
-        distinct_tenants=len(acc.tenants),
+        namespaces=len(store.namespaces.names),
+        distinct_tenants=int(np.unique(tenants[tenants != 0]).shape[0]),
         exact=exact,
         approximate_reason="; ".join(approx) or None,
-        logged_cached_tokens=acc.logged_cached if acc.logged_n else None,
-        time_span_s=(acc.t_max - acc.t_min)
-        if acc.n_times > 1 and acc.t_min is not None and acc.t_max is not None
-        else None,
-        tree_nodes=acc.tree.n_nodes,
-        tree_arena_tokens=acc.tree.arena_tokens,
-        elapsed_s=round(_time.monotonic() - started, 3),
+        logged_cached_tokens=int(cached[logged].sum()) if logged.any() else None,
+        time_span_s=float(times.max() - times.min()) if times.shape[0] > 1 else None,
+        tree_nodes=trace.n_distinct_blocks,
+        tree_arena_tokens=int(tree.block_tokens.sum()),
+        elapsed_s=0.0,
     )
-    shown = ranked[: options.top] if options.top else ranked
+    rep_tokens = _representative_tokens(options, trace, store, shown, renderers, meta)
+
+    def where(cand: Candidate) -> tuple[Sequence[Segment], ExampleRef]:
+        i = int(trace.order[cand.request_index])
+        return store.segments(i), ExampleRef(store.sources.names[int(c["source"][i])], int(c["line"][i]))
+
     candidates = tuple(
         candidate_record(
-            c,
-            acc.tree,
-            acc.previews,
-            acc.infos[c.request_index],
+            cand,
+            previews,
+            *where(cand)[:1],
+            rep_tokens.get(cand.id),
+            where(cand)[1],
             min_tenants=options.min_tenants,
             show_user_text=options.show_user_text,
             fingerprint=primary.fingerprint,
         )
-        for c in shown
+        for cand in shown
     )
+    meta_inputs = meta.get("inputs") if meta is not None else None
+    if isinstance(meta_inputs, Mapping):
+        paths = [str(p) for p in meta_inputs.get("paths") or ()]
+        files = list(meta_inputs.get("files") or files_json(store, errors))
+    else:
+        paths = list(source.display)
+        files = files_json(store, errors)
+    ns_counts = np.bincount(c["ns"], minlength=len(store.namespaces.names))
+    model_counts = np.bincount(c["model"], minlength=len(store.models.names))
+    breaker_json = tuple(b.to_json() if isinstance(b, Breaker) else dict(b) for b in breakers)
     record = AnalysisRecord(
         tool=f"prefixplan {__version__}",
         created=_time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime()),
         inputs={
-            "paths": list(source.display),
-            "formats": dict(acc.formats),
-            "models": dict(acc.models),
-            "namespaces": dict(acc.namespaces),
-            "files": acc.inputs.files_json(errors),
-            "per_model": per_model,
+            "paths": paths,
+            "formats": dict(formats),
+            "models": {store.models.names[k]: int(v) for k, v in enumerate(model_counts)},
+            "namespaces": {store.namespaces.names[k]: int(v) for k, v in enumerate(ns_counts)},
+            "files": files,
+            "per_model": models_json(store, reused, spec_of, engine_used),
             "engine_ids": engine_ids,
         },
         tokenizer=primary,
         tokenizers=tuple(tokenizers),
         granularity={
             "engine": options.engine if options.block_size is None else None,
-            "block_size": block,
+            "block_size": first.granularity.block_size,
             "rule": "full blocks only; the last prompt token is never reused",
         },
         privacy={
@@ -264,18 +379,134 @@ def analyze(
             "user-authored text is never previewed unless show_user_text",
         },
         summary=summary,
-        kinds=_kind_accounting(acc.infos, recurring),
+        kinds=_kind_accounting(store, reused, recurring),
         candidates=candidates,
         rag=rag,
         simulation=None,
-        breakers=tuple(b.to_json() for b in breakers),
+        breakers=breaker_json,
         errors={
             "count": errors.count,
             "by_reason": dict(errors.by_reason),
             "samples": [{"source": e.source, "line": e.line_no, "reason": e.reason} for e in errors.samples],
         },
     )
-    return Analysis(record, ranked, breakers, errors, acc.tree, failures)
+    analysis = Analysis(record, ranked, [b for b in breakers if isinstance(b, Breaker)], errors, tree, list(failures))
+    analysis.trace_meta = {
+        "inputs": {"paths": paths, "files": files, "source": _source_json(source)},
+        "line_errors": line_errors_json(errors),
+        "render_failures": summary.render_failures,
+        "tokenizers": [t.to_json() for t in tokenizers],
+        "text": TextFacts.to_meta(previews, breaker_json, rag_whatif_json, engine_ids, spec_of),
+    }
+    return analysis
+
+
+def _source_json(source: SourceOptions) -> dict[str, Any] | None:
+    """How to read and render the log again (a trace's representatives), or None for records
+    given in memory."""
+    if source.objects is not None:
+        return None
+    return {
+        "paths": list(source.paths),
+        "read": {
+            "format": source.read.format,
+            "since": source.read.since,
+            "until": source.read.until,
+            "sample": source.read.sample,
+            "trace_block_size": source.read.trace_block_size,
+        },
+        "tokenizer": source.tokenizer,
+        "tokenizer_map": dict(source.tokenizer_map or {}),
+        "chat_template": str(source.chat_template) if source.chat_template else None,
+        "template_kwargs": dict(source.template_kwargs or {}),
+    }
+
+
+def _representative_tokens(
+    options: AnalyzeOptions,
+    trace: BlockTrace,
+    store: RowStore,
+    shown: Sequence[Candidate],
+    renderers: RenderSet | None,
+    meta: Mapping[str, Any] | None,
+) -> dict[int, np.ndarray]:
+    """Token ids of each shown candidate (``{candidate id: ids}``), from rendering its
+    representative request again: the log is read up to the last such line, and only those lines
+    are rendered. A trace file's log is used when the file still exists; when the input cannot be
+    read again (stdin), no ids (the record still has every count)."""
+    source = options.source
+    if meta is not None:
+        again = _source_from_meta(meta)
+        if again is None:
+            return {}
+        source, renderers = again, None
+    elif not source.rereadable:
+        return {}
+    c = store.columns()
+    want: dict[tuple[str, int], list[Candidate]] = defaultdict(list)
+    for cand in shown:
+        i = int(trace.order[cand.request_index])
+        want[(store.sources.names[int(c["source"][i])], int(c["line"][i]))].append(cand)
+    if not want:
+        return {}
+    try:
+        renderers = renderers or source.renderers()
+        found = _requests_at(source, set(want))
+        out: dict[int, np.ndarray] = {}
+        for prompt in renderers.render_stream(found, on_error=lambda req, exc: None):
+            for cand in want.get((prompt.request.source, prompt.request.line_no), ()):
+                unit = int(trace.unit_tokens[cand.request_index])
+                out[cand.id] = np.asarray(prompt.tokens[: cand.length // unit])
+        return out
+    except (OSError, UsageError):
+        return {}
+
+
+def _requests_at(source: SourceOptions, wanted: set[tuple[str, int]]) -> list[Request]:
+    """The requests of ``source`` read at the given (source, line) places."""
+    found = []
+    for req in iter_source_requests(source, LineErrors()):
+        if (req.source, req.line_no) in wanted:
+            found.append(req)
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def _source_from_meta(meta: Mapping[str, Any]) -> SourceOptions | None:
+    """The log a trace was written from, when it can still be read."""
+    from prefixplan.logs import ReadOptions
+
+    inputs = meta.get("inputs")
+    src = inputs.get("source") if isinstance(inputs, Mapping) else None
+    if not isinstance(src, Mapping) or not src.get("paths"):
+        return None
+    paths = [str(p) for p in src["paths"]]
+    if not all(p != "-" and os.path.exists(p) for p in paths):
+        return None
+    read = src.get("read") or {}
+    return SourceOptions(
+        paths=tuple(paths),
+        read=ReadOptions(
+            format=read.get("format", "auto"),
+            since=read.get("since"),
+            until=read.get("until"),
+            sample=read.get("sample"),
+            trace_block_size=int(read.get("trace_block_size") or 512),
+        ),
+        tokenizer=src.get("tokenizer"),
+        tokenizer_map=dict(src.get("tokenizer_map") or {}),
+        chat_template=src.get("chat_template"),
+        template_kwargs=dict(src.get("template_kwargs") or {}),
+    )
+
+
+def _chunk_counts(store: RowStore) -> dict[str, int]:
+    """Distinct requests per document chunk hash (the what-if's popularity order)."""
+    from prefixplan.analysis.rag import chunk_request_counts
+
+    uniq, requests, _ = chunk_request_counts(store)
+    return {f"{int(h):016x}": int(n) for h, n in zip(uniq.tolist(), requests.tolist(), strict=True)}
 
 
 def _approx_reason(tokenizers: Sequence[TokenizerInfo], formats: Counter[str]) -> str:
@@ -291,20 +522,41 @@ def _approx_reason(tokenizers: Sequence[TokenizerInfo], formats: Counter[str]) -
 _KIND_GROUP = {"tool": "tools", "tool_result": "history", "user": "user", "assistant": "history"}
 
 
-def _kind_accounting(infos: Sequence[RequestInfo], recurring: set[str]) -> dict[str, Any]:
+_KIND_GROUP = {"tool": "tools", "tool_result": "history", "user": "user", "assistant": "history"}
+
+
+def _kind_accounting(store: RowStore, reused: np.ndarray, recurring: set[int]) -> dict[str, Any]:
     """Prompt tokens and reused tokens per segment kind (recurring chunks counted as rag)."""
+    c = store.columns()
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for info in infos:
-        for seg in info.segments:
-            kind = _KIND_GROUP.get(seg.kind, seg.kind)
-            acc[kind][0] += seg.end - seg.start
-            acc[kind][1] += max(0, min(seg.end, info.reused) - seg.start)
-        for c in info.chunks:
-            if c.text_hash in recurring:
-                n = c.end - c.start
-                r = max(0, min(c.end, info.reused) - c.start)
-                acc["rag"][0] += n
-                acc["rag"][1] += r
-                acc["user"][0] -= n
-                acc["user"][1] -= r
+    if len(store):
+        owner = np.repeat(np.arange(len(store)), np.diff(c["seg_off"]))
+        scale = c["scale"][owner]
+        upto = reused[owner] // np.maximum(scale, 1)  # reused tokens in units of the row
+        start, end = c["seg_start"], c["seg_end"]
+        tokens = (end - start) * scale
+        reuse = np.maximum(0, np.minimum(end, upto) - start) * scale
+        kinds = c["seg_kind"].astype(np.int64)
+        n_kinds = len(SEGMENT_KINDS)
+        present = np.bincount(kinds, minlength=n_kinds)
+        per_tok = np.bincount(kinds, weights=tokens, minlength=n_kinds)
+        per_reuse = np.bincount(kinds, weights=reuse, minlength=n_kinds)
+        for k, name in enumerate(SEGMENT_KINDS):
+            if present[k]:
+                group = _KIND_GROUP.get(name, name)
+                acc[group][0] += int(per_tok[k])
+                acc[group][1] += int(per_reuse[k])
+        hashes = c["chunk_hash"]
+        if hashes.shape[0] and recurring:
+            cowner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
+            rec = np.isin(hashes, np.fromiter(recurring, dtype=np.uint64, count=len(recurring)))
+            cscale = c["scale"][cowner][rec]
+            cs, ce = c["chunk_start"][rec], c["chunk_end"][rec]
+            cup = reused[cowner][rec] // np.maximum(cscale, 1)
+            n = int(((ce - cs) * cscale).sum())
+            r = int((np.maximum(0, np.minimum(ce, cup) - cs) * cscale).sum())
+            acc["rag"][0] += n
+            acc["rag"][1] += r
+            acc["user"][0] -= n
+            acc["user"][1] -= r
     return {k: {"tokens": v[0], "reused": v[1]} for k, v in sorted(acc.items())}

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import numpy as np
 
 from prefixplan.analysis.candidates import Candidate
-from prefixplan.analysis.radix import RadixTree
 from prefixplan.analysis.record import CandidatePart, CandidateRecord, ExampleRef
 from prefixplan.core.hashes import content_hash, token_hash
-from prefixplan.core.types import Chunk, Request, Segment
+from prefixplan.core.types import Request, Segment
 from prefixplan.render.spans import message_text
 
 PREVIEW_CHARS = 80
@@ -26,19 +26,6 @@ PART_BYTES_BUDGET = 64 * 2**20
 recipe of the same parts hashes (:func:`part_content_hash`)."""
 NAMED_LABELS = ("system", "tools", "system+tools")
 _TEXT_KINDS = ("system", "user", "assistant", "tool_result")
-
-
-@dataclass(slots=True)
-class RequestInfo:
-    """What the analysis keeps of each request after rendering (no token arrays)."""
-
-    source: str
-    line_no: int
-    segments: tuple[Segment, ...]
-    chunks: tuple[Chunk, ...]
-    length: int
-    reused: int
-    tenant: str | None
 
 
 class Previews:
@@ -76,7 +63,10 @@ class Previews:
 
 
 def part_content_hash(
-    label: str, segments: Sequence[tuple[str, int, int, str | None]], info: RequestInfo, previews: Previews
+    label: str,
+    segments: Sequence[tuple[str, int, int, str | None]],
+    rep_segments: Sequence[Segment],
+    previews: Previews,
 ) -> str | None:
     """The ``pp1`` content hash of a system/tools prefix over the bytes a recipe of the same
     parts holds: the system text (UTF-8) and each covered tool schema as
@@ -90,7 +80,7 @@ def part_content_hash(
     for kind, start, _end, _name in segments:  # token order: templates may render tools first
         if kind not in ("system", "tool") or (kind == "system" and ("system" not in label or system)):
             continue
-        seg = next((s for s in info.segments if s.start == start and s.kind == kind), None)
+        seg = next((s for s in rep_segments if s.start == start and s.kind == kind), None)
         data = previews.part_data.get(seg.text_hash) if seg is not None else None
         if data is None:
             return None
@@ -107,24 +97,28 @@ def short(text: str) -> str:
 
 def candidate_record(
     c: Candidate,
-    tree: RadixTree,
     previews: Previews,
-    info: RequestInfo,
+    rep_segments: Sequence[Segment],
+    rep_tokens: np.ndarray | None,
+    example: ExampleRef,
     *,
     min_tenants: int,
     show_user_text: bool,
     fingerprint: str | None,
 ) -> CandidateRecord:
-    """The recorded form of one ranked candidate (privacy rule in the module docstring)."""
+    """The recorded form of one ranked candidate (privacy rule in the module docstring):
+    ``rep_segments`` and ``rep_tokens`` are its representative request's segments and token ids
+    cut to the candidate's length (None when they could not be rendered again), ``example``
+    where that request was read."""
     shared_enough = c.tenants >= min_tenants or c.tenants_capped
-    tokens = tree.path_tokens(c.node_id)[: c.length] if shared_enough else None
+    tokens = rep_tokens if shared_enough else None
     parts: list[CandidatePart] = []
     system_head = None
     if shared_enough:
         for kind, start, end, name in c.segments:
             if kind == "template":
                 continue
-            seg = next((s for s in info.segments if s.start == start and s.kind == kind), None)
+            seg = next((s for s in rep_segments if s.start == start and s.kind == kind), None)
             prev = previews.previews.get(seg.text_hash) if seg is not None else None
             if kind == "system" and seg is not None and system_head is None:
                 system_head = previews.heads.get(seg.text_hash)
@@ -156,8 +150,8 @@ def candidate_record(
         preview=preview_line(parts) if shared_enough else None,
         parts=tuple(parts),
         system_head=system_head,
-        example=ExampleRef(info.source, info.line_no),
-        content_hash=part_content_hash(c.label, c.segments, info, previews) if shared_enough else None,
+        example=example,
+        content_hash=part_content_hash(c.label, c.segments, rep_segments, previews) if shared_enough else None,
     )
 
 

@@ -14,11 +14,15 @@ writes the reordered log with it), so the prediction can be checked against a re
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+
+from prefixplan.analysis.rowstore import RowStore
+from prefixplan.core.granularity import Granularity
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request
@@ -27,9 +31,6 @@ from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
 from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
-
-if TYPE_CHECKING:
-    from prefixplan.analysis.previews import RequestInfo
 
 
 def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:
@@ -100,53 +101,75 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
     return replace(request, messages=tuple(messages)) if changed else None
 
 
-def rag_report(
-    infos: Sequence[RequestInfo],
-    recurring: set[str],
-    chunk_requests: Mapping[str, int],
-    chunk_tokens: Mapping[str, int],
-) -> dict[str, Any]:
+def chunk_request_counts(store: RowStore) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(hashes, requests, tokens)`` of every distinct document chunk: the distinct requests
+    that hold it and its length in tokens (first occurrence)."""
+    c = store.columns()
+    hashes = c["chunk_hash"]
+    if not hashes.shape[0]:
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.uint64), empty, empty
+    owner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
+    uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    pairs = np.unique(np.stack([inverse, owner]), axis=1)  # (chunk, request) once each
+    requests = np.bincount(pairs[0], minlength=uniq.shape[0])
+    tokens = (c["chunk_end"] - c["chunk_start"])[first]
+    return uniq, requests.astype(np.int64), tokens.astype(np.int64)
+
+
+def rag_report(store: RowStore, reused: np.ndarray, min_requests: int = 2) -> tuple[dict[str, Any], set[str]]:
     """Recurring chunks, how many tokens of them are prefilled again in the current layout, and
-    the 20 costliest (the ``rag`` section of the record, before the what-if)."""
-    positions: dict[str, set[int]] = defaultdict(set)
-    prefilled: Counter[str] = Counter()
-    for info in infos:
-        for c in info.chunks:
-            if c.text_hash in recurring:
-                positions[c.text_hash].add(c.start)
-                prefilled[c.text_hash] += max(0, c.end - max(c.start, info.reused))
-    top = sorted(recurring, key=lambda h: -prefilled[h])[:20]
-    return {
-        "recurring_chunks": len(recurring),
-        "occurrences": sum(chunk_requests[h] for h in recurring),
-        "prefill_tokens_now": sum(prefilled.values()),
-        "top": [
-            {
-                "hash": h,
-                "tokens": chunk_tokens.get(h, 0),
-                "requests": chunk_requests[h],
-                "positions": len(positions[h]),
-                "prefilled_tokens": prefilled[h],
-            }
-            for h in top
-        ],
-    }
+    the 20 costliest (the ``rag`` section of the record, before the what-if); and the recurring
+    chunk hashes. ``reused``: reusable tokens of each request, input order."""
+    uniq, requests, tokens = chunk_request_counts(store)
+    keep = requests >= min_requests
+    recurring = {f"{int(h):016x}" for h in uniq[keep]}
+    c = store.columns()
+    hashes = c["chunk_hash"]
+    out: dict[str, Any] = {"recurring_chunks": int(keep.sum()), "occurrences": int(requests[keep].sum())}
+    if not hashes.shape[0] or not keep.any():
+        return {**out, "prefill_tokens_now": 0, "top": []}, recurring
+    owner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
+    idx = np.searchsorted(uniq, hashes)
+    rec = keep[idx]
+    units = c["scale"][owner]
+    start, end = c["chunk_start"], c["chunk_end"]
+    prefilled = np.maximum(0, end - np.maximum(start, reused[owner] // np.maximum(units, 1)))
+    per_chunk = np.bincount(idx[rec], weights=prefilled[rec], minlength=uniq.shape[0]).astype(np.int64)
+    pos_pairs = np.unique(np.stack([idx[rec], start[rec]]), axis=1)
+    positions = np.bincount(pos_pairs[0], minlength=uniq.shape[0])
+    cand = np.flatnonzero(keep)
+    hexes = [f"{int(h):016x}" for h in uniq[cand]]
+    order = sorted(range(cand.shape[0]), key=lambda j: (-int(per_chunk[cand[j]]), hexes[j]))[:20]
+    out["prefill_tokens_now"] = int(per_chunk[keep].sum())
+    out["top"] = [
+        {
+            "hash": hexes[j],
+            "tokens": int(tokens[cand[j]]),
+            "requests": int(requests[cand[j]]),
+            "positions": int(positions[cand[j]]),
+            "prefilled_tokens": int(per_chunk[cand[j]]),
+        }
+        for j in order
+    ]
+    return out, recurring
 
 
 def rag_whatif(
     source: SourceOptions,
     renderers: RenderSet,
     counts: Mapping[str, int],
-    block: int,
+    granularity: Granularity,
     reused_now: int,
     progress: Progress = NO_PROGRESS,
 ) -> dict[str, Any]:
-    """Second pass: rewrite requests documents-first and measure the reuse in a fresh tree."""
-    from prefixplan.analysis.radix import RadixTree
-    from prefixplan.core.granularity import reusable_ids
+    """Second pass: rewrite requests documents-first and measure the reuse on a fresh block
+    trace (same granularity and replay order as the first pass)."""
+    from prefixplan.trace.blocks import TraceBuilder, request_of_row
+    from prefixplan.trace.rows import RowMaker
 
-    tree = RadixTree()
-    reused = 0
+    builder = TraceBuilder(granularity)
+    maker = RowMaker(granularity.block_size)
     moved = 0
 
     def transform(req: Request) -> Request:
@@ -162,17 +185,18 @@ def rag_whatif(
     tokens = n = 0
     try:
         for i, prompt in enumerate(iter_prompts(source, LineErrors(), renderers, transform=transform, meter=meter)):
-            match = tree.insert(prompt.tokens, prompt.request.namespace, request_index=i)
-            reused += reusable_ids(match, len(prompt), block, prompt.token_scale) * prompt.token_scale
+            builder.add(request_of_row(maker.row(prompt, i)))
             tokens += prompt.n_tokens
             n = i + 1
             if i % 256 == 0:
                 progress.update(n, tokens, meter.done() if meter is not None else None)
         progress.update(n, tokens, meter.done() if meter is not None else None)
+        trace = builder.finish()
     except TokenizerError:
         return {"whatif": None}
     finally:
         progress.end()
+    reused = int((np.minimum(trace.known_blocks, trace.cap_blocks) * trace.block_tokens).sum())
     return {
         "whatif": {
             "layout": "documents-first",

@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         ] = True,
         capacity: o.Capacity = None,
         json_out: o.Json = None,
+        trace_out: o.TraceOut = None,
         html_out: o.Html = None,
         markdown_out: o.Markdown = None,
         store: o.Store = True,
@@ -123,6 +124,7 @@ def register(app: typer.Typer) -> None:
             html=html_out,
             markdown=markdown_out,
             emit_recipes=str(emit_recipes) if emit_recipes else None,
+            trace_out=str(trace_out) if trace_out else None,
         )
         console = report_console(stderr=json_out == "-")
         from prefixplan.cli.progress import ConsoleProgress

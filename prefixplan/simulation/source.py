@@ -24,31 +24,12 @@ from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.pins import PinSelection
 from prefixplan.simulation.result import SimResult
 from prefixplan.simulation.trace import SimRequest
+from prefixplan.trace.blocks import request_of_row
 from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
-from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, is_trace_file
-from prefixplan.trace.rows import RowMaker, TraceRow
+from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, trace_input
+from prefixplan.trace.rows import RowMaker
 
-
-def row_request(row: TraceRow) -> SimRequest:
-    """A trace row as simulation input (no tokens: its block keys and boundary keys)."""
-    return SimRequest(
-        time=float(row.time) if row.time is not None else float(row.index),
-        namespace=row.namespace,
-        tokens=None,
-        output_len=int(row.output_tokens),
-        breakpoints=row.breakpoints,
-        block_scale=int(row.token_scale),
-        index=int(row.index),
-        route_units=row.route_units,
-        key=row.gw_key,
-        key_tokens=int(row.gw_key_tokens),
-        prompt_len=int(row.prompt_tokens),
-        block_keys=row.block_keys,
-        keys_units=int(row.keys_units),
-        boundaries=row.boundaries,
-        boundary_keys=row.boundary_keys,
-        units=int(row.units),
-    )
+row_request = request_of_row
 
 
 def sim_request(prompt: Prompt, index: int, *, block_size: int = 1, routing: bool = False) -> SimRequest:
@@ -62,25 +43,6 @@ def sim_requests(prompts: Iterable[Prompt], *, block_size: int = 1, routing: boo
     maker = RowMaker(block_size, routing=routing)
     for i, prompt in enumerate(prompts):
         yield row_request(maker.row(prompt, i))
-
-
-def trace_input(source: SourceOptions) -> TraceFile | None:
-    """The trace file ``source`` names (one ``.parquet`` written by ``--trace-out``), or None for logs.
-
-    Raises:
-        UsageError: a trace mixed with other inputs.
-    """
-    if source.objects is not None:
-        return None
-    traces = [p for p in source.paths if is_trace_file(p)]
-    if not traces:
-        return None
-    if len(source.paths) > 1:
-        raise UsageError(
-            "a trace file is read on its own, not with other inputs",
-            hint="write one trace for all the logs: prefixplan simulate LOG1 LOG2 --trace-out T.parquet",
-        )
-    return TraceFile(traces[0])
 
 
 def simulate_source(

@@ -34,6 +34,7 @@ from prefixplan.core.granularity import Granularity
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
 from prefixplan.core.u64index import U64Index
 from prefixplan.errors import UsageError
+from prefixplan.trace.rows import TraceRow
 
 KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
 """Called once per request in replay order with its prefix keys at its boundaries
@@ -102,6 +103,28 @@ class SimRequest:
         return self.n_units * max(1, int(self.block_scale))
 
 
+def request_of_row(row: TraceRow) -> SimRequest:
+    """A trace row as simulation input (no tokens: its block keys and boundary keys)."""
+    return SimRequest(
+        time=float(row.time) if row.time is not None else float(row.index),
+        namespace=row.namespace,
+        tokens=None,
+        output_len=int(row.output_tokens),
+        breakpoints=row.breakpoints,
+        block_scale=int(row.token_scale),
+        index=int(row.index),
+        route_units=row.route_units,
+        key=row.gw_key,
+        key_tokens=int(row.gw_key_tokens),
+        prompt_len=int(row.prompt_tokens),
+        block_keys=row.block_keys,
+        keys_units=int(row.keys_units),
+        boundaries=row.boundaries,
+        boundary_keys=row.boundary_keys,
+        units=int(row.units),
+    )
+
+
 def request_boundaries(n_units: int, breakpoints: Iterable[int], segment_ends: Iterable[int]) -> tuple[int, ...]:
     """Sorted prefix lengths in ``(0, n_units]``: segment ends, breakpoints and the end."""
     out = {int(b) for b in breakpoints if 0 < int(b) <= n_units}
@@ -128,6 +151,9 @@ class BlockTrace:
         block_tokens: real tokens per block for each request.
         parent: parent block id of each block id (-1 for a namespace's first block).
         namespaces: namespace names; ``ns`` indexes them per request.
+        unit_tokens: real tokens per unit of each row (Mooncake hash ids: the trace block size).
+        block_depth: depth of each block id (1 for a namespace's first block).
+        block_first_row: the row (arrival) that brought each block first.
     """
 
     granularity: Granularity
@@ -144,6 +170,9 @@ class BlockTrace:
     ns: np.ndarray
     namespaces: list[str]
     index: TraceBuilder
+    unit_tokens: np.ndarray
+    block_depth: np.ndarray
+    block_first_row: np.ndarray
 
     @property
     def n_requests(self) -> int:
@@ -208,6 +237,7 @@ class TraceBuilder:
         self._out = array("q")
         self._cap = array("i")
         self._btok = array("i")
+        self._scale = array("i")
         self._finished = False
 
     def _seed(self, namespace: str, scale: int) -> int:
@@ -279,6 +309,7 @@ class TraceBuilder:
         self._out.append(int(req.output_len))
         self._cap.append(min(cap, nb))
         self._btok.append(btok)
+        self._scale.append(scale)
 
     def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int | None = None) -> list[int]:
         """Ids of the leading full blocks of ``tokens`` seen in the trace (after :meth:`finish`)."""
@@ -302,16 +333,20 @@ class TraceBuilder:
         end = np.full(n, -1, dtype=np.int64)
         known = np.zeros(n, dtype=np.int64)
         parents: list[np.ndarray] = []
+        depths: list[np.ndarray] = []
+        firsts: list[np.ndarray] = []
         batch: list[int] = []
         batch_keys = 0
         for row, i in enumerate(order.tolist()):
             batch.append(row)
             batch_keys += int(nb_in[i])
             if len(batch) >= 512 or batch_keys >= 1 << 18:
-                parents.append(self._assign(order, batch, end, known))
+                for out, part in zip((parents, depths, firsts), self._assign(order, batch, end, known), strict=True):
+                    out.append(part)
                 batch, batch_keys = [], 0
         if batch:
-            parents.append(self._assign(order, batch, end, known))
+            for out, part in zip((parents, depths, firsts), self._assign(order, batch, end, known), strict=True):
+                out.append(part)
         if self.observer is not None:
             for i in order.tolist():
                 req, at = self._observed[i]
@@ -319,6 +354,8 @@ class TraceBuilder:
             self._observed.clear()
         self._keys.close()
         parent = np.concatenate(parents) if parents else np.zeros(0, dtype=np.int64)
+        depth = np.concatenate(depths) if depths else np.zeros(0, dtype=np.int32)
+        first = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int32)
         return BlockTrace(
             granularity=self.granularity,
             times=times[order],
@@ -334,17 +371,23 @@ class TraceBuilder:
             ns=_frozen(self._ns, np.int32)[order],
             namespaces=list(self._ns_index),
             index=self,
+            unit_tokens=_frozen(self._scale, np.int32).astype(np.int64)[order],
+            block_depth=depth,
+            block_first_row=first,
         )
 
-    def _assign(self, order: np.ndarray, rows: list[int], end: np.ndarray, known: np.ndarray) -> np.ndarray:
+    def _assign(
+        self, order: np.ndarray, rows: list[int], end: np.ndarray, known: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Block ids for the rows ``rows`` (consecutive arrivals) as if added one by one: a key is
         known to a request when an earlier arrival brought it. Fills ``end`` and ``known``;
-        returns the parents of the new blocks (in id order)."""
+        returns the parents, depths and first rows of the new blocks (in id order)."""
         arrays = [self._keys.get(int(order[r])) for r in rows]
         lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         total = int(lengths.sum())
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
         if total == 0:
-            return np.zeros(0, dtype=np.int64)
+            return none
         keys = np.concatenate(arrays)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         owner = np.repeat(np.arange(len(rows)), lengths)
@@ -352,7 +395,8 @@ class TraceBuilder:
         ids = self._index.lookup(keys)
         absent = np.flatnonzero(ids < 0)
         present = ids >= 0
-        new_parents = np.zeros(0, dtype=np.int64)
+        new_parents, new_depths, new_firsts = none
+        rows_arr = np.asarray(rows, dtype=np.int64)
         if absent.shape[0]:
             uniq, first, inverse = np.unique(keys[absent], return_index=True, return_inverse=True)
             first_at = absent[first]  # where each absent key first occurs in the batch
@@ -365,14 +409,15 @@ class TraceBuilder:
             ids[absent] = id_of_uniq[inverse]
             prev = np.where(pos[new_at] > 0, new_at - 1, -1)
             new_parents = np.where(prev >= 0, ids[np.maximum(prev, 0)], -1)
+            new_depths = (pos[new_at] + 1).astype(np.int32)
+            new_firsts = rows_arr[owner[new_at]].astype(np.int32)
         # leading run of keys known on arrival, per request
         not_known = np.where(present, lengths[owner], pos)
         has = lengths > 0
         first_unknown = np.minimum.reduceat(not_known, starts[has]) if has.any() else np.zeros(0, dtype=np.int64)
-        rows_arr = np.asarray(rows, dtype=np.int64)
         known[rows_arr[has]] = np.minimum(first_unknown, lengths[has])
         end[rows_arr[has]] = ids[starts[has] + lengths[has] - 1]
-        return new_parents
+        return new_parents, new_depths, new_firsts
 
 
 def _frozen(a: array, dtype: type) -> np.ndarray:

@@ -47,7 +47,7 @@ def renderers_json(renderers: RenderSet) -> list[dict[str, Any]]:
             "label": r.label,
             "fingerprint": r.fingerprint,
             "exact": bool(r.exact),
-            "models": sorted(renderers.models_by_spec.get(r.spec, ())),
+            "log_models": sorted(renderers.models_by_spec.get(r.spec, ())),
         }
         for r in renderers.loaded
     ]
@@ -56,7 +56,7 @@ def renderers_json(renderers: RenderSet) -> list[dict[str, Any]]:
 def fingerprint_for(tokenizers: Sequence[Mapping[str, Any]], model: str | None) -> str | None:
     """The fingerprint of the tokenizer that rendered ``model``'s rows (None when unknown)."""
     for t in tokenizers:
-        if (model or "-") in (t.get("models") or ()):
+        if (model or "-") in (t.get("log_models") or ()):
             return str(t.get("fingerprint")) if t.get("fingerprint") else None
     return str(tokenizers[0].get("fingerprint")) if len(tokenizers) == 1 and tokenizers[0].get("fingerprint") else None
 

@@ -22,6 +22,7 @@ import numpy as np
 from prefixplan.core.blockhash import SCHEME
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
+from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.rows import TraceRow
 
 FORMAT = "prefixplan-trace"
@@ -94,6 +95,25 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
             return fh.read(4) == PARQUET_MAGIC
     except OSError:
         return False
+
+
+def trace_input(source: SourceOptions) -> TraceFile | None:
+    """The trace file ``source`` names (one ``.parquet`` written by ``--trace-out``), or None for logs.
+
+    Raises:
+        UsageError: a trace mixed with other inputs.
+    """
+    if source.objects is not None:
+        return None
+    traces = [p for p in source.paths if is_trace_file(p)]
+    if not traces:
+        return None
+    if len(source.paths) > 1:
+        raise UsageError(
+            "a trace file is read on its own, not with other inputs",
+            hint="write one trace for all the logs: prefixplan simulate LOG1 LOG2 --trace-out T.parquet",
+        )
+    return TraceFile(traces[0])
 
 
 def _list(values: Sequence[np.ndarray], dtype: Any, pa_type: Any) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.routebytes import request_route_bytes, route_units
 from prefixplan.core.types import SEGMENT_KINDS, Prompt
+from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.trace.spans import breakpoint_offsets, key_prefix
 
 KIND_CODE = {k: i for i, k in enumerate(SEGMENT_KINDS)}
@@ -47,7 +48,7 @@ class TraceRow:
         boundaries/boundary_keys: prefix lengths where segments end (and the end), with keys.
         route_units: what a content-aware router sees (None when not computed).
         gw_key/gw_key_tokens: the leading system/tool prefix's identity and length (routing).
-        exact: the rendering is exact.
+        exact: the rendering is exact (not an approximation, nor a request rebuilt from spans).
         logged_cached_tokens: the engine's cached-token count from the log, when logged.
     """
 
@@ -176,6 +177,6 @@ class RowMaker:
             route_units=units,
             gw_key=gw_key,
             gw_key_tokens=int(gw_tokens),
-            exact=bool(prompt.exact),
+            exact=bool(prompt.exact) and req.format not in RECONSTRUCTED_FORMATS,
             logged_cached_tokens=req.logged_cached_tokens,
         )
