@@ -301,3 +301,15 @@ def test_sglang_url_asks_the_server(tmp_path: Path) -> None:
     assert tok.spec == f"sglang:{url}" and "server /tokenize" in tok.label
     assert analysis.record.summary.prompt_tokens == len(char_tokenize(chat_text(messages)))
     assert tok.matches_log_model is True  # the server serves the log's model
+
+
+def test_a_damaged_rank_file_names_file_and_line(tmp_path: Path) -> None:
+    from prefixplan.render.tiktoken_backend import read_ranks
+
+    good = tmp_path / "o200k_base.tiktoken"
+    good.write_bytes(b"aGVsbG8= 0\nIHdvcmxk 1\n")
+    assert read_ranks(good) == {b"hello": 0, b" world": 1}
+    bad = tmp_path / "bad.tiktoken"
+    bad.write_bytes(b"aGVsbG8= 0\nnot base64! x\n")
+    with pytest.raises(TokenizerError, match=r"bad\.tiktoken:2: not a tiktoken rank line"):
+        read_ranks(bad)

@@ -85,15 +85,35 @@ def _find_rank_file(name: str) -> Path:
     )
 
 
+def read_ranks(path: Path) -> dict[bytes, int]:
+    """Parse a .tiktoken rank file (one `base64-token rank` pair per line).
+
+    Read here rather than through tiktoken.load, which (before 0.8) needs the optional
+    blobfile package to open a local path.
+    """
+    import base64
+    import binascii
+
+    ranks: dict[bytes, int] = {}
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line:
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error) as e:
+            raise TokenizerError(f"{path}:{n}: not a tiktoken rank line ({e})") from None
+    return ranks
+
+
 def load_encoding(name: str) -> tuple[Any, Path]:
     """Build a tiktoken Encoding from a local rank file, with tiktoken's own pattern/specials."""
     import tiktoken
-    import tiktoken.load
     import tiktoken_ext.openai_public as public
 
     path = _find_rank_file(name)
     base = path.stem if path.stem in KNOWN else Path(name).stem
-    ranks = tiktoken.load.load_tiktoken_bpe(str(path))
+    ranks = read_ranks(path)
     ctor = getattr(public, base, None)
     if ctor is None:
         raise TokenizerError(f"tiktoken:{name}: unknown encoding; choose one of {', '.join(KNOWN)}")
