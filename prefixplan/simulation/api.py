@@ -55,6 +55,20 @@ TRACE_BLOCK = 16
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
 
 
+def granularity_label(trace: BlockTrace, gran: Granularity) -> str:
+    """The granularity in effect, for every figure: blocks of the trace are never cut finer, so a
+    Mooncake trace of 512-token blocks replayed at vLLM's 16 reuses 512-token blocks."""
+    if gran.breakpoints is not None or not trace.n_requests:
+        return gran.describe()
+    sizes = sorted({int(b) for b in np.unique(trace.block_tokens).tolist()})
+    if sizes == [gran.block_size]:
+        return gran.describe()
+    text = replace(gran, block_size=sizes[-1]).describe()
+    if len(sizes) > 1:
+        text = text.replace(f"{sizes[-1]}-token", "/".join(str(b) for b in sizes) + "-token", 1)
+    return f"{text} (trace blocks in effect; {gran.block_size} configured)"
+
+
 def _run_from_blocks(
     trace: BlockTrace,
     label: str,
@@ -73,7 +87,7 @@ def _run_from_blocks(
         label,
         policy,
         cap,
-        gran.describe(),
+        granularity_label(trace, gran),
         int(trace.prompt_tokens.sum()),
         int(cached.sum()),
         trace.n_requests,
@@ -81,6 +95,20 @@ def _run_from_blocks(
         int(evictions),
         cached.astype(np.int64),
         loaded,
+    )
+
+
+def _ttl_note(config: SimConfig, in_batch: bool) -> str:
+    """How the TTL is measured: from the end of the last request that used a block."""
+    work = config.workload
+    text = "cache TTL counts from the end of the last request that used a block (its arrival + "
+    if work.batch_window is not None:
+        return text + f"the {work.batch_window:g} s batch window)"
+    if in_batch:
+        return text + "the in-batch service time)"
+    return (
+        text + f"prompt/{work.prefill_tps:g} tok/s + output/{work.decode_tps:g} tok/s, output "
+        f"{work.default_output} when unknown: assumption)"
     )
 
 
@@ -219,6 +247,8 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     runs: list[CacheRun] = []
     curves: dict[str, list[tuple[float, float, float]]] = {}
     in_batch_label = None
+    work = config.workload
+    service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
     if anthropic is not None:
         read = np.asarray(anthropic.read, dtype=np.int64)
         ttl_s = ttl if ttl is not None else 300.0
@@ -242,18 +272,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         persistent = headline = label
     else:
         if config.cache.provider is None:
-            tree = build_tree(trace)
-            hits = in_batch_hits(
-                trace,
-                tree,
-                service_times(
-                    trace,
-                    config.workload.batch_window,
-                    config.workload.prefill_tps,
-                    config.workload.decode_tps,
-                    config.workload.default_output,
-                ),
-            )
+            hits = in_batch_hits(trace, build_tree(trace), service)
             in_batch_label = "in-batch sharing (generation a)"
             runs.append(_run_from_blocks(trace, in_batch_label, "in-batch", None, hits, 0, gran))
             if config.workload.batch_window is None:
@@ -264,8 +283,10 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         if config.cache.provider is not None and ttl is None:
             ttl = 300.0
             notes.append("hosted cache TTL assumed 5m (use --cache-ttl)")
+        if ttl is not None:
+            notes.append(_ttl_note(config, in_batch_label is not None))
         base = CacheSpec(policy="lru", ttl_s=ttl)
-        out = run_model(trace, base)
+        out = run_model(trace, base, service_s=service)
         persistent = "radix cache, unbounded (generation b)" + (f", ttl {ttl:g}s" if ttl is not None else "")
         runs.append(_run_from_blocks(trace, persistent, "infinite", None, out.hit_blocks, 0, gran))
         headline = persistent
@@ -286,7 +307,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                     tiers=config.cache.tiers if pol == "lru" else (),
                     prewarm_pins=config.cache.prewarm_pins,
                 )
-                res = run_model(trace, spec, priorities=prios, _stack_cache=stacks)
+                res = run_model(trace, spec, priorities=prios, service_s=service, _stack_cache=stacks)
                 label = spec.label(
                     float(cap),
                     config.cache.pinned_fraction,
@@ -384,17 +405,19 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         pins = tuple((ns, t) for _, ns, t in config.workload.hot_prefixes)
         auto = config.cache.auto_promote or AutoPromote()
         models = {
-            "lru": run_model(trace, CacheSpec("lru", cap, ttl), _stack_cache=stacks).hit_blocks,
+            "lru": run_model(trace, CacheSpec("lru", cap, ttl), service_s=service, _stack_cache=stacks).hit_blocks,
             f"pinned {share:.0%}": run_model(
-                trace, CacheSpec("lru", cap, ttl, frac, pins, prewarm_pins=config.cache.prewarm_pins)
+                trace,
+                CacheSpec("lru", cap, ttl, frac, pins, prewarm_pins=config.cache.prewarm_pins),
+                service_s=service,
             ).hit_blocks,
             f"auto-promote {share:.0%}": run_model(
-                trace, CacheSpec("lru", cap, ttl, frac, auto_promote=auto)
+                trace, CacheSpec("lru", cap, ttl, frac, auto_promote=auto), service_s=service
             ).hit_blocks,
         }
         risk = tuple(eviction_risk(trace, build_tree(trace), list(config.workload.hot_prefixes), models))
     return SimResult(
-        granularity=gran.describe(),
+        granularity=granularity_label(trace, gran),
         n_requests=trace.n_requests,
         prompt_tokens=int(trace.prompt_tokens.sum()),
         runs=tuple(runs),

@@ -1,15 +1,17 @@
 """A block-level cache simulator for any policy, pins, auto-promotion and TTL (the reference the
-faster models are tested against)."""
+faster models are tested against; see :mod:`prefixplan.simulation.models` for the shared
+semantics)."""
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.simulation.spec import POLICIES, AutoPromote, CacheOutcome
+from prefixplan.simulation.spec import POLICIES, AutoPromote, CacheOutcome, finish_times
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import build_tree
 
@@ -18,7 +20,8 @@ class GenericCache:
     """Block-level simulator for any policy, pins, auto-promotion and TTL (no tiers).
 
     Cost is proportional to the blocks each request touches; use :class:`LRUStack` for LRU
-    sweeps over large logs.
+    sweeps over large logs. ``service_s`` (per row; 0 when None) sets when each request stops
+    using its blocks: a block's last-use time for the TTL is the latest finish of its users.
     """
 
     def __init__(
@@ -33,6 +36,7 @@ class GenericCache:
         auto_promote: AutoPromote | None = None,
         priorities: np.ndarray | None = None,
         prewarm_pins: bool = False,
+        service_s: np.ndarray | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise UsageError(f"unknown eviction policy {policy!r}", hint="use lru, lfu, fifo or priority")
@@ -43,11 +47,12 @@ class GenericCache:
         self.auto = auto_promote
         self.pin_cap = pinned_capacity
         self.priorities = priorities
+        self.service_s = service_s
         d = trace.n_distinct_blocks
         self.cached = [False] * d
         self.kids = [0] * d
         self.last = [0] * d
-        self.last_time = [0.0] * d
+        self.last_time = [-math.inf] * d  # last use: the latest finish of the requests that used it
         self.count = [0] * d
         self.ins = [0] * d
         self.prio = [0] * d
@@ -156,6 +161,7 @@ class GenericCache:
         trace = self.trace
         parent = trace.parent
         times = trace.times.tolist()
+        finish = finish_times(trace, self.service_s).tolist()
         caps = trace.cap_blocks.tolist()
         prios = self.priorities.tolist() if self.priorities is not None else None
         hits = np.zeros(trace.n_requests, dtype=np.int64)
@@ -221,9 +227,13 @@ class GenericCache:
                 p = parent_l[b]
                 if p >= 0:
                     kids[p] += 1
+            f = finish[r]
             for b in path:
                 last[b] = r
-                last_time[b] = now
+                if f > last_time[b]:
+                    last_time[b] = f
+                    if self.ttl is not None:
+                        heapq.heappush(self.exp_heap, (f, -b, b))
                 count[b] += 1
                 if p_r > prio[b]:
                     prio[b] = p_r
@@ -239,8 +249,4 @@ class GenericCache:
                     continue
                 self._drop(b, parent)
                 self.evictions += 1
-            if self.ttl is not None:
-                for b in path:
-                    if cached[b] and not self.pinned[b]:
-                        heapq.heappush(self.exp_heap, (now, -b, b))
         return CacheOutcome(hits, {}, self.evictions, self.pinned_size)

@@ -1,22 +1,54 @@
-"""LRU by stack distances on the compressed tree: one pass evaluates every capacity, tier split and TTL
-(see :mod:`prefixplan.simulation.models` for the shared semantics)."""
+"""LRU by stack distances on the compressed tree: one pass evaluates every capacity and tier split
+(see :mod:`prefixplan.simulation.models` for the shared semantics, TTL included)."""
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
 
+from prefixplan.simulation.spec import finish_times
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import NodeTree
 
 
-class LRUStack:
-    """LRU stack distances of every (request, node) touch; evaluates any capacity."""
+def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | None = None) -> bool:
+    """Whether :class:`LRUStack` is exact at every finite capacity for this TTL and these service times.
 
-    def __init__(self, trace: BlockTrace, tree: NodeTree, pinned_nodes: np.ndarray | None = None) -> None:
+    Without a TTL it always is. With one, expiry must only ever remove the bottom of the stack:
+    a block used more recently (a later arrival) must never expire before one used earlier,
+    which holds when finishes are non-decreasing in arrival order (no service times, or a fixed
+    batch window). Otherwise a block expiring above an older one frees room the older one may
+    keep, which no stack distance sees. At unbounded capacity the stack is exact regardless.
+    """
+    if ttl_s is None or math.isinf(ttl_s):
+        return True
+    finish = finish_times(trace, service_s)
+    return bool(np.all(finish[1:] >= finish[:-1]))
+
+
+class LRUStack:
+    """LRU stack distances of every (request, node) touch; evaluates any capacity.
+
+    With ``ttl_s`` the stack is built for that TTL: at each arrival, nodes whose last-use time
+    (the latest finish of the requests that used them; ``service_s`` seconds after arrival)
+    lies more than ``ttl_s`` before it leave the stack, as if never seen. Exact at every
+    capacity when :func:`stack_exact` holds, and at unbounded capacity always.
+    """
+
+    def __init__(
+        self,
+        trace: BlockTrace,
+        tree: NodeTree,
+        pinned_nodes: np.ndarray | None = None,
+        *,
+        ttl_s: float | None = None,
+        service_s: np.ndarray | None = None,
+    ) -> None:
         self.trace = trace
         self.tree = tree
+        self.ttl_s = ttl_s
         n = tree.n_nodes
         pinned = pinned_nodes if pinned_nodes is not None else np.zeros(n, dtype=bool)
         node_parent = tree.node_parent.tolist()
@@ -24,6 +56,8 @@ class LRUStack:
         is_pin = pinned.tolist()
         req_node = tree.req_node.tolist()
         times = trace.times.tolist()
+        ttl = ttl_s if ttl_s is not None and not math.isinf(ttl_s) else None
+        finish = finish_times(trace, service_s).tolist() if ttl is not None else times
         depth = [0] * n
         for v in range(n):  # parents have smaller ids
             p = node_parent[v]
@@ -31,12 +65,14 @@ class LRUStack:
         total_touch = sum(depth[v] for v in req_node if v >= 0)
         size = total_touch + 1
         fen = [0] * (size + 1)
-        last_ts = [0] * n
-        last_time = [0.0] * n
+        last_ts = [0] * n  # stack position (0: not in the stack)
+        last_use = [-math.inf] * n  # latest finish of the requests that used the node
+        exp: list[tuple[float, int]] = []  # (last use, node); stale entries skipped
+        e_above: list[float] = []  # per expiry: regular blocks above the node, and its weight
+        e_w: list[int] = []
         t_req = np.zeros(total_touch, dtype=np.int64)
         t_node = np.zeros(total_touch, dtype=np.int64)
         t_above = np.zeros(total_touch, dtype=np.float64)
-        t_age = np.zeros(total_touch, dtype=np.float64)
         m_reg = np.zeros(trace.n_requests, dtype=np.int64)
         inf = math.inf
         total = 0
@@ -45,7 +81,30 @@ class LRUStack:
         for r, end in enumerate(req_node):
             if end < 0:
                 continue
-            now = times[r]
+            if ttl is not None and exp and exp[0][0] < times[r] - ttl:
+                limit = times[r] - ttl
+                gone = []
+                while exp and exp[0][0] < limit:
+                    t, v = heapq.heappop(exp)
+                    if last_ts[v] and last_use[v] == t:
+                        gone.append(v)
+                        last_use[v] = -inf  # out once, whatever stale entries remain
+                for v in gone:  # measured against the stack before any of them leaves it
+                    s = 0
+                    i = last_ts[v]
+                    while i:
+                        s += fen[i]
+                        i &= i - 1
+                    e_above.append(total - s)
+                    e_w.append(weight[v])
+                for v in gone:
+                    w = weight[v]
+                    i = last_ts[v]
+                    while i <= size:
+                        fen[i] -= w
+                        i += i & -i
+                    total -= w
+                    last_ts[v] = 0
             path = []
             v = end
             while v >= 0:
@@ -58,7 +117,6 @@ class LRUStack:
                 o = last_ts[v]
                 if is_pin[v]:
                     t_above[k] = -1.0 if o else inf  # -1: pinned and resident
-                    t_age[k] = 0.0
                 elif o:
                     s = 0
                     i = o
@@ -66,14 +124,13 @@ class LRUStack:
                         s += fen[i]
                         i &= i - 1
                     t_above[k] = total - s
-                    t_age[k] = now - last_time[v]
                     reg += weight[v]
                 else:
                     t_above[k] = inf
-                    t_age[k] = inf
                     reg += weight[v]
                 k += 1
             m_reg[r] = reg
+            f = finish[r]
             for v in path:
                 o = last_ts[v]
                 w = weight[v]
@@ -93,21 +150,23 @@ class LRUStack:
                     fen[i] += w
                     i += i & -i
                 last_ts[v] = ts
-                last_time[v] = now
+                if ttl is not None and f > last_use[v]:
+                    last_use[v] = f
+                    heapq.heappush(exp, (f, v))
         self.t_req = t_req[:k]
         self.t_node = t_node[:k]
         self.t_above = t_above[:k]
-        self.t_age = t_age[:k]
         self.t_w = tree.weight[self.t_node]
         self.t_pin = pinned[self.t_node]
         self.m_reg = m_reg
-        self.distinct_regular = total
+        self.e_above = np.asarray(e_above, dtype=np.float64)
+        self.e_w = np.asarray(e_w, dtype=np.float64)
+        self.resident_regular = total  # regular blocks in the stack after the last request
 
     def evaluate(
         self,
         cap_blocks: float,
         tier_blocks: tuple[float, ...] = (),
-        ttl_s: float | None = None,
         prewarm_pins: bool = False,
     ) -> tuple[np.ndarray, list[np.ndarray], int]:
         """Present blocks per request (uncapped): (total, per tier incl. GPU first, evictions)."""
@@ -115,9 +174,6 @@ class LRUStack:
         ceff = np.full(self.t_req.shape[0], float(cap_blocks))
         w = self.t_w.astype(np.float64)
         above = self.t_above
-        alive = np.ones(above.shape[0], dtype=bool)
-        if ttl_s is not None:
-            alive = self.t_age <= ttl_s
         pin_present = np.where(self.t_pin, w if prewarm_pins else np.where(above < 0, w, 0.0), 0.0)
         bounds = [ceff]
         acc = ceff
@@ -129,14 +185,17 @@ class LRUStack:
         for j, bound in enumerate(bounds):
             with np.errstate(invalid="ignore"):
                 present = np.where(self.t_pin | np.isinf(above), 0.0, np.clip(bound - above, 0.0, w))
-            present = np.where(alive, present, 0.0)
             if j == 0:
                 present = present + pin_present
             cum = np.bincount(self.t_req, weights=present, minlength=nreq).astype(np.int64)
             per_tier.append(cum - prev_present)
             prev_present = cum
+        if math.isinf(cap_blocks):
+            return prev_present, per_tier, 0
         gpu_reg = per_tier[0] - np.bincount(self.t_req, weights=pin_present, minlength=nreq).astype(np.int64)
         inserted = int((self.m_reg - gpu_reg).sum())
-        final = min(cap_blocks, self.distinct_regular)
-        evictions = max(0, inserted - int(final)) if ttl_s is None else 0
+        # blocks leave the GPU cache by eviction, by expiry while cached, or stay to the end
+        expired = int(np.clip(float(cap_blocks) - self.e_above, 0.0, self.e_w).sum()) if self.e_w.size else 0
+        final = min(cap_blocks, self.resident_regular)
+        evictions = max(0, inserted - expired - int(final))
         return prev_present, per_tier, evictions

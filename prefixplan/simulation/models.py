@@ -2,9 +2,10 @@
 
 Semantics shared by every capacity-bounded model (and by the reference oracles in the tests):
 
-* A request first looks up its path: the reused prefix is the run of leading blocks that
-  are cached (the cache is always prefix-closed), capped by the request's reusable blocks
-  (full blocks, last-token rule).
+* Requests are replayed in arrival order (the rows of the trace: arrival time, ties in input
+  order). A request first looks up its path: the reused prefix is the run of leading blocks
+  that are cached (the cache is always prefix-closed), capped by the request's reusable
+  blocks (full blocks, last-token rule).
 * Then it evicts to make room for the blocks it lacks (*demand eviction*, as vLLM's free
   block queue and SGLang's radix cache): only unpinned leaf blocks not on its own path
   may go while it runs (its own blocks are in use), chosen by the policy key.
@@ -15,29 +16,57 @@ Semantics shared by every capacity-bounded model (and by the reference oracles i
 Policy keys (smallest evicted first; only leaves are evictable, so no ties can occur):
 ``lru`` last use; ``lfu`` (uses since insertion, last use); ``fifo`` insertion;
 ``priority`` (highest request priority since insertion, last use), as SGLang's
-``--radix-eviction-policy priority``.
+``--radix-eviction-policy priority``. "Last use" in a key is the arrival order of the last
+request that looked the block up.
+
+Time and TTL. Request ``r`` arrives at ``t_r`` and is served until ``f_r = t_r + s_r``
+(``service_s``: :func:`prefixplan.simulation.batch.service_times`, the in-batch model's
+estimate or a fixed ``--batch-window``; 0 when a model is given none). Its lookup happens at
+``t_r``; it uses its blocks until ``f_r``.
+
+* A block's *last-use time* ``L(b)`` is the latest finish among the requests that used it so
+  far (every earlier arrival, including ones still in service): ``max f_u``. A block in use by
+  a request still being served has ``L(b) > now``, so it cannot expire under that request.
+* With a TTL, on each arrival at ``now``, every cached, unpinned block with
+  ``L(b) < now - ttl`` has expired (is gone) before the lookup; ``now - L(b) <= ttl`` is
+  alive. Every request using a block also uses its parent, so ``L(parent) >= L(child)``:
+  expiry keeps the cache prefix-closed and a hit is always a run of leading blocks that are
+  all alive (never blocks 6-10 of a prompt whose blocks 1-5 expired).
+* At unbounded capacity this leaves no room for policy: block ``j`` of request ``r`` is reused
+  iff blocks ``0..j`` all are, and some earlier arrival used it with ``max f_u >= t_r - ttl``.
+  Every policy gives these hits (:func:`infinite_hits`).
+* Service times do not change the eviction order (a key's "last use" stays the lookup
+  order); without a TTL they change nothing.
 
 LRU uses the Mattson stack-distance method on the compressed tree: one pass gives every
-capacity, tier split and TTL at once. A node's blocks occupy consecutive stack depths
+capacity and tier split at once. A node's blocks occupy consecutive stack depths
 (deeper blocks are older), so the cached part of a node at capacity ``C`` is
 ``clip(C - depth_above, 0, weight)``. Tiers under LRU are the same stack cut into
 consecutive ranges (GPU, then CPU, then disk): demotion on eviction and promotion on hit
 preserve recency order, and a lower tier with free space is taken to hold the most recent
 blocks of the tiers below it (a modelling simplification that only moves blocks between
-lower tiers, never changes whether a block is cached). TTL expiry removes the oldest
-blocks, so it composes with the stack as an age test. LFU, FIFO, priority and
-auto-promotion use :class:`GenericCache`, a block-level simulator.
+lower tiers, never changes whether a block is cached). TTL expiry takes blocks out of the
+stack; that is exact when it only ever removes the bottom of the stack, i.e. when finishes
+are non-decreasing in arrival order (no service times, or a fixed batch window; see
+:func:`~prefixplan.simulation.lru.stack_exact`), and at unbounded capacity. Otherwise (the
+estimated service times differ per request) a block used recently can expire before an
+older one and leave room the older one keeps, which no stack distance captures: LRU with a
+TTL at a finite capacity then runs :class:`NodeCache` (once per tier boundary: the tiers
+are one recency order, so GPU + tiers above a boundary are an LRU cache of that size).
+LFU, FIFO and priority use :class:`NodeCache`; auto-promotion uses :class:`GenericCache`, a
+block-level simulator.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
 
 from prefixplan.errors import UsageError
 from prefixplan.simulation.generic import GenericCache
-from prefixplan.simulation.lru import LRUStack
+from prefixplan.simulation.lru import LRUStack, stack_exact
 from prefixplan.simulation.nodecache import NodeCache
 from prefixplan.simulation.spec import (
     POLICIES,
@@ -48,6 +77,7 @@ from prefixplan.simulation.spec import (
     Tier,
     capacity_blocks,
     choose_pins,
+    finish_times,
     infinite_hits,
     parse_ttl,
 )
@@ -66,9 +96,11 @@ __all__ = [
     "Tier",
     "capacity_blocks",
     "choose_pins",
+    "finish_times",
     "infinite_hits",
     "parse_ttl",
     "run_model",
+    "stack_exact",
 ]
 
 
@@ -78,13 +110,19 @@ def run_model(
     *,
     priorities: np.ndarray | None = None,
     kv_bytes_per_token: float | None = None,
+    service_s: np.ndarray | None = None,
     _stack_cache: dict | None = None,
 ) -> CacheOutcome:
-    """Replay ``trace`` through one cache model."""
+    """Replay ``trace`` through one cache model.
+
+    ``service_s``: seconds each request (row) is served after its arrival; a block's TTL
+    counts from the latest finish of the requests that used it (0: from their arrivals).
+    ``_stack_cache`` keeps LRU stacks between calls on the same trace.
+    """
     if spec.policy == "infinite":
         spec = CacheSpec(policy="lru", ttl_s=spec.ttl_s)
-    if spec.capacity_tokens is None and spec.policy == "lru" and spec.ttl_s is None and not spec.tiers:
-        return CacheOutcome(infinite_hits(trace), {}, 0)
+    if spec.capacity_tokens is None and spec.policy == "lru" and not spec.tiers:
+        return CacheOutcome(infinite_hits(trace, spec.ttl_s, service_s), {}, 0)
     cap = capacity_blocks(trace, spec.capacity_tokens)
     pin_cap = math.floor(cap * spec.pinned_fraction) if spec.pinned_fraction > 0 and not math.isinf(cap) else 0
     if spec.pinned_fraction > 0 and math.isinf(cap):
@@ -92,7 +130,14 @@ def run_model(
     reg_cap = cap - pin_cap
     pins = choose_pins(trace, spec.pins, pin_cap) if (spec.pins and pin_cap and spec.auto_promote is None) else []
     if spec.policy == "lru" and spec.auto_promote is None:
-        key = tuple(sorted(pins))
+        tier_caps = tuple(capacity_blocks(trace, t.capacity_tokens) for t in spec.tiers)
+        if not math.isinf(reg_cap) and not stack_exact(trace, spec.ttl_s, service_s):
+            return _lru_by_nodes(trace, spec, reg_cap, tier_caps, pins, service_s)
+        ttl_key = None
+        if spec.ttl_s is not None:
+            service = b"" if service_s is None else np.ascontiguousarray(service_s, dtype=np.float64).tobytes()
+            ttl_key = (spec.ttl_s, hashlib.blake2b(service, digest_size=16).digest())
+        key = (tuple(sorted(pins)), ttl_key)
         cache = _stack_cache if _stack_cache is not None else {}
         stack = cache.get(key)
         if stack is None:
@@ -100,9 +145,8 @@ def run_model(
             pinned_nodes = np.zeros(tree.n_nodes, dtype=bool)
             if pins:
                 pinned_nodes[np.unique(tree.node_of_block[np.asarray(pins, dtype=np.int64)])] = True
-            stack = cache[key] = LRUStack(trace, tree, pinned_nodes)
-        tier_caps = tuple(capacity_blocks(trace, t.capacity_tokens) for t in spec.tiers)
-        _, per_tier, evictions = stack.evaluate(reg_cap, tier_caps, spec.ttl_s, spec.prewarm_pins)
+            stack = cache[key] = LRUStack(trace, tree, pinned_nodes, ttl_s=spec.ttl_s, service_s=service_s)
+        _, per_tier, evictions = stack.evaluate(reg_cap, tier_caps, spec.prewarm_pins)
         present = sum(per_tier)
         hits = np.minimum(present, trace.cap_blocks)
         tiers: dict[str, np.ndarray] = {}
@@ -123,6 +167,7 @@ def run_model(
             pinned_blocks=pins,
             priorities=priorities,
             prewarm_pins=spec.prewarm_pins,
+            service_s=service_s,
         ).run()
     sim = GenericCache(
         trace,
@@ -134,5 +179,42 @@ def run_model(
         auto_promote=spec.auto_promote,
         priorities=priorities,
         prewarm_pins=spec.prewarm_pins,
+        service_s=service_s,
     )
     return sim.run()
+
+
+def _lru_by_nodes(
+    trace: BlockTrace,
+    spec: CacheSpec,
+    reg_cap: float,
+    tier_caps: tuple[float, ...],
+    pins: list[int],
+    service_s: np.ndarray | None,
+) -> CacheOutcome:
+    """LRU with a TTL where the stack is not exact: :class:`NodeCache` at the GPU capacity and at
+    each lower tier's boundary (GPU + the tiers above it hold what an LRU cache of that size holds)."""
+    tree = None if pins else build_tree(trace)  # NodeCache cuts its own tree at the pins
+
+    def run(capacity: float) -> CacheOutcome:
+        return NodeCache(
+            trace,
+            "lru",
+            capacity,
+            ttl_s=spec.ttl_s,
+            pinned_blocks=pins,
+            prewarm_pins=spec.prewarm_pins,
+            tree=tree,
+            service_s=service_s,
+        ).run()
+
+    gpu = run(reg_cap)
+    tiers: dict[str, np.ndarray] = {}
+    acc = gpu.hit_blocks
+    bound = reg_cap
+    for tier, extra in zip(spec.tiers, tier_caps, strict=True):
+        bound += extra
+        nxt = run(bound).hit_blocks
+        tiers[tier.name] = nxt - acc
+        acc = nxt
+    return CacheOutcome(acc, tiers, gpu.evictions, gpu.pinned_blocks)

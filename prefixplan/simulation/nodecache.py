@@ -1,14 +1,15 @@
 """A chain-compressed cache simulator (LRU/LFU/FIFO/priority, fixed pins, TTL): the block-level
-replay, node by node."""
+replay, node by node (see :mod:`prefixplan.simulation.models` for the shared semantics)."""
 
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.simulation.spec import POLICIES, CacheOutcome
+from prefixplan.simulation.spec import POLICIES, CacheOutcome, finish_times
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import NodeTree, build_tree
 
@@ -26,6 +27,9 @@ class NodeCache:
     (equal key, the next smaller block id, and no other block id lies between), so a whole
     segment (or the part still needed) is evicted in one step. Cost: path nodes and
     segments per request instead of blocks.
+
+    ``service_s`` (per row; 0 when None) sets when each request stops using its blocks: a
+    node's last-use time for the TTL is the latest finish of the requests that used it.
     """
 
     def __init__(
@@ -39,6 +43,7 @@ class NodeCache:
         priorities: np.ndarray | None = None,
         prewarm_pins: bool = False,
         tree: NodeTree | None = None,
+        service_s: np.ndarray | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise UsageError(f"unknown eviction policy {policy!r}", hint="use lru, lfu, fifo or priority")
@@ -54,6 +59,7 @@ class NodeCache:
         for v in set(self.tree.node_of_block[np.asarray(pins, dtype=np.int64)].tolist()) if pins else ():
             self.pinned[v] = True
         self.prewarm = prewarm_pins
+        self.service_s = service_s
 
     def run(self) -> CacheOutcome:
         trace, tree = self.trace, self.tree
@@ -64,6 +70,7 @@ class NodeCache:
         req_node = tree.req_node.tolist()
         pinned = self.pinned
         times = trace.times.tolist()
+        finish = finish_times(trace, self.service_s).tolist()
         caps = trace.cap_blocks.tolist()
         prios = self.priorities.tolist() if self.priorities is not None else None
         pol = {"lru": 0, "lfu": 1, "fifo": 2, "priority": 3}[self.policy]
@@ -72,7 +79,7 @@ class NodeCache:
         c = [0] * n  # cached top blocks of each node
         kids = [0] * n  # child nodes with cached blocks
         last = [0] * n
-        ltime = [0.0] * n
+        ltime = [-math.inf] * n  # last use: the latest finish of the requests that used the node
         ver = [0] * n
         segs: list[list[list]] = [[] for _ in range(n)]  # [start offset, ins request, uses, max priority]
         heap: list[tuple] = []
@@ -183,6 +190,7 @@ class NodeCache:
                 for item in stash:
                     push(heap, item)
             p_r = prios[r] if prios is not None else 0
+            f = finish[r]
             prev = -1
             for v in path:
                 cv = c[v]
@@ -197,7 +205,10 @@ class NodeCache:
                         reg_size += wv - cv
                     c[v] = wv
                 last[v] = r
-                ltime[v] = now
+                if f > ltime[v]:
+                    ltime[v] = f
+                    if ttl is not None and not pinned[v]:
+                        push(exp, (f, -fb[v], v))
                 for s in segs[v]:
                     s[2] += 1
                     s[3] = max(s[3], p_r)
@@ -211,9 +222,5 @@ class NodeCache:
                 if not valid(v, item[2]):
                     continue
                 evictions += evict(v, int(reg_size - cap))
-            if ttl is not None:
-                for v in path:
-                    if not pinned[v]:
-                        push(exp, (now, -fb[v], v))
         hits[:] = hits_l
         return CacheOutcome(hits, {}, evictions, pinned_size)

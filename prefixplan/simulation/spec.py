@@ -174,6 +174,55 @@ def choose_pins(trace: BlockTrace, pins: Sequence[tuple[str, np.ndarray]], budge
     return list(chosen)
 
 
-def infinite_hits(trace: BlockTrace) -> np.ndarray:
-    """Reused blocks per request with an unbounded persistent cache."""
-    return np.minimum(trace.known_blocks, trace.cap_blocks)
+def finish_times(trace: BlockTrace, service_s: np.ndarray | None = None) -> np.ndarray:
+    """When each request (row) stops using its blocks: arrival + ``service_s`` (0 when None)."""
+    if service_s is None:
+        return trace.times.astype(np.float64)
+    service = np.asarray(service_s, dtype=np.float64)
+    if service.shape != trace.times.shape:
+        raise ValueError(f"service_s has {service.shape[0]} entries for {trace.n_requests} requests")
+    return trace.times + service
+
+
+def infinite_hits(trace: BlockTrace, ttl_s: float | None = None, service_s: np.ndarray | None = None) -> np.ndarray:
+    """Reused blocks per request with an unbounded persistent cache (and a TTL).
+
+    Without a TTL a request reuses every leading block an earlier arrival brought. With one, a
+    block is reused only while it is alive: its last-use time, the latest finish (arrival +
+    ``service_s``) of the earlier arrivals that used it, is at most ``ttl_s`` before the
+    request arrives; the hit is the run of leading blocks that are all alive (see
+    :mod:`prefixplan.simulation.models`).
+    """
+    known = np.minimum(trace.known_blocks, trace.cap_blocks)
+    if ttl_s is None or math.isinf(ttl_s):
+        return known
+    from prefixplan.simulation.tree import build_tree
+
+    tree = build_tree(trace)
+    npar = tree.node_parent.tolist()
+    weight = tree.weight.tolist()
+    times = trace.times.tolist()
+    finish = finish_times(trace, service_s).tolist()
+    caps = trace.cap_blocks.tolist()
+    last_use = [-math.inf] * tree.n_nodes
+    hits = [0] * trace.n_requests
+    for r, end in enumerate(tree.req_node.tolist()):
+        if end < 0:
+            continue
+        path = []
+        v = end
+        while v >= 0:
+            path.append(v)
+            v = npar[v]
+        limit = times[r] - ttl_s
+        present = 0
+        for v in reversed(path):  # root first: a hit is a run of leading alive nodes
+            if last_use[v] < limit:
+                break
+            present += weight[v]
+        hits[r] = min(present, caps[r])
+        f = finish[r]
+        for v in path:
+            if f > last_use[v]:
+                last_use[v] = f
+    return np.asarray(hits, dtype=np.int64).reshape(-1)
