@@ -30,6 +30,7 @@ _EXPORTS = {
     "check": "prefixplan.api",
     "warm": "prefixplan.api",
     "load_analysis": "prefixplan.api",
+    "write_trace": "prefixplan.api",
     "Simulation": "prefixplan.api",
     "Analysis": "prefixplan.analysis.pipeline",
     "AnalysisRecord": "prefixplan.analysis.record",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         simulation_config,
         source_options,
         warm,
+        write_trace,
     )
     from prefixplan.errors import PrefixplanError
     from prefixplan.keys import CacheKey

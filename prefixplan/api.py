@@ -57,6 +57,7 @@ def source_options(
     sample: float | None = None,
     strict: bool = False,
     trace_block_size: int = 512,
+    workers: int | None = None,
 ) -> SourceOptions:
     """Where requests come from and how they are tokenized (shared by analyze and simulate).
 
@@ -72,11 +73,14 @@ def source_options(
         sample: keep this deterministic fraction of lines.
         strict: raise on the first malformed line instead of counting it.
         trace_block_size: tokens per block of Mooncake ``hash_ids`` traces.
+        workers: render in this many processes (None: one per core for inputs of 4 MiB and more).
     """
     from prefixplan.errors import UsageError
 
     if sample is not None and not 0 < sample <= 1:
         raise UsageError("--sample must be in (0, 1]")
+    if workers is not None and workers < 1:
+        raise UsageError("--workers must be >= 1")
     read = ReadOptions(
         format=log_format,
         since=_time(since),
@@ -105,6 +109,7 @@ def source_options(
         tokenizer_map=dict(tokenizer_map or {}),
         chat_template=os.fspath(chat_template) if chat_template is not None else None,
         template_kwargs=dict(template_kwargs or {}),
+        workers=workers,
     )
 
 
@@ -369,6 +374,87 @@ def simulate(
         pin_top=pin_top,
     )
     return Simulation(result, errors.count)
+
+
+def write_trace(
+    inputs: Inputs,
+    out: str | os.PathLike[str],
+    *,
+    export: str | None = None,
+    granularity: str = "vllm",
+    block_size: int | None = None,
+    salt: bytes | None = None,
+    progress: Progress = NO_PROGRESS,
+    **source: Any,
+) -> TraceOutcome:
+    """Render ``inputs`` once into a trace file (``prefixplan trace``), or export them: with
+    ``export="mooncake"``, a Mooncake JSONL trace with per-export salted block ids at
+    ``block_size`` tokens (default 512). ``inputs`` may be a trace file (no tokenizer then)."""
+    from prefixplan.core.granularity import engine_granularity
+    from prefixplan.errors import UsageError
+    from prefixplan.logs import LineErrors
+    from prefixplan.render.stream import source_meter
+    from prefixplan.trace.meta import line_errors_json, line_errors_of, renderers_json
+    from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
+    from prefixplan.trace.workers import iter_rendered
+
+    if export not in (None, "mooncake"):
+        raise UsageError(f"unknown export format {export!r}", hint="use --export mooncake")
+    src = source_options(inputs, **source)
+    trace_in = trace_input(src)
+    gran = engine_granularity(granularity, block_size if export is None else None)
+    errors = LineErrors()
+    renderers = None
+
+    def rows() -> Any:
+        nonlocal errors, renderers
+        if trace_in is not None:
+            errors = line_errors_of(trace_in.meta.get("line_errors"))
+            yield from trace_in.rows()
+            return
+        renderers = src.renderers()
+        meter = source_meter(src)
+        progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
+        n = tokens = 0
+        for n, one in enumerate(
+            iter_rendered(src, errors, renderers, block_size=gran.block_size, routing=export is None, meter=meter),
+            start=1,
+        ):
+            assert one.row is not None
+            tokens += one.row.prompt_tokens
+            if n % 256 == 1:
+                progress.update(n, tokens, meter.done() if meter is not None else None)
+            yield one.row
+        progress.update(n, tokens, meter.done() if meter is not None else None)
+        progress.end()
+
+    if export == "mooncake":
+        from prefixplan.trace.export import DEFAULT_BLOCK, export_mooncake
+
+        done = export_mooncake(rows(), out, block_size=block_size or DEFAULT_BLOCK, salt=salt)
+        return TraceOutcome(str(done.path), done.requests, errors.count, export="mooncake", blocks=done.blocks)
+    if trace_in is not None:
+        raise UsageError("the input is a trace already", hint="pass the log to write a trace from it")
+    with TraceWriter(out, base_meta(gran.block_size, {"describe": gran.describe()})) as writer:
+        for row in rows():
+            writer.write(row)
+        writer.meta.update(
+            inputs={"paths": list(src.display)},
+            line_errors=line_errors_json(errors),
+            tokenizers=renderers_json(renderers) if renderers is not None else [],
+        )
+    return TraceOutcome(str(writer.path), writer.count, errors.count)
+
+
+@dataclass(frozen=True)
+class TraceOutcome:
+    """What :func:`write_trace` wrote."""
+
+    path: str
+    requests: int
+    malformed_lines: int
+    export: str | None = None
+    blocks: int | None = None
 
 
 def simulation_config(*, profile: str | None = None, db: str | None = None, **options: Any) -> SimConfig:

@@ -41,11 +41,15 @@ def test_block_candidates_equal_token_radix_candidates(stream, block, min_tokens
     blocks = BlockTree(trace)
     got = find_block_candidates(blocks, min_tokens=min_tokens, min_hits=min_hits)
     want = find_candidates(tree, block_size=block, min_tokens=min_tokens, min_hits=min_hits)
-    assert [(c.namespace, c.length, c.hits, c.marginal_tokens, c.reusable_tokens, c.first_seen, c.last_seen) for c in got] == [
+    assert [
+        (c.namespace, c.length, c.hits, c.marginal_tokens, c.reusable_tokens, c.first_seen, c.last_seen) for c in got
+    ] == [
         (c.namespace, c.length, c.hits, c.marginal_tokens, c.reusable_tokens, c.first_seen, c.last_seen) for c in want
     ]
     assert [c.parent for c in got] == [c.parent for c in want]
-    tenants = count_tenants(blocks, got, lambda row: stream[int(trace.order[row])][3] or f"anon:{int(trace.order[row])}")
+    tenants = count_tenants(
+        blocks, got, lambda row: stream[int(trace.order[row])][3] or f"anon:{int(trace.order[row])}"
+    )
     assert [tenants[c.node_id][0] for c in got] == [c.tenants for c in want]
     # the representative is the first request through the prefix, as in the radix tree
     assert [int(trace.order[c.request_index]) for c in got] == [c.request_index for c in want]

@@ -23,12 +23,13 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from prefixplan.analysis import dynamic as lint
 from prefixplan.core.hashes import segment_hash
-from prefixplan.core.types import Prompt
+from prefixplan.core.types import Prompt, Request, Segment
 from prefixplan.render.spans import message_text
 
 
@@ -89,16 +90,17 @@ class BreakerFinder:
         self._tools: dict[frozenset[str], _Group] = defaultdict(_Group)
 
     def add(self, prompt: Prompt) -> None:
-        req = prompt.request
+        self.add_request(prompt.request, prompt.segments, len(prompt), prompt.token_scale)
+
+    def add_request(self, req: Request, segments: Sequence[Segment], n_units: int, token_scale: int) -> None:
+        """Add one request: its text, its segment spans, its length in units."""
         if not req.messages and not req.tools:
             return
         tenant = req.tenant
         if not tenant:
             self._anon += 1
             tenant = f"anon:{self._anon}"
-        region_end = next(
-            (s.start for s in prompt.segments if s.kind in ("user", "assistant", "tool_result")), len(prompt)
-        )
+        region_end = next((s.start for s in segments if s.kind in ("user", "assistant", "tool_result")), n_units)
         if req.messages and str(req.messages[0].get("role")) in ("system", "developer"):
             text = message_text(req.messages[0].get("content"))
             dyn, masked = self._scan(text)
@@ -107,11 +109,11 @@ class BreakerFinder:
                 self._seen(group, tenant)
                 key = segment_hash(text)
                 group.variants[key] = group.variants.get(key, 0) + 1
-                seg = next((s for s in prompt.segments if s.kind == "system" and s.index == 0), None)
+                seg = next((s for s in segments if s.kind == "system" and s.index == 0), None)
                 if seg is not None and text:
                     kind, a, b = dyn[0]
                     tok = seg.start + int((seg.end - seg.start) * a / max(len(text), 1))
-                    group.tails.append(max(region_end - tok, 0) * prompt.token_scale)
+                    group.tails.append(max(region_end - tok, 0) * token_scale)
                     group.token_offsets.append(tok)
                     if group.first is None:
                         group.first = (kind, a, b, text)
@@ -119,7 +121,7 @@ class BreakerFinder:
             order = tuple(str((t.get("function") or t).get("name")) for t in req.tools)
             names = frozenset(order)
             # the rendered tool segments' hashes identify the serialisation the engine saw
-            tool_hashes = [s.text_hash for s in prompt.segments if s.kind == "tool"]
+            tool_hashes = [s.text_hash for s in segments if s.kind == "tool"]
             if len(tool_hashes) == len(req.tools):
                 key = segment_hash("\0".join(tool_hashes))
             else:
@@ -128,9 +130,9 @@ class BreakerFinder:
             self._seen(group, tenant)
             group.variants[key] = group.variants.get(key, 0) + 1
             group.orders.add(order)
-            first_tool = next((s.start for s in prompt.segments if s.kind == "tool"), None)
+            first_tool = next((s.start for s in segments if s.kind == "tool"), None)
             if first_tool is not None:
-                group.tails.append(max(region_end - first_tool, 0) * prompt.token_scale)
+                group.tails.append(max(region_end - first_tool, 0) * token_scale)
                 group.token_offsets.append(first_tool)
             if group.first is None:
                 group.first = ("order", 0, 0, "")

@@ -42,16 +42,17 @@ from prefixplan.analysis.rowstore import RowStore
 from prefixplan.analysis.textfacts import TextFacts
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.progress import NO_PROGRESS, Progress
-from prefixplan.core.types import SEGMENT_KINDS, Prompt, Request, Segment
+from prefixplan.core.types import SEGMENT_KINDS, Request, Segment
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.render import RenderSet
-from prefixplan.render.stream import RenderFailure, SourceOptions, iter_prompts, iter_source_requests, source_meter
+from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests, source_meter
 from prefixplan.trace.blocks import BlockTrace, TraceBuilder, request_of_row
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
 from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
-from prefixplan.trace.rows import RowMaker, TraceRow
+from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.workers import Rendered, iter_rendered, row_segments
 
 PrefixSink = Callable[[TraceRow], object]
 """Receives every trace row during the single pass (e.g. the simulation headline)."""
@@ -116,17 +117,18 @@ class _FirstPass:
     def __init__(self, options: AnalyzeOptions) -> None:
         self.granularity = engine_granularity(options.engine, options.block_size)
         self.builder = TraceBuilder(self.granularity)
-        self.maker = RowMaker(self.granularity.block_size)
         self.store = RowStore()
         self.previews = Previews()
         self.finder = BreakerFinder(min_tenants=options.min_tenants)
         self.total = 0
 
-    def add_prompt(self, i: int, prompt: Prompt) -> TraceRow:
-        row = self.maker.row(prompt, i)
+    def add_rendered(self, rendered: Rendered) -> TraceRow:
+        row = rendered.row
+        assert row is not None
         self.add_row(row)
-        self.previews.remember(prompt.request, prompt.segments)
-        self.finder.add(prompt)
+        segments = row_segments(row)
+        self.previews.remember(rendered.request, segments)
+        self.finder.add_request(rendered.request, segments, int(row.units), int(row.token_scale))
         return row
 
     def add_row(self, row: TraceRow) -> None:
@@ -141,10 +143,12 @@ def analyze(
     *,
     sinks: Iterable[PrefixSink] = (),
     trace_out: str | os.PathLike[str] | None = None,
+    workers: int | None = None,
 ) -> Analysis:
     """Run the analysis (module docstring); ``sinks`` see every trace row in input order;
     ``progress`` hears about each pass (reading and rendering, the documents-first what-if);
-    ``trace_out`` also writes the rows as a trace file."""
+    ``trace_out`` also writes the rows as a trace file; ``workers`` render in that many processes
+    (None: one per core for large inputs, :func:`~prefixplan.trace.workers.default_workers`)."""
     started = _time.monotonic()
     source = options.source
     trace_in = trace_input(source)
@@ -177,10 +181,19 @@ def analyze(
             gran = first.granularity
             writer = TraceWriter(trace_out, base_meta(gran.block_size, {"describe": gran.describe()}))
         progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
+        rendered = iter_rendered(
+            source,
+            errors,
+            renderers,
+            block_size=first.granularity.block_size,
+            workers=workers,
+            failures=failures,
+            meter=meter,
+        )
         try:
             i = -1
-            for i, prompt in enumerate(iter_prompts(source, errors, renderers, failures=failures, meter=meter)):
-                row = first.add_prompt(i, prompt)
+            for i, one in enumerate(rendered):
+                row = first.add_rendered(one)
                 if writer is not None:
                     writer.write(row)
                 for sink in sink_list:

@@ -65,6 +65,7 @@ def register(app: typer.Typer) -> None:
         capacity: o.Capacity = None,
         json_out: o.Json = None,
         trace_out: o.TraceOut = None,
+        workers: o.Workers = None,
         html_out: o.Html = None,
         markdown_out: o.Markdown = None,
         store: o.Store = True,
@@ -104,6 +105,7 @@ def register(app: typer.Typer) -> None:
             tokenizer_map=tokenizer_map,
             chat_template=chat_template,
             template_kwargs=template_kwargs,
+            workers=workers,
         )
         options = AnalyzeOptions(
             source=source,

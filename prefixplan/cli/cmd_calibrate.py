@@ -19,9 +19,7 @@ def calibrate(
     endpoint: Annotated[
         str, typer.Option("--endpoint", metavar="URL", help="Server (replica) URL; warm and status take several.")
     ],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="FILE", help="Profile YAML to write (use it with --profile).")
-    ] = Path("prefill-profile.yaml"),
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help=o.OUT_HELP)] = Path("prefill-profile.yaml"),
     engine: o.Engine = "auto",
     model: o.Model = None,
     api_key_env: o.ApiKeyEnv = None,

@@ -118,6 +118,7 @@ def register(app: typer.Typer) -> None:
         router: o.Router = None,
         json_out: o.Json = None,
         trace_out: o.TraceOut = None,
+        workers: o.Workers = None,
         quiet: o.Quiet = False,
         old_format: Annotated[Optional[str], o.deprecated("--format", "--log-format")] = None,
         old_engine: Annotated[Optional[str], o.deprecated("--engine", "--granularity")] = None,
@@ -147,6 +148,7 @@ def register(app: typer.Typer) -> None:
             tokenizer_map=tokenizer_map,
             chat_template=chat_template,
             template_kwargs=template_kwargs,
+            workers=workers,
         )
         config = simulation_config(
             engine=granularity,

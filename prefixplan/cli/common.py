@@ -19,6 +19,7 @@ def source_options(
     tokenizer_map: list[str] | None = None,
     chat_template: Path | None = None,
     template_kwargs: str | None = None,
+    workers: int | None = None,
 ) -> Any:
     """:class:`prefixplan.render.stream.SourceOptions` from the shared log/tokenizer options."""
     from prefixplan.api import source_options as build
@@ -36,4 +37,5 @@ def source_options(
         sample=sample,
         strict=strict,
         trace_block_size=trace_block_size,
+        workers=workers,
     )

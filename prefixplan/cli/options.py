@@ -241,6 +241,7 @@ KeyStats = Annotated[
 Json = Annotated[
     Optional[str], typer.Option("--json", metavar="FILE", help="Write the result as JSON to FILE ('-' = stdout).")
 ]
+OUT_HELP = "The file to write (calibrate: the profile YAML; trace: the trace, or the export)."
 TraceOut = Annotated[
     Optional[Path],
     typer.Option(

@@ -33,6 +33,7 @@ class SourceOptions:
         chat_template: a Jinja template file overriding an ``hf:`` tokenizer's.
         template_kwargs: extra chat-template variables.
         render_batch: requests rendered together (cache misses are encoded in one call).
+        workers: render in this many processes (None: one per core for large file inputs).
     """
 
     paths: tuple[str, ...] = ()
@@ -43,6 +44,7 @@ class SourceOptions:
     chat_template: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     render_batch: int = 256
+    workers: int | None = None
 
     @property
     def rereadable(self) -> bool:

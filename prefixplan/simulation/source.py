@@ -18,7 +18,7 @@ from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Prompt
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
+from prefixplan.render.stream import SourceOptions, source_meter
 from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.pins import PinSelection
@@ -28,6 +28,7 @@ from prefixplan.trace.blocks import request_of_row
 from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, trace_input
 from prefixplan.trace.rows import RowMaker
+from prefixplan.trace.workers import iter_rendered
 
 row_request = request_of_row
 
@@ -89,7 +90,8 @@ def simulate_source(
             workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
             notes=config.notes + tuple(notes),
         )
-    sim = Simulation(config, routing=trace_out is not None)
+    routing = trace_out is not None or config.fleet is not None
+    sim = Simulation(config, routing=routing)
     if trace_in is not None:
         progress.begin("reading the trace", trace_in.num_rows)
         n = tokens = 0
@@ -114,11 +116,13 @@ def simulate_source(
         try:
             progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
             tokens = n = 0
-            for n, prompt in enumerate(iter_prompts(source, errors, renderers, meter=meter), start=1):
-                row = sim.add_prompt(prompt)
+            rendered = iter_rendered(source, errors, renderers, block_size=sim.block_size, routing=routing, meter=meter)
+            for n, one in enumerate(rendered, start=1):
+                assert one.row is not None
+                sim.add_row(one.row)
                 if writer is not None:
-                    writer.write(row)
-                tokens += prompt.n_tokens
+                    writer.write(one.row)
+                tokens += one.row.prompt_tokens
                 if n % 256 == 1:
                     progress.update(n, tokens, meter.done() if meter is not None else None)
             progress.update(n, tokens, meter.done() if meter is not None else None)

@@ -1,0 +1,87 @@
+"""Rendering in worker processes gives the rows, records and results of rendering in-process,
+and a request the tokenizer rejects is reported the same way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prefixplan.cli.app import main
+from prefixplan.logs import LineErrors
+from prefixplan.render.stream import RenderFailure, SourceOptions
+from prefixplan.trace.workers import default_workers, iter_rendered
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
+pytestmark = pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
+
+
+def _rows(source: SourceOptions, workers: int) -> tuple[list, LineErrors, list[RenderFailure], dict]:
+    errors = LineErrors()
+    failures: list[RenderFailure] = []
+    renderers = source.renderers()
+    out = [
+        (r.request.line_no, r.row)
+        for r in iter_rendered(
+            source, errors, renderers, block_size=16, routing=True, workers=workers, failures=failures
+        )
+    ]
+    stats = {
+        "models": {k: sorted(v) for k, v in renderers.models_by_spec.items()},
+        "prompts": dict(renderers.prompts_by_spec),
+        "loaded": sorted(r.spec for r in renderers.loaded),
+    }
+    return out, errors, failures, stats
+
+
+def test_rows_are_the_same_on_any_number_of_workers(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    good = {"model": "m", "messages": [{"role": "user", "content": "hello " * 50}]}
+    # a tool call id the Mistral template rejects: a render failure, not a line error of the reader
+    bad = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        ],
+    }
+    lines = [json.dumps(good if i % 7 else bad) for i in range(150)] + ["not json"]
+    log.write_text("\n".join(lines) + "\n")
+    source = SourceOptions(paths=(str(log),))
+    one = _rows(source, 1)
+    two = _rows(source, 2)
+    assert [line for line, _ in one[0]] == [line for line, _ in two[0]]
+    for (_, a), (_, b) in zip(one[0], two[0], strict=True):
+        assert a.index == b.index and (a.block_keys == b.block_keys).all() and a.route_units == b.route_units
+        assert (a.seg_hash == b.seg_hash).all() and a.boundary_keys == b.boundary_keys
+    assert one[1].count == two[1].count == 1 + 22 and one[1].by_reason == two[1].by_reason
+    assert [f.line_no for f in one[2]] == [f.line_no for f in two[2]] == list(range(1, 151, 7))
+    assert one[3] == two[3]  # the parent knows which tokenizer rendered what, and has it loaded
+
+
+def test_records_and_simulations_do_not_depend_on_workers(tmp_path: Path) -> None:
+    docs = {}
+    for w in (1, 2):
+        a, s = tmp_path / f"a{w}.json", tmp_path / f"s{w}.json"
+        assert main(["analyze", str(EXAMPLE), "--no-store", "-q", "--json", str(a), "--workers", str(w)]) == 0
+        assert main(["simulate", str(EXAMPLE), "--capacity", "1e5", "-q", "--json", str(s), "--workers", str(w)]) == 0
+        record = json.loads(a.read_text())
+        record.pop("created")
+        record["summary"].pop("elapsed_s")
+        docs[w] = (record, json.loads(s.read_text()))
+    assert docs[1] == docs[2]
+
+
+def test_small_inputs_render_in_process(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    small.write_text('{"prompt": "x"}\n')
+    assert default_workers(SourceOptions(paths=(str(small),))) == 1
+    assert default_workers(SourceOptions(objects=[{"prompt": "x"}])) == 1
+    assert main(["analyze", str(small), "--workers", "0", "--no-store", "-q"]) == 2
