@@ -247,6 +247,7 @@ def analyze(
     sample: float | None = None,
     strict: bool = False,
     trace_block_size: int = 512,
+    workers: int | None = None,
     engine: str = "vllm",
     block_size: int | None = None,
     min_tokens: int = 32,
@@ -299,6 +300,7 @@ def analyze(
         sample=sample,
         strict=strict,
         trace_block_size=trace_block_size,
+        workers=workers,
     )
     options = AnalyzeOptions(
         source=source,
