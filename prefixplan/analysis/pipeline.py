@@ -7,16 +7,17 @@ its block keys go into the block trace (:mod:`prefixplan.trace.blocks`, the radi
 cache granularity), its spans into compact columns (:mod:`prefixplan.analysis.rowstore`); no
 token arrays are kept. Shared prefixes are counted on the block trace
 (:mod:`prefixplan.analysis.blocktree`), and the shown candidates' token ids come from rendering
-their representative requests again. The input may also be a trace file (``--trace-out``):
-the same rows, no tokenizer, the same record. Later stages that want to see the same stream
-(the simulation headline) pass ``sinks``: each receives every row as it goes by.
+their representative requests again (:mod:`prefixplan.analysis.representatives`). The input may
+also be a trace file (``--trace-out``): the same rows, no tokenizer, the same record. Later stages
+that want to see the same stream (the simulation headline) pass ``sinks``: each receives every row
+as it goes by. Token accounting per segment kind is :mod:`prefixplan.analysis.accounting`.
 """
 
 from __future__ import annotations
 
 import os
 import time as _time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan import __version__
+from prefixplan.analysis.accounting import approx_reason, chunk_counts, kind_accounting
 from prefixplan.analysis.blocktree import BlockTree, count_tenants, find_block_candidates
 from prefixplan.analysis.breakers import Breaker, BreakerFinder
 from prefixplan.analysis.candidates import Candidate
@@ -38,17 +40,17 @@ from prefixplan.analysis.record import (
     TokenizerInfo,
     candidates_frame,
 )
+from prefixplan.analysis.representatives import representative_tokens, source_json
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.analysis.textfacts import TextFacts
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.progress import NO_PROGRESS, Progress
-from prefixplan.core.types import SEGMENT_KINDS, Request, Segment
+from prefixplan.core.types import Segment
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.render import RenderSet
-from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests, source_meter
-from prefixplan.trace.blocks import BlockTrace, TraceBuilder, request_of_row
+from prefixplan.render.stream import RenderFailure, SourceOptions, source_meter
+from prefixplan.trace.blocks import TraceBuilder, request_of_row
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
 from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
 from prefixplan.trace.rows import TraceRow
@@ -289,7 +291,7 @@ def _rank_and_record(
         spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
         engine_used = bool(renderers.engine_ids.get("used"))
         if options.rag_whatif and recurring_hex and source.rereadable:
-            rag.update(rag_whatif(source, renderers, _chunk_counts(store), first.granularity, reused_total, progress))
+            rag.update(rag_whatif(source, renderers, chunk_counts(store), first.granularity, reused_total, progress))
         breakers: list[Any] = list(first.finder.results())
         previews = first.previews
         rag_whatif_json = rag.get("whatif")
@@ -312,7 +314,7 @@ def _rank_and_record(
     format_counts = np.bincount(c["format"], minlength=len(store.formats.names))
     formats = Counter({store.formats.names[k]: int(v) for k, v in enumerate(format_counts)})
     if not (rows_exact and all(t.exact for t in tokenizers)):
-        approx.append(_approx_reason(tokenizers, formats))
+        approx.append(approx_reason(tokenizers, formats))
     times = c["time"][c["has_time"]]
     cached = c["cached"]
     logged = cached >= 0
@@ -337,7 +339,7 @@ def _rank_and_record(
         tree_arena_tokens=int(tree.block_tokens.sum()),
         elapsed_s=0.0,
     )
-    rep_tokens = _representative_tokens(options, trace, store, shown, renderers, meta)
+    rep_tokens = representative_tokens(source, trace, store, shown, renderers, meta)
 
     def where(cand: Candidate) -> tuple[Sequence[Segment], ExampleRef]:
         i = int(trace.order[cand.request_index])
@@ -392,7 +394,7 @@ def _rank_and_record(
             "user-authored text is never previewed unless show_user_text",
         },
         summary=summary,
-        kinds=_kind_accounting(store, reused, recurring),
+        kinds=kind_accounting(store, reused, recurring),
         candidates=candidates,
         rag=rag,
         simulation=None,
@@ -405,171 +407,10 @@ def _rank_and_record(
     )
     analysis = Analysis(record, ranked, [b for b in breakers if isinstance(b, Breaker)], errors, tree, list(failures))
     analysis.trace_meta = {
-        "inputs": {"paths": paths, "files": files, "source": _source_json(source)},
+        "inputs": {"paths": paths, "files": files, "source": source_json(source)},
         "line_errors": line_errors_json(errors),
         "render_failures": summary.render_failures,
         "tokenizers": [t.to_json() for t in tokenizers],
         "text": TextFacts.to_meta(previews, breaker_json, rag_whatif_json, engine_ids, spec_of),
     }
     return analysis
-
-
-def _source_json(source: SourceOptions) -> dict[str, Any] | None:
-    """How to read and render the log again (a trace's representatives), or None for records
-    given in memory."""
-    if source.objects is not None:
-        return None
-    return {
-        "paths": list(source.paths),
-        "read": {
-            "format": source.read.format,
-            "since": source.read.since,
-            "until": source.read.until,
-            "sample": source.read.sample,
-            "trace_block_size": source.read.trace_block_size,
-        },
-        "tokenizer": source.tokenizer,
-        "tokenizer_map": dict(source.tokenizer_map or {}),
-        "chat_template": str(source.chat_template) if source.chat_template else None,
-        "template_kwargs": dict(source.template_kwargs or {}),
-    }
-
-
-def _representative_tokens(
-    options: AnalyzeOptions,
-    trace: BlockTrace,
-    store: RowStore,
-    shown: Sequence[Candidate],
-    renderers: RenderSet | None,
-    meta: Mapping[str, Any] | None,
-) -> dict[int, np.ndarray]:
-    """Token ids of each shown candidate (``{candidate id: ids}``), from rendering its
-    representative request again: the log is read up to the last such line, and only those lines
-    are rendered. A trace file's log is used when the file still exists; when the input cannot be
-    read again (stdin), no ids (the record still has every count)."""
-    source = options.source
-    if meta is not None:
-        again = _source_from_meta(meta)
-        if again is None:
-            return {}
-        source, renderers = again, None
-    elif not source.rereadable:
-        return {}
-    c = store.columns()
-    want: dict[tuple[str, int], list[Candidate]] = defaultdict(list)
-    for cand in shown:
-        i = int(trace.order[cand.request_index])
-        want[(store.sources.names[int(c["source"][i])], int(c["line"][i]))].append(cand)
-    if not want:
-        return {}
-    try:
-        renderers = renderers or source.renderers()
-        found = _requests_at(source, set(want))
-        out: dict[int, np.ndarray] = {}
-        for prompt in renderers.render_stream(found, on_error=lambda req, exc: None):
-            for cand in want.get((prompt.request.source, prompt.request.line_no), ()):
-                unit = int(trace.unit_tokens[cand.request_index])
-                out[cand.id] = np.asarray(prompt.tokens[: cand.length // unit])
-        return out
-    except (OSError, UsageError):
-        return {}
-
-
-def _requests_at(source: SourceOptions, wanted: set[tuple[str, int]]) -> list[Request]:
-    """The requests of ``source`` read at the given (source, line) places."""
-    found = []
-    for req in iter_source_requests(source, LineErrors()):
-        if (req.source, req.line_no) in wanted:
-            found.append(req)
-            if len(found) == len(wanted):
-                break
-    return found
-
-
-def _source_from_meta(meta: Mapping[str, Any]) -> SourceOptions | None:
-    """The log a trace was written from, when it can still be read."""
-    from prefixplan.logs import ReadOptions
-
-    inputs = meta.get("inputs")
-    src = inputs.get("source") if isinstance(inputs, Mapping) else None
-    if not isinstance(src, Mapping) or not src.get("paths"):
-        return None
-    paths = [str(p) for p in src["paths"]]
-    if not all(p != "-" and os.path.exists(p) for p in paths):
-        return None
-    read = src.get("read") or {}
-    return SourceOptions(
-        paths=tuple(paths),
-        read=ReadOptions(
-            format=read.get("format", "auto"),
-            since=read.get("since"),
-            until=read.get("until"),
-            sample=read.get("sample"),
-            trace_block_size=int(read.get("trace_block_size") or 512),
-        ),
-        tokenizer=src.get("tokenizer"),
-        tokenizer_map=dict(src.get("tokenizer_map") or {}),
-        chat_template=src.get("chat_template"),
-        template_kwargs=dict(src.get("template_kwargs") or {}),
-    )
-
-
-def _chunk_counts(store: RowStore) -> dict[str, int]:
-    """Distinct requests per document chunk hash (the what-if's popularity order)."""
-    from prefixplan.analysis.rag import chunk_request_counts
-
-    uniq, requests, _ = chunk_request_counts(store)
-    return {f"{int(h):016x}": int(n) for h, n in zip(uniq.tolist(), requests.tolist(), strict=True)}
-
-
-def _approx_reason(tokenizers: Sequence[TokenizerInfo], formats: Counter[str]) -> str:
-    reasons = [t.label for t in tokenizers if not t.exact]
-    if formats.get("anthropic"):
-        reasons.append("Anthropic requests rendered with a non-Anthropic template")
-    reasons += [why for fmt, why in RECONSTRUCTED_FORMATS.items() if formats.get(fmt)]
-    if formats.get("mooncake"):
-        reasons.append("Mooncake traces are block-level (hash ids)")
-    return "; ".join(reasons) or "approximate rendering"
-
-
-_KIND_GROUP = {"tool": "tools", "tool_result": "history", "user": "user", "assistant": "history"}
-
-
-_KIND_GROUP = {"tool": "tools", "tool_result": "history", "user": "user", "assistant": "history"}
-
-
-def _kind_accounting(store: RowStore, reused: np.ndarray, recurring: set[int]) -> dict[str, Any]:
-    """Prompt tokens and reused tokens per segment kind (recurring chunks counted as rag)."""
-    c = store.columns()
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    if len(store):
-        owner = np.repeat(np.arange(len(store)), np.diff(c["seg_off"]))
-        scale = c["scale"][owner]
-        upto = reused[owner] // np.maximum(scale, 1)  # reused tokens in units of the row
-        start, end = c["seg_start"], c["seg_end"]
-        tokens = (end - start) * scale
-        reuse = np.maximum(0, np.minimum(end, upto) - start) * scale
-        kinds = c["seg_kind"].astype(np.int64)
-        n_kinds = len(SEGMENT_KINDS)
-        present = np.bincount(kinds, minlength=n_kinds)
-        per_tok = np.bincount(kinds, weights=tokens, minlength=n_kinds)
-        per_reuse = np.bincount(kinds, weights=reuse, minlength=n_kinds)
-        for k, name in enumerate(SEGMENT_KINDS):
-            if present[k]:
-                group = _KIND_GROUP.get(name, name)
-                acc[group][0] += int(per_tok[k])
-                acc[group][1] += int(per_reuse[k])
-        hashes = c["chunk_hash"]
-        if hashes.shape[0] and recurring:
-            cowner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
-            rec = np.isin(hashes, np.fromiter(recurring, dtype=np.uint64, count=len(recurring)))
-            cscale = c["scale"][cowner][rec]
-            cs, ce = c["chunk_start"][rec], c["chunk_end"][rec]
-            cup = reused[cowner][rec] // np.maximum(cscale, 1)
-            n = int(((ce - cs) * cscale).sum())
-            r = int((np.maximum(0, np.minimum(ce, cup) - cs) * cscale).sum())
-            acc["rag"][0] += n
-            acc["rag"][1] += r
-            acc["user"][0] -= n
-            acc["user"][1] -= r
-    return {k: {"tokens": v[0], "reused": v[1]} for k, v in sorted(acc.items())}

@@ -8,6 +8,9 @@ Errors: every failure of a request becomes an :class:`EngineRequestError` (an
 Secrets: an API key is read from the environment variable named by
 :attr:`Endpoint.api_key_env` when the client is built, sent only as a header, and redacted
 from every message this module produces. It is never part of a record or a ``repr``.
+
+Retrying is :mod:`prefixplan.engines.retries`; reading reported counts and the forms a secret
+may come back in is :mod:`prefixplan.engines.fields`.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported for adapters' callers)
 from prefixplan.core.urls import display_url
+from prefixplan.engines.fields import optional_count, secret_forms
 from prefixplan.errors import EndpointError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -475,75 +479,3 @@ class EngineAdapter:
 
     def _too_many_tokens(self, produced: int, max_tokens: int, path: str) -> EngineRequestError:
         return self._error(f"ignored max_tokens={max_tokens} ({path} produced {produced} tokens)", kind="protocol")
-
-
-T = TypeVar("T")
-
-
-def with_retries(
-    fn: Callable[[], T],
-    *,
-    retries: int = 2,
-    backoff: float = 0.5,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
-    """Call ``fn``; retry retryable :class:`EngineRequestError` up to ``retries`` times.
-
-    Waits ``backoff * 2**attempt`` seconds between attempts (0.5, 1, 2, ... by default).
-    """
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except EngineRequestError as err:
-            if not err.retryable or attempt >= retries:
-                if attempt:
-                    err.reason = f"{err.reason} (after {attempt + 1} attempts)"
-                    err.args = (f"{err.endpoint}: {err.reason}",)
-                raise
-            sleep(backoff * (2**attempt))
-            attempt += 1
-
-
-def usage_cached_tokens(usage: Mapping[str, Any] | None) -> Any:
-    """``usage.prompt_tokens_details.cached_tokens`` as reported (None when absent); checked by
-    :meth:`EngineAdapter.completion`."""
-    if not isinstance(usage, Mapping):
-        return None
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
-        return details["cached_tokens"]
-    return None
-
-
-MAX_COUNT = 2**31 - 1
-
-
-def plausible_count(value: Any, field_name: str) -> int:
-    """A token count a server reported, as an int in [0, 2**31); anything else (a float, a string,
-    10**400, a negative number) is a malformed answer, never evidence."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-        shown = str(value)
-        shown = shown if len(shown) <= 24 else shown[:12] + "..." + f"({len(shown)} digits)"
-        raise ValueError(f"implausible {field_name} {shown} in the usage report")
-    return value
-
-
-def optional_count(value: Any, field_name: str) -> int | None:
-    """:func:`plausible_count` of a field that may be absent (None)."""
-    return None if value is None else plausible_count(value, field_name)
-
-
-def secret_forms(secret: str | None) -> tuple[str, ...]:
-    """Every form in which ``secret`` may come back from a server: itself and base64 of it (and
-    of ``:secret`` / ``secret:``, the Basic-auth shapes); longest first so replacements nest."""
-    if not secret:
-        return ()
-    import base64
-
-    forms = {secret}
-    for raw in (secret, f":{secret}", f"{secret}:"):
-        for enc in (base64.b64encode, base64.urlsafe_b64encode):
-            text = enc(raw.encode()).decode()
-            forms.update({text, text.rstrip("=")})
-    return tuple(sorted((f for f in forms if len(f) >= 4), key=len, reverse=True))

@@ -17,8 +17,8 @@ from prefixplan.engines.base import (
     EngineAdapter,
     ServerInfo,
     _Stream,
-    usage_cached_tokens,
 )
+from prefixplan.engines.fields import usage_cached_tokens
 
 
 class OpenAICompatAdapter(EngineAdapter):

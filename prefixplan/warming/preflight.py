@@ -12,8 +12,8 @@ from prefixplan.engines.base import (
     TOKENIZER_PROBE_TEXT,
     Endpoint,
     EngineAdapter,
-    with_retries,
 )
+from prefixplan.engines.retries import with_retries
 from prefixplan.errors import EndpointError, PrefixplanError
 from prefixplan.warming.results import ReplicaInfo, WarmOptions
 

@@ -41,8 +41,8 @@ from prefixplan.engines.base import (
     Endpoint,
     EngineAdapter,
     EngineRequestError,
-    with_retries,
 )
+from prefixplan.engines.retries import with_retries
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.warming.plan import WarmItem, WarmPlan
 from prefixplan.warming.preflight import (
