@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from prefixplan.core.hashes import SegmentHash, segment_hash
 from prefixplan.core.types import Chunk, Segment
@@ -117,6 +118,46 @@ def _tool_variants(tool: dict[str, Any]) -> Iterator[str]:
         yield json.dumps(obj, ensure_ascii=False, indent=2)
 
 
+class _ToolTexts:
+    """The candidate JSON texts of one tool schema and their hashes, built once per distinct
+    schema: a log repeats a few tool sets on every request."""
+
+    __slots__ = ("_gen", "hashes", "name", "texts")
+
+    def __init__(self, tool: dict[str, Any]) -> None:
+        self._gen: Iterator[str] | None = _tool_variants(tool)
+        self.texts: list[str] = []
+        self.hashes: list[SegmentHash] = []
+        self.name = tool_name(tool)
+
+    def variant(self, k: int) -> str | None:
+        while len(self.texts) <= k and self._gen is not None:
+            text = next(self._gen, None)
+            if text is None:
+                self._gen = None
+                break
+            self.texts.append(text)
+            self.hashes.append(segment_hash(text))
+        return self.texts[k] if k < len(self.texts) else None
+
+
+_TOOL_TEXTS: dict[bytes, _ToolTexts] = {}
+_TOOL_TEXTS_MAX = 4096
+
+
+def _tool_texts(tool: dict[str, Any]) -> _ToolTexts:
+    try:
+        key = orjson.dumps(tool)  # content key, cheaper than building the first text itself
+    except TypeError:  # orjson.JSONEncodeError: not JSON-plain data
+        return _ToolTexts(tool)
+    got = _TOOL_TEXTS.get(key)
+    if got is None:
+        if len(_TOOL_TEXTS) >= _TOOL_TEXTS_MAX:
+            _TOOL_TEXTS.clear()
+        got = _TOOL_TEXTS[key] = _ToolTexts(tool)
+    return got
+
+
 def tool_name(tool: dict[str, Any]) -> str | None:
     fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
     name = fn.get("name") if isinstance(fn, dict) else None
@@ -183,13 +224,16 @@ def locate(
                 cursor = max(cursor, pos + len(needle))
     taken.sort()
     for j, tool in enumerate(tools or ()):
-        for variant in _tool_variants(tool):
-            pos = _find_free(text, variant, taken)
+        texts = _tool_texts(tool)
+        k = 0
+        while (schema := texts.variant(k)) is not None:
+            pos = _find_free(text, schema, taken)
             if pos >= 0:
-                spans.append(CharSpan("tool", pos, pos + len(variant), segment_hash(variant), j, tool_name(tool)))
-                taken.append((pos, pos + len(variant)))
+                spans.append(CharSpan("tool", pos, pos + len(schema), texts.hashes[k], j, texts.name))
+                taken.append((pos, pos + len(schema)))
                 taken.sort()
                 break
+            k += 1
     spans.sort(key=lambda s: s.start)
     return spans
 
