@@ -33,6 +33,7 @@ from prefixplan.analysis.record import AnalysisRecord
 from prefixplan.core.extras import require
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.logs import ReadOptions, parse_time
+from prefixplan.logs.tables import parse_columns
 from prefixplan.render.stream import SourceOptions
 
 if TYPE_CHECKING:
@@ -58,12 +59,15 @@ def source_options(
     strict: bool = False,
     trace_block_size: int = 512,
     workers: int | None = None,
+    columns: str | Mapping[str, str] | None = None,
 ) -> SourceOptions:
     """Where requests come from and how they are tokenized (shared by analyze and simulate).
 
     Args:
         inputs: a path, glob or folder; several of them; or an iterable of log records (dicts
-            such as OpenAI chat requests ``{"model", "messages", "tools"}``).
+            such as OpenAI chat requests ``{"model", "messages", "tools"}``). Paths may be URLs:
+            ``s3://``, ``gs://``, ``az://``, ``https://`` (needs ``prefixplan[s3]``, ``[gcs]``,
+            ``[azure]`` or ``[http]``; credentials from the cloud's usual environment).
         tokenizer: ``hf:PATH``, ``mistral:nemo`` (default), ``tiktoken:NAME`` or ``vllm:URL``.
         tokenizer_map: ``{model: spec}`` for logs that mix models.
         chat_template: a Jinja chat template file overriding an ``hf:`` tokenizer's.
@@ -74,6 +78,8 @@ def source_options(
         strict: raise on the first malformed line instead of counting it.
         trace_block_size: tokens per block of Mooncake ``hash_ids`` traces.
         workers: render in this many processes (None: one per core for inputs of 4 MiB and more).
+        columns: the column of each request field in Parquet and CSV logs, e.g.
+            ``{"messages": "request.messages", "timestamp": "ts"}`` or ``"messages=request.messages,timestamp=ts"``.
     """
     from prefixplan.errors import UsageError
 
@@ -88,6 +94,7 @@ def source_options(
         sample=sample,
         strict=strict,
         trace_block_size=trace_block_size,
+        columns=parse_columns(columns),
     )
     paths: tuple[str, ...] = ()
     objects: list[Any] | None = None
@@ -248,6 +255,7 @@ def analyze(
     strict: bool = False,
     trace_block_size: int = 512,
     workers: int | None = None,
+    columns: str | Mapping[str, str] | None = None,
     engine: str = "vllm",
     block_size: int | None = None,
     min_tokens: int = 32,
@@ -301,6 +309,7 @@ def analyze(
         strict=strict,
         trace_block_size=trace_block_size,
         workers=workers,
+        columns=columns,
     )
     options = AnalyzeOptions(
         source=source,

@@ -299,7 +299,7 @@ def test_forced_format(tmp_path: Path) -> None:
     reqs, errors = read_rows(tmp_path, [CHAT], format="mooncake")
     assert reqs == [] and errors.samples[0].reason == "missing field: hash_ids"
     with pytest.raises(UsageError):
-        ReadOptions(format="csv")
+        ReadOptions(format="xml")  # csv and parquet are table formats now
 
 
 # ---------------------------------------------------------------- Mooncake

@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         logs: o.Logs,
         log_format: o.LogFormat = "auto",
+        columns: o.Columns = None,
         since: o.Since = None,
         until: o.Until = None,
         sample: o.Sample = None,
@@ -139,6 +140,7 @@ def register(app: typer.Typer) -> None:
         source = common.source_options(
             logs,
             format=o.prefer(log_format, old_format, "auto"),
+            columns=columns,
             since=since,
             until=until,
             sample=sample,

@@ -20,6 +20,7 @@ def source_options(
     chat_template: Path | None = None,
     template_kwargs: str | None = None,
     workers: int | None = None,
+    columns: str | None = None,
 ) -> Any:
     """:class:`prefixplan.render.stream.SourceOptions` from the shared log/tokenizer options."""
     from prefixplan.api import source_options as build
@@ -38,4 +39,5 @@ def source_options(
         strict=strict,
         trace_block_size=trace_block_size,
         workers=workers,
+        columns=columns,
     )

@@ -18,7 +18,7 @@ Logs = Annotated[
     list[str],
     typer.Argument(
         metavar="LOG...",
-        help="Log files, globs, folders or - for stdin (.gz/.zst read transparently).",
+        help="Log files, globs, folders, s3:// gs:// az:// https:// URLs, or - for stdin (.gz/.zst read transparently).",
         show_default=False,
     ),
 ]
@@ -27,7 +27,15 @@ LogFormat = Annotated[
     typer.Option(
         "--log-format",
         metavar="FORMAT",
-        help="Input log format: auto (detect per file and line) or a format name (prefixplan formats lists them).",
+        help="Input log format: auto (detect per file and line), a format name (prefixplan formats lists them), or parquet/csv.",
+    ),
+]
+Columns = Annotated[
+    Optional[str],
+    typer.Option(
+        "--columns",
+        metavar="FIELD=COLUMN,...",
+        help="Columns of Parquet/CSV logs: messages=request.messages,timestamp=ts,... (default: same-named columns).",
     ),
 ]
 Since = Annotated[

@@ -1,4 +1,4 @@
-"""Open log files (plain, gzip, zstd, stdin) and split them into bounded lines.
+"""Open log files (plain, gzip, zstd, stdin, URLs) and split them into bounded lines.
 
 Compression is recognised by magic bytes, not by the file name, so ``log.jsonl`` that is
 really gzip, or ``-`` fed with zstd, still reads. Lines are produced by reading fixed-size
@@ -75,12 +75,18 @@ def _decompressed(stream: io.BufferedReader) -> BinaryIO:
     return stream
 
 
+def decompress(raw: BinaryIO) -> BinaryIO:
+    """``raw`` decompressed when its first bytes are gzip's or zstd's magic, else as it is."""
+    return _decompressed(_peekable(raw))
+
+
 @contextmanager
 def open_log(path: str, on_open: Callable[[BinaryIO], None] | None = None) -> Iterator[BinaryIO]:
     """Open ``path`` (or stdin for ``"-"``) as a decompressed binary stream.
 
     Args:
-        path: a file path, or ``"-"`` for standard input.
+        path: a file path, a URL (``s3://``, ``gs://``, ``az://``, ``https://``; see
+            :mod:`prefixplan.logs.remote`), or ``"-"`` for standard input.
         on_open: receives the raw (compressed) file, e.g. to report how far reading got.
 
     Raises:
@@ -89,16 +95,30 @@ def open_log(path: str, on_open: Callable[[BinaryIO], None] | None = None) -> It
     if path == STDIN:
         yield _decompressed(_peekable(sys.stdin.buffer))
         return
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise InputError(f"cannot open log file {path}: {exc.strerror or exc}") from exc
+    raw = open_raw(path)
     if on_open is not None:
         on_open(raw)
     try:
         yield _decompressed(_peekable(raw))
     finally:
         raw.close()
+
+
+def open_raw(path: str) -> BinaryIO:
+    """The raw (still compressed) bytes of a local file or a URL, as a binary file to close.
+
+    Raises:
+        InputError: the file cannot be opened.
+    """
+    if "://" in path:
+        from prefixplan.logs.remote import is_url, open_remote
+
+        if is_url(path):
+            return open_remote(path)  # type: ignore[return-value]
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot open log file {path}: {exc.strerror or exc}") from exc
 
 
 def iter_lines(stream: BinaryIO, max_line_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[RawLine]:

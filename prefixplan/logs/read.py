@@ -22,8 +22,10 @@ from prefixplan.logs.badline import BadLine
 from prefixplan.logs.detect import JSONL, sniff
 from prefixplan.logs.dispatch import Parsed, parse_line
 from prefixplan.logs.envelope import LineContext
-from prefixplan.logs.open import STDIN, CorruptInput, iter_lines, open_log
+from prefixplan.logs.open import STDIN, CorruptInput, decompress, iter_lines, open_log, open_raw
+from prefixplan.logs.remote import expand_url, is_url, remote_size, shown
 from prefixplan.logs.serverlog import read_server_log
+from prefixplan.logs.tables import TABLE_FORMATS, TableCorrupt, iter_csv, iter_parquet, parse_columns, table_format
 from prefixplan.logs.textlog import SourceInfo
 
 MAX_SAMPLES = 100
@@ -86,13 +88,16 @@ class ReadOptions:
     """How to read logs.
 
     Attributes:
-        format: ``"auto"`` (detect per line) or one of :data:`prefixplan.core.types.FORMATS`.
+        format: ``"auto"`` (detect per line) or one of :data:`prefixplan.core.types.FORMATS`, or a
+            table container (``"parquet"``, ``"csv"``: every input read as one, rows detected).
         since: keep requests with ``time >= since`` (epoch seconds); untimed ones pass.
         until: keep requests with ``time < until``; untimed ones pass.
         sample: keep this deterministic fraction of lines (hash of source and line number).
         strict: raise :class:`~prefixplan.errors.LogLineError` on the first malformed line.
         trace_block_size: tokens per Mooncake ``hash_ids`` block.
         max_line_bytes: longer lines are skipped (read and discarded in chunks).
+        columns: ``((field, column), ...)`` for Parquet and CSV logs (``--columns``; see
+            :mod:`prefixplan.logs.tables`); a string ``"field=column,..."`` or a mapping is accepted.
     """
 
     format: str = "auto"
@@ -102,10 +107,18 @@ class ReadOptions:
     strict: bool = False
     trace_block_size: int = 512
     max_line_bytes: int = 64 * 2**20
+    columns: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.format != "auto" and self.format not in FORMATS:
-            raise UsageError(f"unknown log format {self.format!r}", hint=f"use auto or one of: {', '.join(FORMATS)}")
+        if self.format != "auto" and self.format not in FORMATS and self.format not in TABLE_FORMATS:
+            raise UsageError(
+                f"unknown log format {self.format!r}",
+                hint=f"use auto or one of: {', '.join(FORMATS + TABLE_FORMATS)}",
+            )
+        if not isinstance(self.columns, tuple) or any(not isinstance(c, tuple) for c in self.columns):
+            object.__setattr__(self, "columns", parse_columns(self.columns))
+        else:
+            parse_columns(self.columns)
         if self.sample is not None and not 0.0 < self.sample <= 1.0:
             raise UsageError(f"sample must be in (0, 1], got {self.sample}")
         if self.trace_block_size <= 0:
@@ -128,14 +141,20 @@ def expand_paths(specs: Sequence[str]) -> list[str]:
     expands to its matches in sorted order; a directory to its non-hidden files in sorted
     order. Duplicates are dropped, first occurrence kept.
 
+    A URL (``s3://``, ``gs://``, ``az://``, ``https://``) expands the same way in its store: a
+    glob to its matches, a prefix to the files under it (:func:`prefixplan.logs.remote.expand_url`).
+
     Raises:
         InputError: a file does not exist or a glob matches nothing (the message names it).
+        UsageError: a URL's storage extra is not installed (the hint names it).
     """
     out: list[str] = []
     seen: set[str] = set()
     for spec in specs:
         if spec == STDIN:
             found = [STDIN]
+        elif is_url(spec):
+            found = expand_url(spec)
         else:
             path = os.path.expanduser(spec)
             if os.path.isfile(path) or (os.path.exists(path) and not os.path.isdir(path)):
@@ -207,6 +226,18 @@ def _sampled(source: str, line_no: int, threshold: int) -> bool:
     return int.from_bytes(digest, "big") < threshold
 
 
+def input_size(path: str) -> int | None:
+    """Bytes of one input (local file or URL); None for stdin, pipes and unknown sizes."""
+    if path == STDIN:
+        return None
+    if is_url(path):
+        return remote_size(path)
+    try:
+        return os.path.getsize(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
+
+
 @dataclass(slots=True)
 class ReadMeter:
     """How far reading got, in bytes of the (compressed) input files, for progress bars.
@@ -224,18 +255,19 @@ class ReadMeter:
     def for_paths(cls, paths: Sequence[str]) -> ReadMeter:
         total: int | None = 0
         for path in paths:
-            try:
-                if path == STDIN or not os.path.isfile(path):
-                    total = None
-                    break
-                total = (total or 0) + os.path.getsize(path)
-            except OSError:
+            size = input_size(path)
+            if size is None:
                 total = None
                 break
+            total = (total or 0) + size
         return cls(total_bytes=total)
 
     def opened(self, raw: Any) -> None:
         self._raw = raw
+        size = getattr(raw, "size", None)  # a remote file knows its size
+        if isinstance(size, int):
+            self._size = size
+            return
         try:
             self._size = os.fstat(raw.fileno()).st_size
         except (OSError, ValueError):
@@ -255,11 +287,87 @@ class ReadMeter:
         return self._finished + position
 
 
-def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None) -> Iterator[Request]:
+def _requests(
+    obj: Any, ctx: LineContext, fmt: str, errors: LineErrors, bad: Any, since: float | None, until: float | None
+) -> Iterator[Request]:
+    """The requests of one decoded record (a table row, an in-memory object) in the time window;
+    an unreadable record or part is reported through ``bad``."""
+    try:
+        parsed = parse_line(obj, ctx, fmt)
+    except BadLine as exc:
+        bad(ctx.line_no, exc.reason)
+        return
+    except RecursionError:
+        bad(ctx.line_no, "nesting too deep: record nested deeper than the reader allows")
+        return
+    except Exception as exc:
+        bad(ctx.line_no, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
+        return
+    requests = []
+    for item in parsed:
+        if isinstance(item, BadLine):
+            bad(ctx.line_no, item.reason)
+        else:
+            requests.append(item)
+    errors.requests_read += len(requests)
+    for req in requests:
+        t = req.time
+        if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
+            continue
+        yield req
+
+
+def _read_table(
+    path: str, source: str, kind: str, options: ReadOptions, errors: LineErrors, meter: ReadMeter | None
+) -> Iterator[Request]:
+    """The requests of one Parquet or CSV log (:mod:`prefixplan.logs.tables`), row by row."""
+
     def bad(line_no: int, reason: str) -> None:
-        errors.add(path, line_no, reason)
+        errors.add(source, line_no, reason)
         if options.strict:
-            raise LogLineError(path, line_no, reason)
+            raise LogLineError(source, line_no, reason)
+
+    threshold = _sample_threshold(options.sample)
+    fmt = "auto" if options.format in TABLE_FORMATS else options.format
+    how = "forced by --log-format" if options.format == kind else "by its file name"
+    errors.sources[source] = SourceInfo(kind, how)
+    raw = open_raw(path)
+    if meter is not None:
+        meter.opened(raw)
+    last = 0
+    try:
+        if kind == "parquet":
+            rows = iter_parquet(raw, source, options.columns)
+        else:
+            rows = iter_csv(decompress(raw), source, options.columns, options.max_line_bytes)
+        for row_no, item in rows:
+            last = row_no
+            if threshold is not None and not _sampled(source, row_no, threshold):
+                continue
+            if isinstance(item, BadLine):
+                errors.lines_read += 1
+                bad(row_no, item.reason)
+                continue
+            errors.saw(source, row_no, item)
+            ctx = LineContext(source, row_no, options.trace_block_size)
+            yield from _requests(item, ctx, fmt, errors, bad, options.since, options.until)
+    except TableCorrupt as exc:
+        bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
+    finally:
+        raw.close()
+
+
+def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None) -> Iterator[Request]:
+    source = shown(path)  # a URL without credentials; a local path as it is
+    kind = table_format(path, options.format)
+    if kind is not None:
+        yield from _read_table(path, source, kind, options, errors, meter)
+        return
+
+    def bad(line_no: int, reason: str) -> None:
+        errors.add(source, line_no, reason)
+        if options.strict:
+            raise LogLineError(source, line_no, reason)
 
     threshold = _sample_threshold(options.sample)
     since, until = options.since, options.until
@@ -270,17 +378,17 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
             if reader != JSONL:
 
                 def keep(line_no: int) -> bool:
-                    return threshold is None or _sampled(path, line_no, threshold)
+                    return threshold is None or _sampled(source, line_no, threshold)
 
-                for req in read_server_log(path, reader, how, lines, errors, keep, bad, options.max_line_bytes):
+                for req in read_server_log(source, reader, how, lines, errors, keep, bad, options.max_line_bytes):
                     t = req.time
                     if t is None or not ((since is not None and t < since) or (until is not None and t >= until)):
                         yield req
                 return
-            errors.sources[path] = SourceInfo(JSONL, how)
+            errors.sources[source] = SourceInfo(JSONL, how)
             for raw in lines:
                 last = raw.line_no
-                if threshold is not None and not _sampled(path, raw.line_no, threshold):
+                if threshold is not None and not _sampled(source, raw.line_no, threshold):
                     continue
                 data = raw.data
                 if data is None:
@@ -291,8 +399,8 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
                     continue
                 if not data or data.isspace():
                     continue
-                errors.saw(path, raw.line_no, data)
-                ctx = LineContext(path, raw.line_no, options.trace_block_size)
+                errors.saw(source, raw.line_no, data)
+                ctx = LineContext(source, raw.line_no, options.trace_block_size)
                 try:
                     parsed = _decode(data, ctx, options.format)
                 except BadLine as exc:
@@ -354,13 +462,14 @@ def iter_objects(
             raise LogLineError(source, line_no, reason)
 
     since, until = options.since, options.until
+    fmt = "auto" if options.format in TABLE_FORMATS else options.format
     for i, obj in enumerate(objects, start=1):
         errors.saw(source, i, obj)
         if isinstance(obj, Request):
             requests = [obj]
         else:
             try:
-                parsed = parse_line(obj, LineContext(source, i, options.trace_block_size), options.format)
+                parsed = parse_line(obj, LineContext(source, i, options.trace_block_size), fmt)
             except BadLine as exc:
                 bad(i, exc.reason)
                 continue

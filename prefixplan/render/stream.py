@@ -16,6 +16,7 @@ from typing import Any
 from prefixplan.core.types import Prompt, Request
 from prefixplan.logs import LineErrors, ReadMeter, ReadOptions, expand_paths, iter_objects, iter_requests
 from prefixplan.logs.read import no_requests_error
+from prefixplan.logs.remote import shown
 from prefixplan.render import RenderSet
 
 
@@ -53,8 +54,8 @@ class SourceOptions:
 
     @property
     def display(self) -> tuple[str, ...]:
-        """What to call the inputs in reports."""
-        return self.paths if self.objects is None else ("<memory>",)
+        """What to call the inputs in reports (URLs without credentials or signatures)."""
+        return tuple(shown(p) for p in self.paths) if self.objects is None else ("<memory>",)
 
     def renderers(self) -> RenderSet:
         """A fresh :class:`RenderSet` for these options (renderers load lazily)."""

@@ -86,15 +86,25 @@ def _pyarrow() -> Any:
 
 
 def is_trace_file(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a Parquet file (by its magic bytes; ``-`` never is)."""
+    """True when ``path`` is a local Parquet file (by its magic bytes; ``-`` never is) whose footer
+    holds the trace metadata, or whose footer cannot be read (:class:`TraceFile` says why). A
+    Parquet file without the metadata is a request log (:mod:`prefixplan.logs.tables`)."""
     p = str(path)
     if p == "-" or not os.path.isfile(p):
         return False
     try:
         with open(p, "rb") as fh:
-            return fh.read(4) == PARQUET_MAGIC
+            if fh.read(4) != PARQUET_MAGIC:
+                return False
     except OSError:
         return False
+    try:
+        import pyarrow.parquet as pq
+
+        meta = pq.read_metadata(p).metadata or {}
+    except Exception:  # a damaged footer: TraceFile says what is wrong
+        return True
+    return META_KEY in meta
 
 
 def trace_input(source: SourceOptions) -> TraceFile | None:

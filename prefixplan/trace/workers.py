@@ -40,9 +40,8 @@ def default_workers(source: SourceOptions) -> int:
         return 1
     from prefixplan.logs import expand_paths
 
-    try:
-        size = sum(os.path.getsize(p) for p in expand_paths(source.paths))
-    except OSError:
+    size = ReadMeter.for_paths(expand_paths(source.paths)).total_bytes  # local files and URLs
+    if size is None:
         return 1
     return (os.cpu_count() or 1) if size >= SMALL_INPUT_BYTES else 1
 
