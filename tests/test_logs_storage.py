@@ -201,6 +201,19 @@ def test_a_glob_and_a_prefix_on_s3_read_the_files_of_the_folder_on_disk(s3: dict
         assert _as_local(remote, prefix, str(folder)) == local, spec
 
 
+def test_a_trace_of_s3_logs_has_the_rows_of_the_trace_of_the_files_on_disk(s3: dict[str, Any], tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    folder: Path = s3["local"]
+    rows = {}
+    for name, spec in (("local", str(folder / "part-0*")), ("s3", f"s3://{BUCKET}/multi/part-0*")):
+        trace = tmp_path / f"{name}.parquet"
+        assert main(["trace", spec, "--out", str(trace), "-q", "--workers", "1"]) == 0
+        # the rows, less the file names (the metadata names the inputs too)
+        rows[name] = pq.read_table(trace).drop_columns(["source"]).to_pylist()
+    assert rows["s3"] == rows["local"] and len(rows["s3"]) == 48
+
+
 def test_s3_errors_name_the_input_and_never_the_credentials(
     s3: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -465,32 +465,13 @@ def iter_objects(
     fmt = "auto" if options.format in TABLE_FORMATS else options.format
     for i, obj in enumerate(objects, start=1):
         errors.saw(source, i, obj)
-        if isinstance(obj, Request):
-            requests = [obj]
-        else:
-            try:
-                parsed = parse_line(obj, LineContext(source, i, options.trace_block_size), fmt)
-            except BadLine as exc:
-                bad(i, exc.reason)
-                continue
-            except RecursionError:
-                bad(i, "nesting too deep: record nested deeper than the reader allows")
-                continue
-            except Exception as exc:
-                bad(i, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            requests = []
-            for item in parsed:
-                if isinstance(item, BadLine):
-                    bad(i, item.reason)
-                else:
-                    requests.append(item)
-        errors.requests_read += len(requests)
-        for req in requests:
-            t = req.time
-            if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
-                continue
-            yield req
+        if not isinstance(obj, Request):
+            yield from _requests(obj, LineContext(source, i, options.trace_block_size), fmt, errors, bad, since, until)
+            continue
+        errors.requests_read += 1
+        t = obj.time
+        if t is None or not ((since is not None and t < since) or (until is not None and t >= until)):
+            yield obj
 
 
 def describe(data: Any) -> str:
