@@ -480,3 +480,15 @@ def test_parquet_logs_on_s3_read_like_on_disk(s3: dict[str, Any], tmp_path: Path
     assert read(f"s3://{BUCKET}/tables/t.parquet") == read(str(path))
     assert len(read(str(path))) == 40
     assert os.path.getsize(path) > 0
+
+
+def test_csv_reads_from_stdin_and_parquet_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    data = b'messages,model\n"[{""role"":""user"",""content"":""hi""}]",m\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(data))))
+    errors = LineErrors()
+    (req,) = iter_requests(["-"], ReadOptions(format="csv"), errors)
+    assert req.messages == ({"role": "user", "content": "hi"},) and req.line_no == 2 and req.source == "-"
+    with pytest.raises(UsageError, match="cannot be read from stdin"):
+        list(iter_requests(["-"], ReadOptions(format="parquet"), LineErrors()))

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -331,7 +332,9 @@ def _read_table(
     fmt = "auto" if options.format in TABLE_FORMATS else options.format
     how = "forced by --log-format" if options.format == kind else "by its file name"
     errors.sources[source] = SourceInfo(kind, how)
-    raw = open_raw(path)
+    if path == STDIN and kind == "parquet":
+        raise UsageError("a Parquet log cannot be read from stdin (it is read by seeking)", hint="give its path")
+    raw = sys.stdin.buffer if path == STDIN else open_raw(path)
     if meter is not None:
         meter.opened(raw)
     last = 0
@@ -354,7 +357,8 @@ def _read_table(
     except TableCorrupt as exc:
         bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
     finally:
-        raw.close()
+        if path != STDIN:
+            raw.close()
 
 
 def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None) -> Iterator[Request]:
