@@ -240,8 +240,10 @@ def test_storage_errors_are_scrubbed_of_credentials(monkeypatch: pytest.MonkeyPa
     from prefixplan.logs import remote
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    err = remote._failed("s3://b/k?x", RuntimeError(f"signature for {SECRET} does not match"))
+    err = remote._failed("s3://b/k", RuntimeError(f"signature for {SECRET} does not match"))
     assert SECRET not in str(err) and "***" in str(err)
+    err = remote._failed("https://h/a.jsonl?sig=XYZ123", OSError("403 Forbidden, url='https://h/a.jsonl?sig=XYZ123'"))
+    assert "XYZ123" not in str(err) and "https://h/a.jsonl?..." in str(err)
     assert remote.shown("https://user:pw@host/a/b.jsonl?sig=abc") == "https://host/a/b.jsonl?..."
     assert remote.shown("s3://bucket/a b/c.jsonl") == "s3://bucket/a b/c.jsonl"
 
@@ -325,8 +327,9 @@ def test_a_log_over_http_reads_like_the_file(http_root: tuple[str, Path]) -> Non
     from prefixplan.render.stream import SourceOptions
 
     assert SourceOptions(paths=(url,)).display == (shown,)  # what records name the input
-    with pytest.raises(InputError, match="not found|cannot read"):
-        list(iter_requests(expand_paths([f"{base}/m/none.jsonl"]), ReadOptions(), LineErrors()))
+    with pytest.raises(InputError, match="not found|cannot read") as info:
+        list(iter_requests(expand_paths([f"{base}/m/none.jsonl?sig={SECRET}"]), ReadOptions(), LineErrors()))
+    assert SECRET not in str(info.value) and f"{base}/m/none.jsonl" in str(info.value)
 
 
 # -- Parquet and CSV ---------------------------------------------------------------------------

@@ -99,6 +99,16 @@ def scrub(text: str) -> str:
     return text
 
 
+def _clean(text: str, url: str) -> str:
+    """``text`` (an error a storage library wrote about ``url``) without credentials: no
+    credential variable's value (:func:`scrub`), and ``url`` only as :func:`shown` names it."""
+    text = scrub(text).replace(url, shown(url))
+    query = url.split("?", 1)[1] if "?" in url else ""
+    if query:
+        text = text.replace(query, "...")
+    return text
+
+
 def _extra(scheme: str) -> str:
     extra = SCHEMES.get(scheme)
     if extra is None:
@@ -129,7 +139,7 @@ def filesystem(url: str) -> tuple[Any, str]:
             f"reading {scheme}:// inputs needs {_PACKAGES[extra]}, which is not installed", hint=hint
         ) from None
     except (ValueError, TypeError) as exc:
-        raise InputError(f"cannot read {shown(url)}: {scrub(str(exc))}", hint=_ENV_HINT[extra]) from None
+        raise InputError(f"cannot read {shown(url)}: {_clean(str(exc), url)}", hint=_ENV_HINT[extra]) from None
 
 
 def _failed(url: str, exc: BaseException) -> InputError:
@@ -140,7 +150,7 @@ def _failed(url: str, exc: BaseException) -> InputError:
         return InputError(f"log file not found: {name}")
     if isinstance(exc, PermissionError):
         return InputError(f"access denied to {name}", hint=_ENV_HINT[extra])
-    detail = scrub(str(exc).strip() or type(exc).__name__)
+    detail = _clean(str(exc).strip() or type(exc).__name__, url)
     if len(detail) > 300:
         detail = detail[:300] + "..."
     return InputError(f"cannot read {name}: {type(exc).__name__}: {detail}", hint=_ENV_HINT[extra])
