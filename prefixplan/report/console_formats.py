@@ -21,5 +21,7 @@ def render_formats(formats: Sequence[FormatInfo], console: Console) -> None:
     console.print(table)
     console.print(
         f"JSON-lines formats are detected per line (a file may mix them); server logs per file, from "
-        f"their first {SNIFF_LINES} non-blank lines. A folder is read file by file. Details: docs/logs.md"
+        f"their first {SNIFF_LINES} non-blank lines. A folder is read file by file. Parquet and CSV tables "
+        f"hold one request a row (.parquet, .csv, .csv.gz or --log-format parquet|csv; --columns maps fields "
+        f"to columns); inputs may be s3://, gs://, az:// or https:// URLs. Details: docs/logs.md"
     )
