@@ -434,6 +434,12 @@ def test_table_rows_read_like_json_lines(tmp_path: Path) -> None:
     # (no timestamp field: ts is not one of the names the reader knows)
     got, _ = read(parquet)
     assert [g[:3] for g in got] == [w[:3] for w in want]
+    # an integer column with nulls written as float by pandas still gives integers
+    floats = tmp_path / "floats.parquet"
+    pq.write_table(pa.table({"prompt": ["a", "b"], "max_tokens": [256.0, float("nan")], "user": [7.0, None]}), floats)
+    errors = LineErrors()
+    reqs = list(iter_requests([str(floats)], ReadOptions(), errors))
+    assert [(r.output_length, r.tenant, r.format) for r in reqs] == [(256, "7", "raw"), (None, None, "raw")]
     # --log-format csv reads a file of any name as CSV; a bad cell is a bad row with its line
     weird = tmp_path / "log.txt"
     weird.write_text(

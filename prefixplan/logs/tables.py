@@ -72,6 +72,7 @@ JSON_FIELDS = frozenset(
 )
 """Fields whose text cells hold JSON (parsed when the text starts with ``{`` or ``[``)."""
 INT_FIELDS = frozenset({"max_tokens", "max_completion_tokens", "input_length", "output_length"})
+_WHOLE_FIELDS = INT_FIELDS | {"user", "tenant", "id"}
 BATCH_ROWS = 256
 TRACE_META_KEY = b"prefixplan.trace"
 _EXTENSIONS = ((".parquet", "parquet"), (".pq", "parquet"), (".csv", "csv"))
@@ -209,6 +210,8 @@ def _cell(field: str, value: Any, path: tuple[str, ...], arrow: bool) -> Any:
         value = value.get(key)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
+    if isinstance(value, float) and field in _WHOLE_FIELDS and value.is_integer():
+        return int(value)  # an integer column with nulls, stored as float (pandas)
     value = _scalar(value)
     if isinstance(value, str):
         if not value:
