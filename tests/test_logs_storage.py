@@ -199,6 +199,15 @@ def test_a_glob_and_a_prefix_on_s3_read_the_files_of_the_folder_on_disk(s3: dict
         }
         remote["inputs"]["paths"] = local["inputs"]["paths"]
         assert _as_local(remote, prefix, str(folder)) == local, spec
+    # the sizes for progress and the default number of workers come from the listing, not one
+    # request per file
+    from prefixplan.logs import ReadMeter, remote
+
+    urls = expand_paths([prefix + "/"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(remote, "filesystem", lambda url: pytest.fail(f"a request for {url}"))
+        total = ReadMeter.for_paths(urls).total_bytes
+    assert total == sum((folder / u.rsplit("/", 1)[-1]).stat().st_size for u in urls)
 
 
 def test_a_trace_of_s3_logs_has_the_rows_of_the_trace_of_the_files_on_disk(s3: dict[str, Any], tmp_path: Path) -> None:

@@ -156,15 +156,24 @@ def _failed(url: str, exc: BaseException) -> InputError:
     return InputError(f"cannot read {name}: {type(exc).__name__}: {detail}", hint=_ENV_HINT[extra])
 
 
-def _files(fs: Any, entries: Any) -> list[str]:
-    """Paths of the plain, non-hidden files among fsspec ``entries`` (a dict or list of infos)."""
+_SIZES: dict[str, int] = {}
+"""Sizes of the remote files the last expansions listed (URL -> bytes), so that progress and the
+default number of workers cost no request per file."""
+
+
+def _files(entries: Any, prefix: str) -> list[str]:
+    """URLs of the plain, non-hidden files among fsspec ``entries`` (a dict or list of infos),
+    sorted; their sizes are remembered in :data:`_SIZES`."""
     infos = entries.values() if isinstance(entries, dict) else entries
     out = []
     for info in infos:
         name = str(info["name"]).rstrip("/")
         if info.get("type") != "file" or name.rsplit("/", 1)[-1].startswith("."):
             continue
-        out.append(name)
+        url = prefix + name
+        if isinstance(info.get("size"), int):
+            _SIZES[url] = info["size"]
+        out.append(url)
     return sorted(out)
 
 
@@ -186,25 +195,30 @@ def expand_url(spec: str) -> list[str]:
     prefix = f"{scheme}://"
     try:
         if glob.has_magic(path):
-            found = _files(fs, fs.glob(path, detail=True))
+            found = _files(fs.glob(path, detail=True), prefix)
             if not found:
                 raise InputError(f"no log files match {shown(spec)}", hint="check the pattern and quote it")
-            return [prefix + p for p in found]
+            return found
         info = fs.info(path)
         if info.get("type") == "directory":
-            found = _files(fs, fs.ls(path, detail=True))
+            found = _files(fs.ls(path, detail=True), prefix)
             if not found:
                 raise InputError(f"log directory {shown(spec)} has no files")
-            return [prefix + p for p in found]
+            return found
     except InputError:
         raise
     except Exception as exc:  # the storage library's own errors (botocore, aiohttp, azure...)
         raise _failed(spec, exc) from None
+    if isinstance(info.get("size"), int):
+        _SIZES[spec] = info["size"]
     return [spec]
 
 
 def remote_size(url: str) -> int | None:
-    """The size of a remote file in bytes (None when the store does not say)."""
+    """The size of a remote file in bytes (None when the store does not say); a file an expansion
+    listed costs no request."""
+    if url in _SIZES:
+        return _SIZES[url]
     try:
         fs, path = filesystem(url)
         size = fs.size(path)
