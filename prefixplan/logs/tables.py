@@ -26,7 +26,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, BinaryIO
 
-from prefixplan.errors import InputError, UsageError
+from prefixplan.errors import UsageError
 from prefixplan.logs.badline import BadLine
 
 TABLE_FORMATS = ("parquet", "csv")
@@ -334,12 +334,3 @@ def iter_csv(
         if type(exc).__name__ == "ZstdError":
             raise TableCorrupt(f"compressed data corrupt or truncated at line {start} ({exc})") from None
         raise
-
-
-def check_readable(kind: str) -> None:
-    """Raise :class:`InputError` when the reader of table ``kind`` cannot run (pyarrow missing)."""
-    if kind == "parquet":
-        try:
-            import pyarrow.parquet  # noqa: F401
-        except ImportError:  # pragma: no cover - pyarrow is a dependency
-            raise InputError("reading Parquet logs needs pyarrow", hint="pip install pyarrow") from None
