@@ -74,7 +74,9 @@ class NodeTree:
 
 
 def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
-    """Compress ``trace``'s block trie; ``extra_ends`` are block ids that must end a node."""
+    """Compress ``trace``'s block trie; ``extra_ends`` (block ids, e.g. pinned ones) never share a
+    node with other blocks: a node starts where membership changes between a block and its parent
+    (so a pinned prefix of 100 blocks is one node, not 100)."""
     parent = trace.parent
     d = parent.shape[0]
     if d == 0:
@@ -86,10 +88,12 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     ends = trace.end_block[trace.end_block >= 0]
     is_end[ends] = True
     extra = np.asarray(list(extra_ends), dtype=np.int64)
-    if extra.size:
-        is_end[extra] = True
     safe_parent = np.where(has_parent, parent, 0)
     start = ~has_parent | (nchild[safe_parent] != 1) | is_end[safe_parent]
+    if extra.size:
+        member = np.zeros(d, dtype=bool)
+        member[extra] = True
+        start |= member != member[safe_parent]
     ids = np.arange(d, dtype=np.int64)
     head = np.where(start, ids, parent)
     while True:
