@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Benchmark: render once, reuse everywhere (the block-hash trace), in one run.
+
+    python benchmarks/bench_trace.py [--requests 100000] [--skip-single] [--sweep 1e6,1e7,1e8,1e9]
+
+The log is the pinned generated one (`python scripts/make_logs.py bench`, seed 7; with
+`--requests N` the same generator writes N requests to benchmarks/out/bench-N.jsonl.gz); it is
+created when missing. Tokenizer: the real Qwen3 (hf:), fetched by scripts/fetch_tokenizers.py.
+
+Figures, each in its own process (peak RSS: the process's max RSS; with workers, the largest
+worker's too):
+  parse+hash    the parse-and-hash limit: orjson parse of every line and chained block keys
+                (pp-prefix-1, the trace's own hashing) over as many uint32 values as the prompt
+                has tokens (the message and tool bytes, 4 per value) -- no chat template, no
+                tokenizer: what reading and hashing alone cost
+  analyze w=1   `analyze` in one process (no documents-first what-if), writing the trace
+  analyze w=2   the same with --workers 2
+  sim log       `simulate` from the log: a capacity sweep (--policies, default LRU; renders again)
+  sim trace     the same sweep from the trace written by `analyze w=1` (no tokenizer)
+Ratios: analyze w=1 vs parse+hash, w=2 vs w=1, sim trace vs sim log. Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "out"
+QWEN3 = Path(os.environ.get("PREFIXPLAN_QWEN3_DIR", ROOT / ".cache" / "tokenizers" / "qwen3"))
+
+
+def child_parse_hash(log: Path) -> dict:
+    import numpy as np
+    import orjson
+
+    from prefixplan.core.blockhash import BlockHasher, namespace_seed
+
+    seed = namespace_seed("bench")
+    hasher = BlockHasher()
+    t0 = time.perf_counter()
+    n = values = 0
+    with gzip.open(log, "rb") as fh:
+        for line in fh:
+            req = orjson.loads(line)["request"]
+            parts = [orjson.dumps(req.get("tools") or [])]
+            for m in req["messages"]:
+                c = m.get("content")
+                parts.append(c.encode() if isinstance(c, str) else orjson.dumps(c))
+            raw = b"".join(parts)
+            raw += b"\0" * (-len(raw) % 4)
+            ids = np.frombuffer(raw, dtype=np.uint32)
+            hasher.block_keys(ids, seed, 16)
+            n += 1
+            values += ids.size
+    return {"seconds": time.perf_counter() - t0, "requests": n, "tokens": values}
+
+
+def child_analyze(log: Path, workers: int, trace: Path | None) -> dict:
+    from prefixplan.analysis.pipeline import AnalyzeOptions
+    from prefixplan.api import AnalyzeOutputs, HeadlineOptions, run_analyze, source_options
+
+    t0 = time.perf_counter()
+    source = source_options(str(log), tokenizer=f"hf:{QWEN3}", workers=workers)
+    outcome = run_analyze(
+        AnalyzeOptions(source=source, engine="vllm", rag_whatif=False),
+        headline=HeadlineOptions(),
+        outputs=AnalyzeOutputs(trace_out=str(trace) if trace else None),
+    )
+    s = outcome.analysis.record.summary
+    return {
+        "seconds": time.perf_counter() - t0,
+        "requests": s.requests,
+        "tokens": s.prompt_tokens,
+        "hit_rate_tokens": s.hit_rate_tokens,
+        "candidates": s.candidates,
+    }
+
+
+def child_simulate(inputs: Path, sweep: str, policies: str) -> dict:
+    from prefixplan.api import simulate, simulation_config
+
+    t0 = time.perf_counter()
+    config = simulation_config(capacity=sweep, policy=policies)
+    sim = simulate(str(inputs), config, tokenizer=f"hf:{QWEN3}", workers=1)
+    res = sim.result
+    return {
+        "seconds": time.perf_counter() - t0,
+        "requests": res.n_requests,
+        "tokens": res.prompt_tokens,
+        "hit_rates": [round(r.hit_rate_tokens, 6) for r in res.runs],
+    }
+
+
+def run_child(kind: str, *args: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        sys.stderr.write(out.stderr[-4000:])
+        raise SystemExit(f"child {kind} failed ({out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--sweep", default="1e6,3e6,1e7,3e7,1e8")
+    ap.add_argument("--policies", default="lru", help="policies of the sweep (lru: one stack-distance pass)")
+    ap.add_argument("--skip-single", action="store_true", help="skip analyze w=1 (long on 1M requests)")
+    ap.add_argument("--skip-sim-log", action="store_true", help="skip simulate from the log")
+    ap.add_argument("--skip-parse", action="store_true", help="skip the parse-and-hash limit")
+    ap.add_argument("--child")
+    ap.add_argument("args", nargs="*")
+    args = ap.parse_args()
+    if args.child:
+        a = args.args
+        fn = {
+            "parsehash": lambda: child_parse_hash(Path(a[0])),
+            "analyze": lambda: child_analyze(Path(a[0]), int(a[1]), Path(a[2]) if a[2] != "-" else None),
+            "simulate": lambda: child_simulate(Path(a[0]), a[1], a[2]),
+        }[args.child]
+        res = fn()
+        res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        res["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(json.dumps(res))
+        return 0
+    if not (QWEN3 / "tokenizer.json").is_file():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_tokenizers.py"), "qwen3"], check=True)
+    name = "bench.jsonl.gz" if args.requests == 100_000 else f"bench-{args.requests}.jsonl.gz"
+    log = OUT / name
+    if not log.is_file():
+        cmd = [sys.executable, str(ROOT / "scripts" / "make_logs.py"), "bench", "--out", str(log)]
+        subprocess.run(cmd + ["--requests", str(args.requests)], check=True)
+    trace = OUT / (name.removesuffix(".jsonl.gz") + ".trace.parquet")
+    results: dict[str, dict] = {} if args.skip_parse else {"parse+hash": run_child("parsehash", str(log))}
+    if not args.skip_single:
+        results["analyze w=1"] = run_child("analyze", str(log), "1", str(trace))
+    results["analyze w=2"] = run_child("analyze", str(log), "2", "-" if not args.skip_single else str(trace))
+    if not args.skip_sim_log:
+        results["sim log"] = run_child("simulate", str(log), args.sweep, args.policies)
+    results["sim trace"] = run_child("simulate", str(trace), args.sweep, args.policies)
+    print(f"log: {log}  ({log.stat().st_size / 2**20:,.0f} MiB gzip)  trace: {trace.stat().st_size / 2**20:,.0f} MiB")
+    print(f"{'run':<14}{'seconds':>10}{'requests':>11}{'Mtok/s':>9}{'RSS MB':>9}{'worker RSS':>12}")
+    for k, r in results.items():
+        kids = f"{r['children_peak_rss_mb']:,.0f}" if k == "analyze w=2" else "-"
+        print(
+            f"{k:<14}{r['seconds']:>10,.1f}{r['requests']:>11,}{r['tokens'] / r['seconds'] / 1e6:>9.2f}"
+            f"{r['peak_rss_mb']:>9,.0f}{kids:>12}"
+        )
+
+    def ratio(a: str, b: str, what: str) -> None:
+        if a in results and b in results:
+            print(f"{what}: {results[b]['seconds'] / results[a]['seconds']:.2f}x")
+
+    ratio("analyze w=2", "analyze w=1", "analyze --workers 2 vs 1 (speed-up)")
+    if "analyze w=1" in results and "parse+hash" in results:
+        r, p = results["analyze w=1"], results["parse+hash"]
+        print(
+            f"analyze w=1 throughput vs parse+hash limit: {(r['tokens'] / r['seconds']) / (p['tokens'] / p['seconds']):.1%}"
+        )
+    ratio("sim trace", "sim log", f"simulate sweep ({args.sweep}; {args.policies}) from trace vs from log (speed-up)")
+    if "sim log" in results:
+        same = results["sim log"]["hit_rates"] == results["sim trace"]["hit_rates"]
+        print(f"hit rates from trace equal those from log: {same}")
+    a = [results[k] for k in ("analyze w=1", "analyze w=2") if k in results]
+    if a and len({r["hit_rate_tokens"] for r in a}) != 1:
+        print("WARNING: analyze results differ between worker counts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
