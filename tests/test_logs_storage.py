@@ -478,6 +478,14 @@ def test_an_unknown_column_is_a_usage_error_listing_the_columns(
     assert "unknown field 'prompt_text'" in err and "fields: messages, tools" in err
     assert main(["analyze", str(path), "--columns", "messages", "--no-store", "-q"]) == 2
     assert "is not FIELD=COLUMN" in capsys.readouterr().err
+    jsonl = tmp_path / "log.jsonl"
+    jsonl.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    assert main(["analyze", str(jsonl), "--columns", "messages=msgs", "--no-store", "-q"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--columns maps the columns of Parquet and CSV logs, and no input is one" in err
+    # forced to be read as a table, the same file is one: the mapping is checked against its header
+    assert main(["analyze", str(jsonl), "--columns", "messages=msgs", "--log-format", "csv", "--no-store", "-q"]) == 2
+    assert "has no column 'msgs'" in " ".join(capsys.readouterr().err.split())
 
 
 def test_parquet_logs_on_s3_read_like_on_disk(s3: dict[str, Any], tmp_path: Path) -> None:

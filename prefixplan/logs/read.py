@@ -443,8 +443,15 @@ def iter_requests(
     Raises:
         InputError: a path is missing or unreadable.
         LogLineError: ``options.strict`` and a line is malformed.
+        UsageError: ``options.columns`` is set and no input is a table.
     """
-    for path in expand_paths(paths):
+    expanded = expand_paths(paths)
+    if options.columns and not any(table_format(p, options.format) for p in expanded):
+        raise UsageError(
+            "--columns maps the columns of Parquet and CSV logs, and no input is one",
+            hint="name .parquet/.csv files, or read them as tables with --log-format parquet|csv",
+        )
+    for path in expanded:
         yield from _read_one(path, options, errors, meter)
         if meter is not None:
             meter.closed()
