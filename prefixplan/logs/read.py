@@ -304,10 +304,23 @@ def _requests(
     except Exception as exc:
         bad(ctx.line_no, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
         return
+    yield from _in_window(parsed, ctx.line_no, errors, bad, since, until)
+
+
+def _in_window(
+    parsed: Iterable[Request | BadLine],
+    line_no: int,
+    errors: LineErrors,
+    bad: Any,
+    since: float | None,
+    until: float | None,
+) -> Iterator[Request]:
+    """The requests of one record's parts: bad parts reported, the rest counted as read and
+    kept when in the ``[since, until)`` window."""
     requests = []
     for item in parsed:
         if isinstance(item, BadLine):
-            bad(ctx.line_no, item.reason)
+            bad(line_no, item.reason)
         else:
             requests.append(item)
     errors.requests_read += len(requests)
@@ -410,18 +423,7 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
                 except BadLine as exc:
                     bad(raw.line_no, exc.reason)
                     continue
-                requests = []
-                for item in parsed:
-                    if isinstance(item, BadLine):
-                        bad(raw.line_no, item.reason)
-                    else:
-                        requests.append(item)
-                errors.requests_read += len(requests)
-                for req in requests:
-                    t = req.time
-                    if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
-                        continue
-                    yield req
+                yield from _in_window(parsed, raw.line_no, errors, bad, since, until)
         except CorruptInput as exc:
             bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
 
