@@ -60,6 +60,8 @@ def source_options(
     trace_block_size: int = 512,
     workers: int | None = None,
     columns: str | Mapping[str, str] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> SourceOptions:
     """Where requests come from and how they are tokenized (shared by analyze and simulate).
 
@@ -80,6 +82,11 @@ def source_options(
         workers: render in this many processes (None: one per core for inputs of 4 MiB and more).
         columns: the column of each request field in Parquet and CSV logs, e.g.
             ``{"messages": "request.messages", "timestamp": "ts"}`` or ``"messages=request.messages,timestamp=ts"``.
+        executor: ``"local"`` (processes here) or ``"ray"`` (one actor per input file on a Ray
+            cluster; needs ``prefixplan[ray]``; ``workers`` then sizes the actor pool, default one
+            per cluster CPU). The record is the same either way.
+        ray_address: the Ray cluster to join (``auto``, ``ray://HOST:10001``; default
+            ``RAY_ADDRESS``, else a new local cluster).
     """
     from prefixplan.errors import UsageError
 
@@ -117,6 +124,8 @@ def source_options(
         chat_template=os.fspath(chat_template) if chat_template is not None else None,
         template_kwargs=dict(template_kwargs or {}),
         workers=workers,
+        executor=executor,
+        ray_address=ray_address,
     )
 
 

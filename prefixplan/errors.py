@@ -48,6 +48,9 @@ class LogLineError(InputError):
         self.line_no = line_no
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, int, str]]:  # travels from render processes intact
+        return (type(self), (self.source, self.line_no, self.reason))
+
 
 class TokenizerError(PrefixplanError):
     """A tokenizer spec cannot be loaded or a request cannot be rendered."""

@@ -9,13 +9,11 @@ with the reason; nothing else depends on it.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import gzip
 import http.server
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,21 +27,15 @@ import pytest
 from prefixplan.cli.app import main
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors, ReadOptions, expand_paths, iter_requests
+from tests.s3_server import SECRET, moto_server
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
 BUCKET = "logs"
-SECRET = "very-secret-key-0123456789"
 pytestmark = pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _analyze(spec: str | list[str], tmp: Path, *extra: str) -> dict[str, Any]:
@@ -110,41 +102,9 @@ def example_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """moto's S3 server in its own process, with the example log and a multi-file log uploaded."""
-    try:
+    with moto_server() as url:
         import boto3
-        import s3fs
-    except ImportError as exc:
-        pytest.skip(f"the S3 test server needs moto, boto3 and s3fs (pip install -e '.[test]'): {exc}")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-    except OSError as exc:
-        pytest.skip(f"moto's S3 server could not start: {exc}")
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            err = (proc.communicate()[1] or b"").decode(errors="replace")[-500:]
-            pytest.skip(f"moto's S3 server did not start on {url}: {err or 'timed out'}")
-        time.sleep(0.1)
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing-key-id",
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL_S3": url,
-    }
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+
         client = boto3.client("s3", endpoint_url=url)
         client.create_bucket(Bucket=BUCKET)
         client.upload_file(str(EXAMPLE), BUCKET, "example/agent_log.jsonl.gz")
@@ -153,16 +113,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for path in sorted(local.rglob("*")):
             if path.is_file():
                 client.upload_file(str(path), BUCKET, f"multi/{path.relative_to(local).as_posix()}")
-        s3fs.S3FileSystem.clear_instance_cache()
-        try:
-            yield {"url": url, "local": local}
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        yield {"url": url, "local": local}
 
 
 def test_the_example_log_on_s3_gives_the_record_of_the_file_on_disk(

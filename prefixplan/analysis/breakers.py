@@ -21,6 +21,7 @@ Privacy: like candidates, a breaker seen from fewer than ``min_tenants`` distinc
 from __future__ import annotations
 
 import json
+import secrets
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -85,6 +86,7 @@ class BreakerFinder:
     def __init__(self, min_tenants: int = 2) -> None:
         self.min_tenants = min_tenants
         self._anon = 0
+        self._anon_tag = secrets.token_hex(8)  # anonymous users of different finders never collide
         self._scan_cache: dict[str, tuple[list[tuple[str, int, int]], str | None]] = {}
         self._system: dict[str, _Group] = defaultdict(_Group)
         self._tools: dict[frozenset[str], _Group] = defaultdict(_Group)
@@ -99,7 +101,7 @@ class BreakerFinder:
         tenant = req.tenant
         if not tenant:
             self._anon += 1
-            tenant = f"anon:{self._anon}"
+            tenant = f"anon:{self._anon_tag}:{self._anon}"
         region_end = next((s.start for s in segments if s.kind in ("user", "assistant", "tool_result")), n_units)
         if req.messages and str(req.messages[0].get("role")) in ("system", "developer"):
             text = message_text(req.messages[0].get("content"))
@@ -136,6 +138,26 @@ class BreakerFinder:
                 group.token_offsets.append(first_tool)
             if group.first is None:
                 group.first = ("order", 0, 0, "")
+
+    def merge(self, other: BreakerFinder) -> None:
+        """Add what ``other`` found in a later part of the same input (another process's file):
+        the breakers are those of one finder fed both parts in turn (groups in first-seen order,
+        medians over the same values, distinct users counted up to ``min_tenants``)."""
+        for mine, theirs in ((self._system, other._system), (self._tools, other._tools)):
+            for key, group in theirs.items():
+                into = mine[key]  # type: ignore[index]
+                for variant, n in group.variants.items():
+                    into.variants[variant] = into.variants.get(variant, 0) + n
+                into.tails.extend(group.tails)
+                into.token_offsets.extend(group.token_offsets)
+                if into.first is None:
+                    into.first = group.first
+                into.orders.update(group.orders)
+                for tenant in group.tenants:
+                    self._seen(into, tenant)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_scan_cache": {}}  # a cache: not worth sending between processes
 
     def _seen(self, group: _Group, tenant: str) -> None:
         if len(group.tenants) < max(self.min_tenants, 1):

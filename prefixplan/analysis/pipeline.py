@@ -15,6 +15,7 @@ as it goes by. Token accounting per segment kind is :mod:`prefixplan.analysis.ac
 
 from __future__ import annotations
 
+import functools
 import os
 import time as _time
 from collections import Counter
@@ -45,7 +46,7 @@ from prefixplan.analysis.rowstore import RowStore
 from prefixplan.analysis.textfacts import TextFacts
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.progress import NO_PROGRESS, Progress
-from prefixplan.core.types import Segment
+from prefixplan.core.types import Request, Segment
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
@@ -54,6 +55,7 @@ from prefixplan.trace.blocks import TraceBuilder, request_of_row
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
 from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
 from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.shards import ShardResult
 from prefixplan.trace.workers import Rendered, iter_rendered, row_segments
 
 PrefixSink = Callable[[TraceRow], object]
@@ -112,26 +114,62 @@ class Analysis:
         return candidates_frame(self.record.candidates)
 
 
+@dataclass
+class TextPass:
+    """What only text can tell (previews, breakers), fed one request at a time in input order;
+    a worker that rendered one file of the log sends its own, merged in input order
+    (:mod:`prefixplan.trace.shards`)."""
+
+    min_tenants: int = 2
+    previews: Previews = field(default_factory=Previews)
+    finder: BreakerFinder | None = None
+
+    def __post_init__(self) -> None:
+        if self.finder is None:
+            self.finder = BreakerFinder(min_tenants=self.min_tenants)
+
+    def add(self, request: Request, row: TraceRow) -> None:
+        segments = row_segments(row)
+        self.previews.remember(request, segments)
+        assert self.finder is not None
+        self.finder.add_request(request, segments, int(row.units), int(row.token_scale))
+
+    def merge(self, other: TextPass) -> None:
+        assert self.finder is not None and other.finder is not None
+        self.previews.merge(other.previews)
+        self.finder.merge(other.finder)
+
+
 class _FirstPass:
-    """What the first pass keeps: the block trace, the row store, and what only text can tell
-    (previews, breakers), fed one request at a time in input order."""
+    """What the first pass keeps: the block trace, the row store, and the text pass."""
 
     def __init__(self, options: AnalyzeOptions) -> None:
         self.granularity = engine_granularity(options.engine, options.block_size)
         self.builder = TraceBuilder(self.granularity)
         self.store = RowStore()
-        self.previews = Previews()
-        self.finder = BreakerFinder(min_tenants=options.min_tenants)
+        self.text = TextPass(options.min_tenants)
         self.total = 0
+
+    @property
+    def previews(self) -> Previews:
+        return self.text.previews
+
+    @property
+    def finder(self) -> BreakerFinder:
+        assert self.text.finder is not None
+        return self.text.finder
 
     def add_rendered(self, rendered: Rendered) -> TraceRow:
         row = rendered.row
         assert row is not None
         self.add_row(row)
-        segments = row_segments(row)
-        self.previews.remember(rendered.request, segments)
-        self.finder.add_request(rendered.request, segments, int(row.units), int(row.token_scale))
+        if rendered.request is not None:  # else the text pass of its file comes with the file's rows
+            self.text.add(rendered.request, row)
         return row
+
+    def add_shard(self, result: ShardResult) -> None:
+        if result.text is not None:
+            self.text.merge(result.text)  # type: ignore[arg-type]
 
     def add_row(self, row: TraceRow) -> None:
         self.builder.add(request_of_row(row))
@@ -191,6 +229,8 @@ def analyze(
             workers=workers,
             failures=failures,
             meter=meter,
+            text=functools.partial(TextPass, options.min_tenants),
+            on_shard=first.add_shard,
         )
         try:
             i = -1
@@ -401,7 +441,7 @@ def _rank_and_record(
         breakers=breaker_json,
         errors={
             "count": errors.count,
-            "by_reason": dict(errors.by_reason),
+            "by_reason": dict(sorted(errors.by_reason.items())),
             "samples": [{"source": e.source, "line": e.line_no, "reason": e.reason} for e in errors.samples],
         },
     )

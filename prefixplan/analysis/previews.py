@@ -37,6 +37,8 @@ class Previews:
         self.heads: dict[str, str] = {}  # system text hash -> its first LINEAGE_HEAD_CHARS chars
         self.part_data: dict[str, bytes] = {}  # system/tool text hash -> the part's recipe bytes
         self.part_bytes = 0
+        self.offered: list[str] = []  # every part hash offered to part_data, first seen first
+        self.full = False  # a part did not fit the budget: later parts are not kept
 
     def remember(self, req: Request, segments: Sequence[Segment]) -> None:
         messages = req.messages or ()
@@ -56,10 +58,27 @@ class Previews:
                     self.heads[seg.text_hash] = text[:LINEAGE_HEAD_CHARS]
                     self._keep(seg.text_hash, text.encode("utf-8"))
 
-    def _keep(self, text_hash: str, data: bytes) -> None:
-        if self.part_bytes + len(data) <= PART_BYTES_BUDGET:
-            self.part_data[text_hash] = data
-            self.part_bytes += len(data)
+    def _keep(self, text_hash: str, data: bytes | None) -> None:
+        """Keep parts first seen first until one does not fit :data:`PART_BYTES_BUDGET`."""
+        self.offered.append(text_hash)
+        if self.full or data is None or self.part_bytes + len(data) > PART_BYTES_BUDGET:
+            self.full = True
+            return
+        self.part_data[text_hash] = data
+        self.part_bytes += len(data)
+
+    def merge(self, other: Previews) -> None:
+        """Add what ``other`` saw in a later part of the same input (another process's file): the
+        result equals one :class:`Previews` fed both parts in turn. ``other`` keeps at least the
+        parts this one would have kept of its part (it started from an empty budget), and stops
+        no later."""
+        for text_hash in other.offered:
+            if text_hash not in self.previews:  # one reader would have offered it here
+                self._keep(text_hash, other.part_data.get(text_hash))
+        for text_hash, preview in other.previews.items():
+            self.previews.setdefault(text_hash, preview)
+        for text_hash, head in other.heads.items():
+            self.heads.setdefault(text_hash, head)
 
 
 def part_content_hash(

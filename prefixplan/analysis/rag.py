@@ -30,7 +30,7 @@ from prefixplan.errors import TokenizerError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
-from prefixplan.render.stream import SourceOptions, iter_prompts, source_meter
+from prefixplan.render.stream import SourceOptions, source_meter
 
 
 def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:
@@ -155,6 +155,23 @@ def rag_report(store: RowStore, reused: np.ndarray, min_requests: int = 2) -> tu
     return out, recurring
 
 
+class DocumentsFirst:
+    """The what-if rewrite: each request's recurring documents moved before its question
+    (:func:`reorder_request`); ``moved`` counts the requests it rewrote. Picklable, so the files
+    of a log can be rewritten where they are rendered (each copy counts its own)."""
+
+    def __init__(self, counts: Mapping[str, int]) -> None:
+        self.counts = dict(counts)
+        self.moved = 0
+
+    def __call__(self, req: Request) -> Request:
+        new = reorder_request(req, self.counts)
+        if new is None:
+            return req
+        self.moved += 1
+        return new
+
+
 def rag_whatif(
     source: SourceOptions,
     renderers: RenderSet,
@@ -164,29 +181,36 @@ def rag_whatif(
     progress: Progress = NO_PROGRESS,
 ) -> dict[str, Any]:
     """Second pass: rewrite requests documents-first and measure the reuse on a fresh block
-    trace (same granularity and replay order as the first pass)."""
+    trace (same granularity and replay order as the first pass), rendered like the first pass
+    (in this process, local workers or Ray actors)."""
     from prefixplan.trace.blocks import TraceBuilder, request_of_row
-    from prefixplan.trace.rows import RowMaker
+    from prefixplan.trace.workers import iter_rendered
 
     builder = TraceBuilder(granularity)
-    maker = RowMaker(granularity.block_size)
-    moved = 0
+    transform = DocumentsFirst(counts)
+    moved_elsewhere = 0
 
-    def transform(req: Request) -> Request:
-        nonlocal moved
-        new = reorder_request(req, counts)
-        if new is None:
-            return req
-        moved += 1
-        return new
+    def on_shard(result: Any) -> None:
+        nonlocal moved_elsewhere
+        moved_elsewhere += int(result.moved)
 
     meter = source_meter(source)
     progress.begin("documents-first what-if (a second pass)", meter.total_bytes if meter is not None else None)
     tokens = n = 0
     try:
-        for i, prompt in enumerate(iter_prompts(source, LineErrors(), renderers, transform=transform, meter=meter)):
-            builder.add(request_of_row(maker.row(prompt, i)))
-            tokens += prompt.n_tokens
+        rows = iter_rendered(
+            source,
+            LineErrors(),
+            renderers,
+            block_size=granularity.block_size,
+            transform=transform,
+            meter=meter,
+            on_shard=on_shard,
+        )
+        for i, one in enumerate(rows):
+            assert one.row is not None
+            builder.add(request_of_row(one.row))
+            tokens += int(one.row.prompt_tokens)
             n = i + 1
             if i % 256 == 0:
                 progress.update(n, tokens, meter.done() if meter is not None else None)
@@ -200,7 +224,7 @@ def rag_whatif(
     return {
         "whatif": {
             "layout": "documents-first",
-            "requests_rewritten": moved,
+            "requests_rewritten": transform.moved + moved_elsewhere,
             "reusable_tokens": reused,
             "reusable_tokens_now": reused_now,
             "gain_tokens": reused - reused_now,

@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
         json_out: o.Json = None,
         trace_out: o.TraceOut = None,
         workers: o.Workers = None,
+        executor: o.Executor = "local",
+        ray_address: o.RayAddress = None,
         html_out: o.Html = None,
         markdown_out: o.Markdown = None,
         store: o.Store = True,
@@ -108,6 +110,8 @@ def register(app: typer.Typer) -> None:
             chat_template=chat_template,
             template_kwargs=template_kwargs,
             workers=workers,
+            executor=executor,
+            ray_address=ray_address,
         )
         options = AnalyzeOptions(
             source=source,

@@ -120,6 +120,8 @@ def register(app: typer.Typer) -> None:
         json_out: o.Json = None,
         trace_out: o.TraceOut = None,
         workers: o.Workers = None,
+        executor: o.Executor = "local",
+        ray_address: o.RayAddress = None,
         quiet: o.Quiet = False,
         old_format: Annotated[Optional[str], o.deprecated("--format", "--log-format")] = None,
         old_engine: Annotated[Optional[str], o.deprecated("--engine", "--granularity")] = None,
@@ -151,6 +153,8 @@ def register(app: typer.Typer) -> None:
             chat_template=chat_template,
             template_kwargs=template_kwargs,
             workers=workers,
+            executor=executor,
+            ray_address=ray_address,
         )
         config = simulation_config(
             engine=granularity,

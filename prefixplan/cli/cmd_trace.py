@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         granularity: o.Granularity = "vllm",
         block_size: o.BlockSize = None,
         workers: o.Workers = None,
+        executor: o.Executor = "local",
+        ray_address: o.RayAddress = None,
         quiet: o.Quiet = False,
     ) -> None:
         """Render logs once into a trace file that analyze and simulate read without a tokenizer, or
@@ -66,6 +68,8 @@ def register(app: typer.Typer) -> None:
             chat_template=chat_template,
             template_kwargs=parse_template_kwargs(template_kwargs),
             workers=workers,
+            executor=executor,
+            ray_address=ray_address,
         )
         what = f"{done.export} trace, {done.blocks:,} distinct blocks" if done.export else "trace"
         notes.print(f"wrote {done.path} ({what}; {done.requests:,} requests)", highlight=False)

@@ -21,6 +21,8 @@ def source_options(
     template_kwargs: str | None = None,
     workers: int | None = None,
     columns: str | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> Any:
     """:class:`prefixplan.render.stream.SourceOptions` from the shared log/tokenizer options."""
     from prefixplan.api import source_options as build
@@ -40,4 +42,6 @@ def source_options(
         trace_block_size=trace_block_size,
         workers=workers,
         columns=columns,
+        executor=executor,
+        ray_address=ray_address,
     )

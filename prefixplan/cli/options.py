@@ -262,7 +262,28 @@ TraceOut = Annotated[
 Workers = Annotated[
     Optional[int],
     typer.Option(
-        "--workers", metavar="N", help="Render in N worker processes (default: one per core; 1 = in this process)."
+        "--workers",
+        metavar="N",
+        help="Render in N worker processes (default: one per core; 1 = in this process); with --executor ray, "
+        "N actors (default: one per cluster CPU).",
+    ),
+]
+Executor = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        metavar="local|ray",
+        help="Where rendering runs: local processes, or a Ray cluster (one actor per input file; "
+        'pip install "prefixplan[ray]"). The record is the same.',
+    ),
+]
+RayAddress = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ray-address",
+        metavar="ADDR",
+        help="The Ray cluster for --executor ray: auto or ray://HOST:10001 (default: RAY_ADDRESS, else a new "
+        "local cluster).",
     ),
 ]
 Html = Annotated[

@@ -8,6 +8,7 @@ strict mode.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import hashlib
 import json
@@ -49,7 +50,9 @@ class LineErrors:
 
     ``by_reason`` counts by category: the reason's text before its first colon
     (``"bad JSON"``, ``"wrong type"``, ``"line too long"``...). ``samples`` keeps the first
-    :data:`MAX_SAMPLES` records in full.
+    :data:`MAX_SAMPLES` records in input order (inputs in the order first seen, then line
+    number), whatever order they were reported in: a render failure found after later lines were
+    read, or a shard of the input read elsewhere (:meth:`merge`), lands where its line is.
     """
 
     count: int = 0
@@ -59,10 +62,21 @@ class LineErrors:
     requests_read: int = 0  # requests those lines gave, before the time window
     first_lines: list[str] = field(default_factory=list)  # what the first lines looked like
     sources: dict[str, SourceInfo] = field(default_factory=dict)  # per file: reader, detection, notes
+    _rank: dict[str, int] = field(default_factory=dict)  # input -> its position among the inputs seen
+    _keys: list[tuple[int, int, int]] = field(default_factory=list)  # (rank, line, seq) of each sample
+    _seq: int = 0
+
+    def _rank_of(self, source: str) -> int:
+        rank = self._rank.get(source)
+        if rank is None:
+            rank = self._rank[source] = len(self._rank)
+        return rank
 
     def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
         """Count one non-blank line; remember the shape of the first few."""
         self.lines_read += 1
+        if source not in self._rank:
+            self._rank_of(source)
         if len(self.first_lines) < FIRST_LINES:
             self.first_lines.append(f"{source} line {line_no} is {describe(data)}")
 
@@ -71,8 +85,43 @@ class LineErrors:
         self.count += 1
         category = reason.split(":", 1)[0]
         self.by_reason[category] = self.by_reason.get(category, 0) + 1
-        if len(self.samples) < MAX_SAMPLES:
-            self.samples.append(LineErrorRecord(source, line_no, reason))
+        self._seq += 1
+        self._keep((self._rank_of(source), line_no, self._seq), LineErrorRecord(source, line_no, reason))
+
+    def _keep(self, key: tuple[int, int, int], record: LineErrorRecord) -> None:
+        if len(self._keys) != len(self.samples):  # samples were set from a stored record: keep its order
+            self._keys = [(-1, i, 0) for i in range(len(self.samples))]
+        if len(self.samples) >= MAX_SAMPLES and key >= self._keys[-1]:
+            return
+        at = bisect.bisect_right(self._keys, key)
+        self._keys.insert(at, key)
+        self.samples.insert(at, record)
+        if len(self.samples) > MAX_SAMPLES:
+            self._keys.pop()
+            self.samples.pop()
+
+    def merge(self, other: LineErrors) -> None:
+        """Add the errors of ``other``, a later part of the same input (e.g. the next file read by
+        another process): the result is what one reader of both parts in turn would have kept."""
+        self.count += other.count
+        for category, n in other.by_reason.items():
+            self.by_reason[category] = self.by_reason.get(category, 0) + n
+        ranks = {source: self._rank_of(source) for source in other._rank}
+        base = self._seq
+        aligned = len(other._keys) == len(other.samples)
+        for i, record in enumerate(other.samples):
+            seq = other._keys[i][2] if aligned else i
+            rank = ranks.get(record.source)
+            rank = self._rank_of(record.source) if rank is None else rank
+            self._keep((rank, record.line_no, base + seq), record)
+        self._seq = base + other._seq + len(other.samples)
+        self.lines_read += other.lines_read
+        self.requests_read += other.requests_read
+        for line in other.first_lines:
+            if len(self.first_lines) < FIRST_LINES:
+                self.first_lines.append(line)
+        for source, info in other.sources.items():
+            self.sources.setdefault(source, info)
 
     def summary(self, limit: int = 3) -> str:
         """One human line, e.g. ``2 malformed lines (bad JSON: 2); first: a.jsonl:3: ...``."""
@@ -274,6 +323,10 @@ class ReadMeter:
         except (OSError, ValueError):
             self._size = 0
 
+    def add_done(self, size: int) -> None:
+        """Count a whole input read elsewhere (by a worker)."""
+        self._finished += int(size)
+
     def closed(self) -> None:
         self._finished += self._size
         self._raw, self._size = None, 0
@@ -428,6 +481,15 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
             bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
 
 
+def check_columns(expanded: Sequence[str], options: ReadOptions) -> None:
+    """Refuse ``options.columns`` when no input is a table (the mapping would be ignored)."""
+    if options.columns and not any(table_format(p, options.format) for p in expanded):
+        raise UsageError(
+            "--columns maps the columns of Parquet and CSV logs, and no input is one",
+            hint="name .parquet/.csv files, or read them as tables with --log-format parquet|csv",
+        )
+
+
 def iter_requests(
     paths: Sequence[str], options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None
 ) -> Iterator[Request]:
@@ -448,11 +510,7 @@ def iter_requests(
         UsageError: ``options.columns`` is set and no input is a table.
     """
     expanded = expand_paths(paths)
-    if options.columns and not any(table_format(p, options.format) for p in expanded):
-        raise UsageError(
-            "--columns maps the columns of Parquet and CSV logs, and no input is one",
-            hint="name .parquet/.csv files, or read them as tables with --log-format parquet|csv",
-        )
+    check_columns(expanded, options)
     for path in expanded:
         yield from _read_one(path, options, errors, meter)
         if meter is not None:

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.core.types import Prompt, Request
+from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter, ReadOptions, expand_paths, iter_objects, iter_requests
 from prefixplan.logs.read import no_requests_error
 from prefixplan.logs.remote import shown
 from prefixplan.render import RenderSet
+
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,10 @@ class SourceOptions:
         template_kwargs: extra chat-template variables.
         render_batch: requests rendered together (cache misses are encoded in one call).
         workers: render in this many processes (None: one per core for large file inputs).
+        executor: ``"local"`` (processes on this machine) or ``"ray"`` (actors on a Ray cluster,
+            one input file each; :mod:`prefixplan.trace.ray_executor`).
+        ray_address: the cluster to join (``auto``, ``ray://HOST:10001``; None: ``RAY_ADDRESS`` or
+            a local cluster).
     """
 
     paths: tuple[str, ...] = ()
@@ -46,6 +53,14 @@ class SourceOptions:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     render_batch: int = 256
     workers: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"unknown executor {self.executor!r}", hint=f"use one of: {', '.join(EXECUTORS)}")
+        if self.ray_address is not None and self.executor != "ray":
+            raise UsageError("--ray-address needs --executor ray")
 
     @property
     def rereadable(self) -> bool:

@@ -15,7 +15,7 @@ from prefixplan.render import RenderSet
 def line_errors_json(errors: LineErrors) -> dict[str, Any]:
     return {
         "count": errors.count,
-        "by_reason": dict(errors.by_reason),
+        "by_reason": dict(sorted(errors.by_reason.items())),
         "samples": [{"source": s.source, "line": s.line_no, "reason": s.reason} for s in errors.samples],
         "lines_read": errors.lines_read,
         "requests_read": errors.requests_read,

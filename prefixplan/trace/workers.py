@@ -27,6 +27,7 @@ from prefixplan.logs.read import no_requests_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
 from prefixplan.trace.rows import RowMaker, TraceRow
+from prefixplan.trace.shards import ShardResult, TextPartial, merge_stats
 
 SMALL_INPUT_BYTES = 4 * 2**20
 """Inputs below this size render in-process by default: starting workers costs more than it saves."""
@@ -51,7 +52,7 @@ class Rendered:
     """One request's outcome: its row (and the request itself, for text-level analysis), or why
     it could not be rendered."""
 
-    request: Request
+    request: Request | None  # None when a file's worker kept the text (:mod:`prefixplan.trace.shards`)
     row: TraceRow | None
     error: str | None = None
 
@@ -112,18 +113,6 @@ def _stats_delta(renderers: RenderSet) -> tuple[dict, dict, dict]:
 # -- parent side -----------------------------------------------------------------------------
 
 
-def _merge(renderers: RenderSet, delta: tuple[dict, dict, dict]) -> None:
-    models, prompts, engine = delta
-    for spec, names in models.items():
-        renderers.models_by_spec.setdefault(spec, set()).update(names)
-    for spec, n in prompts.items():
-        if n:
-            renderers.prompts_by_spec[spec] = renderers.prompts_by_spec.get(spec, 0) + n
-    for key, n in engine.items():
-        if n:
-            renderers.engine_ids[key] = renderers.engine_ids.get(key, 0) + n
-
-
 def iter_rendered(
     source: SourceOptions,
     errors: LineErrors,
@@ -135,13 +124,31 @@ def iter_rendered(
     transform: Callable[[Request], Request] | None = None,
     failures: list[RenderFailure] | None = None,
     meter: ReadMeter | None = None,
+    text: Callable[[], TextPartial] | None = None,
+    on_shard: Callable[[ShardResult], None] | None = None,
+    require_requests: bool = True,
 ) -> Iterator[Rendered]:
     """Read ``source`` and render it into rows at ``block_size`` tokens, in input order, on
     ``workers`` processes (None: ``source.workers``, else :func:`default_workers`). Render failures are counted in
-    ``errors`` (and listed in ``failures``) unless the read options are strict."""
+    ``errors`` (and listed in ``failures``) unless the read options are strict.
+
+    Files are rendered one per worker (:mod:`prefixplan.trace.shards`) with ``--executor ray``,
+    and locally when there are at least two files per worker; then each file's text-level
+    partial (``text``) and outcome reach ``on_shard`` in input order and rows come without their
+    request. Otherwise requests are read here and rendered in batches (rows with requests).
+    """
     if workers is None:
         workers = source.workers
-    n = default_workers(source) if workers is None else max(1, int(workers))
+    asked = workers
+    n = (1 if source.executor == "ray" else default_workers(source)) if workers is None else max(1, int(workers))
+    files = _shardable(source, n)
+    if files is not None:
+        yield from _by_file(
+            files, source, errors, renderers, block_size, routing, asked, n, transform, failures, meter, text, on_shard
+        )
+        if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
+            raise no_requests_error(errors, source.display)
+        return
     requests: Iterator[Request] = iter_source_requests(source, errors, meter)
     if transform is not None:
         requests = (transform(r) for r in requests)
@@ -157,8 +164,76 @@ def iter_rendered(
         yield from _in_process(requests, renderers, RowMaker(block_size, routing=routing), source.render_batch, failed)
     else:
         yield from _in_workers(requests, source, renderers, block_size, routing, n, failed)
-    if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
+    if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
         raise no_requests_error(errors, source.display)
+
+
+def _shardable(source: SourceOptions, workers: int) -> list[str] | None:
+    """The input files when they are rendered one per worker, else None."""
+    ray = source.executor == "ray"
+    if source.objects is not None or "-" in source.paths:
+        if ray:
+            raise UsageError(
+                "--executor ray reads files or URLs, not stdin or in-memory records",
+                hint="give the log's path (local or s3://, gs://, az://, https://)",
+            )
+        return None
+    if not ray and workers <= 1:
+        return None
+    from prefixplan.logs import expand_paths
+
+    files = expand_paths(source.paths)
+    if ray or len(files) >= 2 * workers:
+        return files
+    return None
+
+
+def _by_file(
+    files: list[str],
+    source: SourceOptions,
+    errors: LineErrors,
+    renderers: RenderSet,
+    block_size: int,
+    routing: bool,
+    asked: int | None,
+    workers: int,
+    transform: Callable[[Request], Request] | None,
+    failures: list[RenderFailure] | None,
+    meter: ReadMeter | None,
+    text: Callable[[], TextPartial] | None,
+    on_shard: Callable[[ShardResult], None] | None,
+) -> Iterator[Rendered]:
+    from prefixplan.logs.read import check_columns
+    from prefixplan.trace.shards import ShardJob, merge_stats, run_local
+
+    check_columns(files, source.read)
+    jobs = (
+        ShardJob(i, path, source, block_size, routing, text if on_shard is not None else None, transform)
+        for i, path in enumerate(files)
+    )
+    if source.executor == "ray":
+        from prefixplan.trace.ray_executor import run_ray
+
+        results = run_ray(jobs, len(files), source.ray_address, asked)
+    else:
+        results = run_local(jobs, workers)
+    index = 0
+    for result in results:
+        if result.error is not None:
+            raise result.error
+        errors.merge(result.errors)
+        if failures is not None:
+            failures.extend(result.failures)
+        merge_stats(renderers, result.stats)
+        for row in result.rows:
+            row.index = index  # indexes count rendered requests, as in-process
+            index += 1
+            yield Rendered(None, row)
+        if meter is not None:
+            meter.add_done(result.size)
+        if on_shard is not None:
+            on_shard(result)
+    _list_tokenizers(renderers)
 
 
 def _in_process(
@@ -217,7 +292,7 @@ def _in_workers(
                     f"a render worker stopped unexpectedly ({exc or 'killed, or out of memory'})",
                     hint="run again with fewer --workers (--workers 1 renders in this process)",
                 ) from None
-            _merge(renderers, delta)
+            merge_stats(renderers, delta)
             for req, out in zip(batch, outcomes, strict=True):
                 if isinstance(out, str):
                     failed(req, out)
@@ -239,7 +314,12 @@ def _in_workers(
             window.append((batch, pool.submit(_render, batch, submitted)))
         while window:
             yield from drain_one()
-    # the parent's RenderSet lists the tokenizers used (for the record), as after in-process rendering
+    _list_tokenizers(renderers)
+
+
+def _list_tokenizers(renderers: RenderSet) -> None:
+    """Load, in the parent, the tokenizers the workers used, so its :class:`RenderSet` lists them
+    for the record as after in-process rendering (one the parent cannot load is left out)."""
     for spec in list(renderers.models_by_spec):
         for model in sorted(renderers.models_by_spec[spec]):
             if renderers.spec_for(None if model == "-" else model) == spec:

@@ -1,0 +1,197 @@
+"""Rendering by file: each input file is a shard that one process reads, parses and renders.
+
+A log kept as many files (a day of gateway logs in object storage, 32 rotated JSONL files) is
+split along its files: each worker — a local process (``--workers N``) or a Ray actor
+(``--executor ray``, :mod:`prefixplan.trace.ray_executor`) — reads its file itself (local path
+or URL), counts that file's malformed lines, renders its requests and returns a
+:class:`ShardResult`: compact trace rows, the file's :class:`~prefixplan.logs.LineErrors`, its
+render failures and, for analyze, the text-level findings of its requests (``text``: previews,
+breakers) as a partial that merges in input order. No request text and no token array leaves the
+worker, and the parent only merges: rows in file order, line errors and text partials with their
+``merge`` methods, which give what one reader of all files in turn would have found. So the
+record is the same whatever the executor, the number of workers and the way the log is split.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from prefixplan.core.types import Request
+from prefixplan.errors import PrefixplanError
+from prefixplan.logs import LineErrors
+from prefixplan.render import RenderSet
+from prefixplan.render.stream import RenderFailure, SourceOptions
+from prefixplan.trace.rows import TraceRow
+
+IN_FLIGHT_PER_WORKER = 2
+"""Shards handed to each local worker ahead of the one being merged (bounds parent memory)."""
+
+
+class TextPartial(Protocol):
+    """What the text-level analysis keeps of a shard's requests (analysis provides it)."""
+
+    def add(self, request: Request, row: TraceRow) -> None: ...
+
+    def merge(self, other: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One file to read and render.
+
+    Attributes:
+        index: position of the file among the inputs (results merge in this order).
+        path: the file (local path or URL, as given after expansion).
+        source: the run's source options (``paths`` is replaced by ``path``).
+        block_size: trace block size in tokens.
+        routing: rows carry the gateway's routing keys.
+        text: makes the text partial of a shard (None: rows only, e.g. simulate).
+        transform: rewrites each request before rendering (picklable; may count what it did in
+            an attribute ``moved``, summed over shards).
+    """
+
+    index: int
+    path: str
+    source: SourceOptions
+    block_size: int
+    routing: bool = False
+    text: Callable[[], TextPartial] | None = None
+    transform: Callable[[Request], Request] | None = None
+
+
+@dataclass
+class ShardResult:
+    """What a worker sends back for one file (never request text or token arrays)."""
+
+    index: int
+    rows: list[TraceRow] = field(default_factory=list)
+    errors: LineErrors = field(default_factory=LineErrors)
+    failures: list[RenderFailure] = field(default_factory=list)
+    stats: tuple[dict, dict, dict] = ({}, {}, {})
+    text: TextPartial | None = None
+    moved: int = 0
+    size: int = 0  # bytes of the input file, for progress
+    error: PrefixplanError | None = None  # strict mode, an unreadable file: raised by the parent
+    worker: str = ""  # host:pid that rendered it (benchmarks, progress)
+
+
+# -- worker side -----------------------------------------------------------------------------
+
+_RENDERERS: dict[tuple[Any, ...], RenderSet] = {}
+
+
+def _renderers(source: SourceOptions) -> RenderSet:
+    """The tokenizers of ``source``, loaded once per process."""
+    key = (source.tokenizer, tuple(sorted(source.tokenizer_map.items())), source.chat_template,
+           repr(sorted(source.template_kwargs.items())))  # fmt: skip
+    found = _RENDERERS.get(key)
+    if found is None:
+        found = _RENDERERS[key] = source.renderers()
+    return found
+
+
+def _stats(renderers: RenderSet) -> tuple[dict, dict, dict]:
+    return (
+        {s: set(m) for s, m in renderers.models_by_spec.items()},
+        dict(renderers.prompts_by_spec),
+        dict(renderers.engine_ids),
+    )
+
+
+def _delta(before: tuple[dict, dict, dict], after: tuple[dict, dict, dict]) -> tuple[dict, dict, dict]:
+    models = {s: m - before[0].get(s, set()) for s, m in after[0].items()}
+    prompts = {s: n - before[1].get(s, 0) for s, n in after[1].items()}
+    engine = {k: n - before[2].get(k, 0) for k, n in after[2].items()}
+    return models, prompts, engine
+
+
+def render_shard(job: ShardJob) -> ShardResult:
+    """Read, parse and render one file (runs in a worker process or a Ray actor)."""
+    import socket
+
+    from prefixplan.logs.read import input_size
+    from prefixplan.trace.workers import iter_rendered
+
+    renderers = _renderers(job.source)
+    before = _stats(renderers)
+    result = ShardResult(job.index, worker=f"{socket.gethostname()}:{os.getpid()}")
+    result.size = input_size(job.path) or 0
+    text = job.text() if job.text is not None else None
+    from prefixplan.logs.tables import table_format
+
+    read = job.source.read
+    if read.columns and table_format(job.path, read.format) is None:
+        read = replace(read, columns=())  # the mapping is for the run's table files, not this one
+    one = replace(job.source, paths=(job.path,), objects=None, read=read, workers=1, executor="local",
+                  ray_address=None)  # fmt: skip
+    try:
+        for rendered in iter_rendered(
+            one,
+            result.errors,
+            renderers,
+            block_size=job.block_size,
+            routing=job.routing,
+            workers=1,
+            transform=job.transform,
+            failures=result.failures,
+            require_requests=False,
+        ):
+            assert rendered.row is not None
+            result.rows.append(rendered.row)
+            if text is not None and rendered.request is not None:
+                text.add(rendered.request, rendered.row)
+    except PrefixplanError as exc:
+        result.error = exc
+    result.text = text
+    result.moved = int(getattr(job.transform, "moved", 0) or 0)
+    result.stats = _delta(before, _stats(renderers))
+    return result
+
+
+# -- parent side -----------------------------------------------------------------------------
+
+
+def merge_stats(renderers: RenderSet, delta: tuple[dict, dict, dict]) -> None:
+    """Add a worker's renderer statistics to the parent's :class:`RenderSet`."""
+    models, prompts, engine = delta
+    for spec, names in models.items():
+        renderers.models_by_spec.setdefault(spec, set()).update(names)
+    for spec, n in prompts.items():
+        if n:
+            renderers.prompts_by_spec[spec] = renderers.prompts_by_spec.get(spec, 0) + n
+    for key, n in engine.items():
+        if n:
+            renderers.engine_ids[key] = renderers.engine_ids.get(key, 0) + n
+
+
+def run_local(jobs: Iterable[ShardJob], workers: int) -> Iterator[ShardResult]:
+    """Shard results in job order from ``workers`` local processes (a bounded window ahead)."""
+    import multiprocessing
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from prefixplan.errors import TokenizerError
+
+    ctx = multiprocessing.get_context("spawn")  # tokenizer libraries start threads: never fork them
+    window: deque[Future[ShardResult]] = deque()
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+
+        def first() -> ShardResult:
+            try:
+                return window.popleft().result()
+            except BrokenProcessPool as exc:
+                raise TokenizerError(
+                    f"a render worker stopped unexpectedly ({exc or 'killed, or out of memory'})",
+                    hint="run again with fewer --workers (--workers 1 renders in this process)",
+                ) from None
+
+        for job in jobs:
+            window.append(pool.submit(render_shard, job))
+            while len(window) >= workers * IN_FLIGHT_PER_WORKER:
+                yield first()
+        while window:
+            yield first()

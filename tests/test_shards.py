@@ -1,0 +1,193 @@
+"""Rendering a log one file per worker (trace/shards.py) gives the record of one reader: the
+partial results of each file (line errors, previews, breakers) merge into exactly what a single
+pass over all files in turn finds, whatever the split."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefixplan.analysis import previews as previews_mod
+from prefixplan.analysis.breakers import BreakerFinder
+from prefixplan.analysis.previews import Previews
+from prefixplan.cli.app import main
+from prefixplan.core.hashes import segment_hash
+from prefixplan.core.types import Request, Segment, SegmentHash
+from prefixplan.logs import LineErrors
+from prefixplan.logs.read import MAX_SAMPLES
+from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.shards import ShardJob, render_shard
+from prefixplan.trace.workers import _shardable
+from tests.shard_logs import EXAMPLE, clean, split_example
+
+pytestmark = pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
+
+
+# -- merges: a split stream merged in order equals the whole stream ----------------------------
+
+ERRORS = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(1, 40), st.sampled_from(["bad JSON: x", "wrong type: y", "render: z"])),
+    max_size=3 * MAX_SAMPLES,
+)
+
+
+def _feed(errors: LineErrors, events: list[tuple[int, int, str]]) -> None:
+    for file, line, reason in events:
+        errors.saw(f"f{file}", line, b"{}")
+        errors.add(f"f{file}", line, reason)
+
+
+@given(ERRORS, st.lists(st.integers(0, 3 * MAX_SAMPLES), max_size=4))
+@settings(max_examples=60, deadline=None)
+def test_line_errors_of_parts_merge_into_those_of_the_whole(events: list, cuts: list[int]) -> None:
+    events = sorted(events, key=lambda e: e[0])  # files are read in turn
+    whole = LineErrors()
+    _feed(whole, events)
+    merged = LineErrors()
+    bounds = [0, *sorted(c for c in cuts if c <= len(events)), len(events)]
+    for a, b in itertools.pairwise(bounds):
+        part = LineErrors()
+        _feed(part, events[a:b])
+        merged.merge(part)
+    assert merged.count == whole.count and merged.by_reason == whole.by_reason
+    assert merged.samples == whole.samples
+    assert merged.lines_read == whole.lines_read and merged.first_lines == whole.first_lines
+    # and the samples are the first ones in input order, whatever order they were reported in
+    key = {f"f{i}": i for i in range(4)}
+    assert [(key[s.source], s.line_no) for s in whole.samples] == sorted(
+        (key[s.source], s.line_no) for s in whole.samples
+    )
+
+
+def test_a_late_render_failure_takes_its_place_among_the_samples() -> None:
+    errors = LineErrors()
+    for line in range(1, MAX_SAMPLES + 11):
+        errors.saw("b.jsonl", line, b"{}")
+        errors.add("b.jsonl", line, "bad JSON: x")
+    errors.add("b.jsonl", 3, "render: rejected")  # found after later lines were read
+    assert errors.samples[3].reason == "render: rejected" and errors.samples[3].line_no == 3
+    assert len(errors.samples) == MAX_SAMPLES and errors.samples[-1].line_no == MAX_SAMPLES - 1
+
+
+def _request(i: int, system: str, tools: list[str], tenant: str | None) -> tuple[Request, list[Segment]]:
+    tool_defs = tuple({"type": "function", "function": {"name": t, "parameters": {}}} for t in tools)
+    req = Request(
+        source="x",
+        line_no=i,
+        id=str(i),
+        format="openai-chat",
+        messages=({"role": "system", "content": system}, {"role": "user", "content": f"question {i}"}),
+        tools=tool_defs or None,
+        tenant=tenant,
+    )
+    segs = [Segment("system", 0, 40, SegmentHash(segment_hash(system)), 0)]
+    for k, t in enumerate(tools):
+        segs.append(Segment("tool", 40 + 10 * k, 50 + 10 * k, SegmentHash(segment_hash(t + str(k))), k, t))
+    segs.append(Segment("user", 100, 120, SegmentHash(segment_hash(f"question {i}")), 1))
+    return req, segs
+
+
+REQUESTS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "Today is 2026-11-30. You are helpful.",
+                "Today is 2026-12-01. You are helpful.",
+                "Request id 3f2a6c1e-8b7d-4c2a-9e1f-0a1b2c3d4e5f. Be brief.",
+                "Request id 0b2a6c1e-8b7d-4c2a-9e1f-0a1b2c3d4e5f. Be brief.",
+                "You are a static assistant with a long prompt. " * 3,
+            ]
+        ),
+        st.sampled_from([[], ["a", "b"], ["b", "a"], ["c"]]),
+        st.sampled_from([None, "u1", "u2", "u3"]),
+    ),
+    max_size=40,
+)
+
+
+@given(REQUESTS, st.lists(st.integers(0, 40), max_size=4), st.integers(20, 400))
+@settings(max_examples=60, deadline=None)
+def test_previews_and_breakers_of_parts_merge_into_those_of_the_whole(reqs: list, cuts: list[int], budget: int) -> None:
+    items = [_request(i, *r) for i, r in enumerate(reqs, start=1)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(previews_mod, "PART_BYTES_BUDGET", budget)  # small: the budget runs out mid-stream
+        whole_p, whole_b = Previews(), BreakerFinder(min_tenants=2)
+        for req, segs in items:
+            whole_p.remember(req, segs)
+            whole_b.add_request(req, segs, 120, 1)
+        merged_p, merged_b = Previews(), BreakerFinder(min_tenants=2)
+        bounds = [0, *sorted(c for c in cuts if c <= len(items)), len(items)]
+        for a, b in itertools.pairwise(bounds):
+            part_p, part_b = Previews(), BreakerFinder(min_tenants=2)
+            for req, segs in items[a:b]:
+                part_p.remember(req, segs)
+                part_b.add_request(req, segs, 120, 1)
+            merged_p.merge(part_p)
+            merged_b.merge(part_b)
+    assert list(merged_p.previews.items()) == list(whole_p.previews.items())
+    assert merged_p.heads == whole_p.heads
+    assert list(merged_p.part_data.items()) == list(whole_p.part_data.items())
+    assert merged_p.part_bytes == whole_p.part_bytes
+    assert merged_b.results() == whole_b.results()
+
+
+# -- the record of a log split into files ------------------------------------------------------
+
+
+def _record(tmp: Path, inputs: list[str], *extra: str) -> dict:
+    out = tmp / f"r{len(list(tmp.iterdir()))}.json"
+    assert main(["analyze", *inputs, "--no-store", "-q", "--json", str(out), *extra]) == 0
+    return clean(json.loads(out.read_text()))
+
+
+def test_a_log_split_into_files_gives_one_record_in_process_and_by_file(tmp_path: Path) -> None:
+    files = split_example(tmp_path / "log")
+    one = _record(tmp_path, [str(tmp_path / "log")], "--workers", "1")  # one reader, in this process
+    assert _shardable(SourceOptions(paths=(str(tmp_path / "log"),)), 2) is not None  # 24 files, 2 workers
+    by_file = _record(tmp_path, [str(tmp_path / "log")], "--workers", "2")
+    assert by_file == one
+    errors = one["errors"]
+    assert errors["count"] >= 10 and "render" in errors["by_reason"]
+    assert [s["source"] for s in errors["samples"]] == sorted(s["source"] for s in errors["samples"])
+    assert any(s["source"] == str(files[5]) for s in errors["samples"])  # the unreadable file
+    assert one["breakers"] and one["candidates"]
+
+
+def test_a_worker_returns_compact_rows_and_its_files_errors(tmp_path: Path) -> None:
+    files = split_example(tmp_path / "log")
+    job = ShardJob(4, str(files[4]), SourceOptions(paths=(str(tmp_path / "log"),)), 16)
+    result = render_shard(job)
+    assert result.error is None and result.index == 4 and result.text is None
+    assert [r.index for r in result.rows] == list(range(len(result.rows)))
+    assert [f.line_no for f in result.failures] == [2]  # the rejected request, with its line
+    assert result.errors.by_reason.get("render") == 1  # counted with the file's malformed lines
+    assert {s.source for s in result.errors.samples} == {str(files[4])}
+    assert result.size == files[4].stat().st_size
+
+
+def test_strict_mode_raises_the_first_bad_line_of_a_worker(tmp_path: Path) -> None:
+    split_example(tmp_path / "log")
+    out = tmp_path / "r.json"
+    rc = main(["analyze", str(tmp_path / "log"), "--no-store", "-q", "--strict", "--workers", "2", "--json", str(out)])
+    assert rc == 2 and not out.exists()
+
+
+def test_without_ray_the_executor_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    split_example(tmp_path / "log", files=3)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when it is not installed
+    assert main(["analyze", str(tmp_path / "log"), "--executor", "ray", "--no-store", "-q"]) == 2
+    assert 'pip install "prefixplan[ray]"' in capsys.readouterr().err
+
+
+def test_an_unknown_executor_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(EXAMPLE), "--executor", "dask", "--no-store", "-q"]) == 2
+    assert "unknown executor 'dask'" in capsys.readouterr().err
