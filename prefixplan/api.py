@@ -463,7 +463,7 @@ def write_trace(
             line_errors=line_errors_json(errors),
             tokenizers=renderers_json(renderers) if renderers is not None else [],
         )
-    return TraceOutcome(str(writer.path), writer.count, errors.count)
+    return TraceOutcome(writer.target, writer.count, errors.count)
 
 
 @dataclass(frozen=True)

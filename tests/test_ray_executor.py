@@ -89,3 +89,12 @@ def test_logs_on_s3_read_by_ray_actors_give_the_record_of_the_files_on_disk(
 def test_stdin_is_refused_by_the_ray_executor(cluster: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "-", "--executor", "ray", "--no-store", "-q"]) == 2
     assert "--executor ray reads files or URLs" in capsys.readouterr().err
+
+
+def test_a_trace_written_to_s3_by_a_ray_run_reads_back_like_its_log(cluster: dict[str, Any], tmp_path: Path) -> None:
+    folder = str(cluster["local"])
+    url = f"s3://{BUCKET}/traces/split.parquet"
+    from_log = _record(tmp_path, [folder], "--executor", "ray", "--trace-out", url)
+    from_trace = _record(tmp_path, [url])  # read back from the bucket, no tokenizer
+    assert from_trace == from_log
+    assert _simulation(tmp_path, [url]) == _simulation(tmp_path, [folder], "--workers", "1")

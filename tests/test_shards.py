@@ -191,3 +191,46 @@ def test_without_ray_the_executor_names_the_extra(
 def test_an_unknown_executor_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(EXAMPLE), "--executor", "dask", "--no-store", "-q"]) == 2
     assert "unknown executor 'dask'" in capsys.readouterr().err
+
+
+def test_one_file_shared_by_two_workers_reads_like_one_reader(tmp_path: Path) -> None:
+    """Lines parsed by the workers (long, blank, malformed, sampled out, rejected by the tokenizer)
+    give the rows and line errors of one reader."""
+    from prefixplan.logs import ReadOptions
+    from prefixplan.render.stream import RenderFailure
+    from prefixplan.trace.workers import iter_rendered
+    from tests.shard_logs import REJECTED
+
+    good = {"model": "m", "messages": [{"role": "user", "content": "hello " * 40}]}
+    lines = []
+    for i in range(300):
+        lines.append(json.dumps(REJECTED) if i % 11 == 3 else json.dumps({**good, "user": f"u{i % 5}"}))
+        if i % 17 == 5:
+            lines.append("{not json")
+        if i % 23 == 7:
+            lines.append("   ")
+        if i % 29 == 9:
+            lines.append(json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 3000}]}))
+    log = tmp_path / "one.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    outcomes = []
+    for workers in (1, 2):
+        for strict in (False, True):
+            read = ReadOptions(max_line_bytes=2000, sample=0.9, strict=strict)
+            source = SourceOptions(paths=(str(log),), read=read)
+            errors, failures = LineErrors(), []
+            failures_list: list[RenderFailure] = failures
+            try:
+                rows = [
+                    (r.row.index, r.row.block_keys.tobytes())
+                    for r in iter_rendered(
+                        source, errors, source.renderers(), block_size=16, workers=workers, failures=failures_list
+                    )
+                    if r.row is not None
+                ]
+                outcome: object = (rows, errors.count, errors.by_reason, errors.samples, failures, errors.lines_read)
+            except Exception as exc:  # strict: the first bad line, whoever parsed it
+                outcome = (type(exc).__name__, str(exc))
+            outcomes.append(outcome)
+    assert outcomes[0] == outcomes[2] and outcomes[1] == outcomes[3]
+    assert outcomes[0][2].keys() >= {"bad JSON", "line too long", "render"}  # type: ignore[index]

@@ -23,7 +23,7 @@ def _rows(source: SourceOptions, workers: int) -> tuple[list, LineErrors, list[R
     failures: list[RenderFailure] = []
     renderers = source.renderers()
     out = [
-        (r.request.line_no, r.row)
+        (r.row.line, r.row)
         for r in iter_rendered(
             source, errors, renderers, block_size=16, routing=True, workers=workers, failures=failures
         )

@@ -99,6 +99,9 @@ class Analysis:
     blocks: BlockTree
     render_failures: list[RenderFailure]
     trace_meta: dict[str, Any] = field(default_factory=dict)
+    workers: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Processes that rendered files of the log (``host:pid`` -> files, peak RSS in MB, busy
+    seconds): run metadata, not part of the record."""
 
     @property
     def candidates(self) -> tuple[CandidateRecord, ...]:
@@ -149,6 +152,7 @@ class _FirstPass:
         self.store = RowStore()
         self.text = TextPass(options.min_tenants)
         self.total = 0
+        self.workers: dict[str, dict[str, float]] = {}
 
     @property
     def previews(self) -> Previews:
@@ -168,6 +172,10 @@ class _FirstPass:
         return row
 
     def add_shard(self, result: ShardResult) -> None:
+        seen = self.workers.setdefault(result.worker, {"files": 0, "peak_rss_mb": 0.0, "seconds": 0.0})
+        seen["files"] += 1
+        seen["seconds"] += result.seconds
+        seen["peak_rss_mb"] = max(seen["peak_rss_mb"], result.peak_rss_mb)
         if result.text is not None:
             self.text.merge(result.text)  # type: ignore[arg-type]
 
@@ -265,6 +273,7 @@ def analyze(
         if writer is not None:
             writer.abort()
         raise
+    analysis.workers = first.workers
     summary = replace(analysis.record.summary, elapsed_s=round(_time.monotonic() - started, 3))
     analysis.record = replace(analysis.record, summary=summary)
     if writer is not None:

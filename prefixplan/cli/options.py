@@ -251,12 +251,12 @@ Json = Annotated[
 ]
 OUT_HELP = "The file to write (calibrate: the profile YAML; trace: the trace, or the export)."
 TraceOut = Annotated[
-    Optional[Path],
+    Optional[str],
     typer.Option(
         "--trace-out",
         metavar="FILE",
         help="Also write the rendered requests as a trace file (Parquet) that analyze and simulate read "
-        "without re-rendering.",
+        "without re-rendering (a path, or s3://, gs://, az:// URL).",
     ),
 ]
 Workers = Annotated[

@@ -72,6 +72,11 @@ class LineErrors:
             rank = self._rank[source] = len(self._rank)
         return rank
 
+    def opened(self, source: str) -> None:
+        """Note that reading ``source`` began (inputs rank by when they were opened)."""
+        if source not in self._rank:
+            self._rank_of(source)
+
     def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
         """Count one non-blank line; remember the shape of the first few."""
         self.lines_read += 1
@@ -427,8 +432,70 @@ def _read_table(
             raw.close()
 
 
-def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMeter | None = None) -> Iterator[Request]:
+@dataclass(frozen=True, slots=True)
+class LineBatch:
+    """Consecutive lines of one JSON-lines file, read but not parsed: what a reader hands to
+    another process to parse (:func:`parse_batch`). ``lines`` are ``(line_no, data, size)``;
+    ``data`` is None for a line longer than the limit (``size`` bytes)."""
+
+    source: str
+    lines: tuple[tuple[int, bytes | None, int], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(size for _, _, size in self.lines)
+
+
+BATCH_BYTES = 4 * 2**20
+"""A :class:`LineBatch` holds at most this many bytes of lines (and at least one line)."""
+
+
+def parse_batch(batch: LineBatch, options: ReadOptions, errors: LineErrors) -> Iterator[Request]:
+    """The requests of a :class:`LineBatch`, exactly as :func:`iter_requests` reads its lines
+    (malformed ones counted in ``errors`` with their file and line)."""
+    source = batch.source
+
+    def bad(line_no: int, reason: str) -> None:
+        errors.add(source, line_no, reason)
+        if options.strict:
+            raise LogLineError(source, line_no, reason)
+
+    errors.opened(source)
+    for line_no, data, size in batch.lines:
+        yield from _parse_line(source, line_no, data, size, options, errors, bad)
+
+
+def _parse_line(
+    source: str,
+    line_no: int,
+    data: bytes | None,
+    size: int,
+    options: ReadOptions,
+    errors: LineErrors,
+    bad: Any,
+) -> Iterator[Request]:
+    if data is None:
+        bad(line_no, f"line too long: {size} bytes > max_line_bytes {options.max_line_bytes} (skipped)")
+        return
+    errors.saw(source, line_no, data)
+    ctx = LineContext(source, line_no, options.trace_block_size)
+    try:
+        parsed = _decode(data, ctx, options.format)
+    except BadLine as exc:
+        bad(line_no, exc.reason)
+        return
+    yield from _in_window(parsed, line_no, errors, bad, options.since, options.until)
+
+
+def _read_one(
+    path: str,
+    options: ReadOptions,
+    errors: LineErrors,
+    meter: ReadMeter | None = None,
+    batch_lines: int | None = None,
+) -> Iterator[Request | LineBatch]:
     source = shown(path)  # a URL without credentials; a local path as it is
+    errors.opened(source)
     kind = table_format(path, options.format)
     if kind is not None:
         yield from _read_table(path, source, kind, options, errors, meter)
@@ -456,27 +523,25 @@ def _read_one(path: str, options: ReadOptions, errors: LineErrors, meter: ReadMe
                         yield req
                 return
             errors.sources[source] = SourceInfo(JSONL, how)
+            pending: list[tuple[int, bytes | None, int]] = []
+            pending_bytes = 0
             for raw in lines:
                 last = raw.line_no
                 if threshold is not None and not _sampled(source, raw.line_no, threshold):
                     continue
                 data = raw.data
-                if data is None:
-                    bad(
-                        raw.line_no,
-                        f"line too long: {raw.size} bytes > max_line_bytes {options.max_line_bytes} (skipped)",
-                    )
+                if data is not None and (not data or data.isspace()):
                     continue
-                if not data or data.isspace():
+                if batch_lines is None:
+                    yield from _parse_line(source, raw.line_no, data, raw.size, options, errors, bad)
                     continue
-                errors.saw(source, raw.line_no, data)
-                ctx = LineContext(source, raw.line_no, options.trace_block_size)
-                try:
-                    parsed = _decode(data, ctx, options.format)
-                except BadLine as exc:
-                    bad(raw.line_no, exc.reason)
-                    continue
-                yield from _in_window(parsed, raw.line_no, errors, bad, since, until)
+                pending.append((raw.line_no, data, raw.size))
+                pending_bytes += raw.size
+                if len(pending) >= batch_lines or pending_bytes >= BATCH_BYTES:
+                    yield LineBatch(source, tuple(pending))
+                    pending, pending_bytes = [], 0
+            if pending:
+                yield LineBatch(source, tuple(pending))
         except CorruptInput as exc:
             bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
 
@@ -512,7 +577,29 @@ def iter_requests(
     expanded = expand_paths(paths)
     check_columns(expanded, options)
     for path in expanded:
-        yield from _read_one(path, options, errors, meter)
+        for item in _read_one(path, options, errors, meter):
+            assert isinstance(item, Request)
+            yield item
+        if meter is not None:
+            meter.closed()
+
+
+def iter_read_items(
+    paths: Sequence[str],
+    options: ReadOptions,
+    errors: LineErrors,
+    meter: ReadMeter | None = None,
+    *,
+    batch_lines: int = 64,
+) -> Iterator[Request | LineBatch]:
+    """Like :func:`iter_requests`, but the lines of JSON-lines files come unparsed, as
+    :class:`LineBatch` es of up to ``batch_lines`` lines, for other processes to parse with
+    :func:`parse_batch` (engine server logs and tables, whose records span lines or need the
+    whole file, still come as requests). Sampling and blank lines are handled here."""
+    expanded = expand_paths(paths)
+    check_columns(expanded, options)
+    for path in expanded:
+        yield from _read_one(path, options, errors, meter, batch_lines=max(1, batch_lines))
         if meter is not None:
             meter.closed()
 

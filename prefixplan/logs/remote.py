@@ -270,6 +270,21 @@ class RemoteFile(io.RawIOBase):
                 super().close()
 
 
+def upload(local: str, url: str) -> None:
+    """Copy the local file ``local`` to ``url`` in one put (an object appears whole or not at all).
+
+    Raises:
+        UsageError: the upload failed (the message names the URL without credentials), or the
+            scheme's extra is not installed.
+    """
+    fs, path = filesystem(url)
+    try:
+        fs.put_file(local, path)
+    except Exception as exc:
+        err = _failed(url, exc)
+        raise UsageError(str(err).replace("cannot read", "cannot write", 1), hint=err.hint) from None
+
+
 def open_remote(url: str, *, block_size: int = BLOCK_BYTES) -> RemoteFile:
     """A seekable binary file reading ``url`` in blocks of ``block_size`` bytes (never whole).
 

@@ -11,8 +11,10 @@ streams the same way.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import numpy as np
 from prefixplan.core.blockhash import SCHEME
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
+from prefixplan.logs.remote import filesystem, is_url, open_remote, shown, upload
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.rows import TraceRow
 
@@ -90,6 +93,20 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
     holds the trace metadata, or whose footer cannot be read (:class:`TraceFile` says why). A
     Parquet file without the metadata is a request log (:mod:`prefixplan.logs.tables`)."""
     p = str(path)
+    if is_url(p):
+        if not p.lower().endswith(".parquet") or any(c in p for c in "*?["):
+            return False
+        try:
+            import pyarrow.parquet as pq
+
+            with io.BufferedReader(open_remote(p)) as fh:
+                if fh.read(4) != PARQUET_MAGIC:
+                    return False
+                fh.seek(0)
+                meta = pq.read_metadata(fh).metadata or {}
+        except Exception:
+            return False  # unreadable: the log reader says why
+        return META_KEY in meta
     if p == "-" or not os.path.isfile(p):
         return False
     try:
@@ -209,19 +226,35 @@ class TraceWriter:
         _pyarrow()
         import pyarrow.parquet as pq
 
-        self.path = Path(path)
-        if self.path.is_dir():
-            raise UsageError(f"cannot write {self.path}: it is a folder", hint="give a file name, e.g. trace.parquet")
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        target = os.fspath(path)
+        self.url = target if is_url(target) else None  # written locally, then put in one piece
+        if self.url is not None:
+            filesystem(self.url)  # a missing extra is said now, not after rendering
+            fd, tmp = tempfile.mkstemp(prefix=".prefixplan-trace-", suffix=".parquet")
+            os.close(fd)
+            self.path = Path(tmp)
+            self._tmp = Path(tmp)
+        else:
+            self.path = Path(target)
+            if self.path.is_dir():
+                raise UsageError(
+                    f"cannot write {self.path}: it is a folder", hint="give a file name, e.g. trace.parquet"
+                )
+            self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         self.meta = dict(meta)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(str(self._tmp), _schema(), compression="zstd")
         except OSError as exc:
-            raise UsageError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+            raise UsageError(f"cannot write {self.target}: {exc.strerror or exc}") from exc
         self._rows: list[TraceRow] = []
         self.count = 0
         self._closed = False
+
+    @property
+    def target(self) -> str:
+        """Where the trace goes: the file, or the URL (without credentials)."""
+        return shown(self.url) if self.url is not None else str(self.path)
 
     def write(self, row: TraceRow) -> None:
         self._rows.append(row)
@@ -243,6 +276,12 @@ class TraceWriter:
         self._writer.add_key_value_metadata({META_KEY: json.dumps(meta, ensure_ascii=False).encode()})
         self._writer.close()
         self._closed = True
+        if self.url is not None:
+            try:
+                upload(str(self._tmp), self.url)
+            finally:
+                self._tmp.unlink(missing_ok=True)
+            return self.path
         try:
             os.replace(self._tmp, self.path)
         except OSError as exc:
@@ -290,9 +329,12 @@ class TraceFile:
         _pyarrow()
         import pyarrow.parquet as pq
 
-        self.path = Path(path)
+        target = os.fspath(path)
+        self.path: Path | str = target if is_url(target) else Path(target)
+        if isinstance(self.path, str):
+            self.path = shown(target)
         try:
-            self._file = pq.ParquetFile(str(self.path))
+            self._file = pq.ParquetFile(io.BufferedReader(open_remote(target)) if is_url(target) else target)
         except OSError as exc:
             raise InputError(f"{self.path}: cannot read the trace: {exc}") from exc
         except Exception as exc:  # pyarrow.ArrowInvalid for a damaged file

@@ -15,6 +15,7 @@ record is the same whatever the executor, the number of workers and the way the 
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -23,12 +24,13 @@ from typing import Any, Protocol
 from prefixplan.core.types import Request
 from prefixplan.errors import PrefixplanError
 from prefixplan.logs import LineErrors
+from prefixplan.logs.read import LineBatch
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.rows import TraceRow
 
-IN_FLIGHT_PER_WORKER = 2
-"""Shards handed to each local worker ahead of the one being merged (bounds parent memory)."""
+IN_FLIGHT_PER_WORKER = 3
+"""Jobs handed to each local worker ahead of the one being merged (bounds parent memory)."""
 
 
 class TextPartial(Protocol):
@@ -44,14 +46,17 @@ class ShardJob:
     """One file to read and render.
 
     Attributes:
-        index: position of the file among the inputs (results merge in this order).
-        path: the file (local path or URL, as given after expansion).
+        index: position of the job among the run's jobs (results merge in this order).
+        path: the file (local path or URL, as given after expansion); with ``lines`` or
+            ``requests``, only a name.
         source: the run's source options (``paths`` is replaced by ``path``).
         block_size: trace block size in tokens.
         routing: rows carry the gateway's routing keys.
         text: makes the text partial of a shard (None: rows only, e.g. simulate).
         transform: rewrites each request before rendering (picklable; may count what it did in
             an attribute ``moved``, summed over shards).
+        lines: a batch of the file's lines, read by the parent and parsed here (one big file
+            shared by several workers); ``requests``: requests the parent parsed.
     """
 
     index: int
@@ -61,6 +66,8 @@ class ShardJob:
     routing: bool = False
     text: Callable[[], TextPartial] | None = None
     transform: Callable[[Request], Request] | None = None
+    lines: LineBatch | None = None  # instead of the whole file: these lines of it, read, not parsed
+    requests: tuple[Request, ...] | None = None  # or these requests (server logs, tables)
 
 
 @dataclass
@@ -77,6 +84,8 @@ class ShardResult:
     size: int = 0  # bytes of the input file, for progress
     error: PrefixplanError | None = None  # strict mode, an unreadable file: raised by the parent
     worker: str = ""  # host:pid that rendered it (benchmarks, progress)
+    peak_rss_mb: float = 0.0  # the worker process's peak RSS after this file
+    seconds: float = 0.0  # time the worker spent on this file
 
 
 # -- worker side -----------------------------------------------------------------------------
@@ -112,44 +121,94 @@ def _delta(before: tuple[dict, dict, dict], after: tuple[dict, dict, dict]) -> t
 def render_shard(job: ShardJob) -> ShardResult:
     """Read, parse and render one file (runs in a worker process or a Ray actor)."""
     import socket
+    import time
 
     from prefixplan.logs.read import input_size
-    from prefixplan.trace.workers import iter_rendered
 
+    started = time.perf_counter()
     renderers = _renderers(job.source)
     before = _stats(renderers)
     result = ShardResult(job.index, worker=f"{socket.gethostname()}:{os.getpid()}")
-    result.size = input_size(job.path) or 0
     text = job.text() if job.text is not None else None
+    try:
+        if job.lines is not None or job.requests is not None:
+            rendered = _render_parts(job, renderers, result)
+        else:
+            result.size = input_size(job.path) or 0
+            rendered = _render_file(job, renderers, result)
+        for one in rendered:
+            assert one.row is not None
+            result.rows.append(one.row)
+            if text is not None and one.request is not None:
+                text.add(one.request, one.row)
+    except PrefixplanError as exc:
+        result.error = exc
+    result.text = text
+    result.moved = int(getattr(job.transform, "moved", 0) or 0)
+    result.stats = _delta(before, _stats(renderers))
+    result.peak_rss_mb = _peak_rss_mb()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _render_file(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterator[Any]:
+    """Read and render the whole file of ``job``."""
     from prefixplan.logs.tables import table_format
+    from prefixplan.trace.workers import iter_rendered
 
     read = job.source.read
     if read.columns and table_format(job.path, read.format) is None:
         read = replace(read, columns=())  # the mapping is for the run's table files, not this one
     one = replace(job.source, paths=(job.path,), objects=None, read=read, workers=1, executor="local",
                   ray_address=None)  # fmt: skip
+    return iter_rendered(
+        one,
+        result.errors,
+        renderers,
+        block_size=job.block_size,
+        routing=job.routing,
+        workers=1,
+        transform=job.transform,
+        failures=result.failures,
+        require_requests=False,
+    )
+
+
+def _render_parts(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterator[Any]:
+    """Parse (lines) and render the part of a file that ``job`` carries."""
+    from prefixplan.logs.read import parse_batch
+    from prefixplan.trace.workers import failure_handler, render_in_process
+
+    requests: Iterator[Request]
+    if job.lines is not None:
+        requests = parse_batch(job.lines, job.source.read, result.errors)
+    else:
+        requests = iter(job.requests or ())
+    if job.transform is not None:
+        requests = map(job.transform, requests)
+    failed = failure_handler(job.source, result.errors, result.failures)
+    return render_in_process(requests, renderers, _maker(job.block_size, job.routing), job.source.render_batch, failed)
+
+
+_MAKERS: dict[tuple[int, bool], Any] = {}
+
+
+def _maker(block_size: int, routing: bool) -> Any:
+    from prefixplan.trace.rows import RowMaker
+
+    found = _MAKERS.get((block_size, routing))
+    if found is None:
+        found = _MAKERS[(block_size, routing)] = RowMaker(block_size, routing=routing)
+    return found
+
+
+def _peak_rss_mb() -> float:
     try:
-        for rendered in iter_rendered(
-            one,
-            result.errors,
-            renderers,
-            block_size=job.block_size,
-            routing=job.routing,
-            workers=1,
-            transform=job.transform,
-            failures=result.failures,
-            require_requests=False,
-        ):
-            assert rendered.row is not None
-            result.rows.append(rendered.row)
-            if text is not None and rendered.request is not None:
-                text.add(rendered.request, rendered.row)
-    except PrefixplanError as exc:
-        result.error = exc
-    result.text = text
-    result.moved = int(getattr(job.transform, "moved", 0) or 0)
-    result.stats = _delta(before, _stats(renderers))
-    return result
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return 0.0
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024 / (1024 if sys.platform == "darwin" else 1)  # bytes on macOS, KiB elsewhere
 
 
 # -- parent side -----------------------------------------------------------------------------

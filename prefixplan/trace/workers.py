@@ -1,12 +1,20 @@
 """Rendering on every core: requests in, trace rows out, in input order.
 
-The parent reads and parses the log (cheap) and hands batches of requests to worker processes;
-each worker loads the tokenizers once and sends back compact :class:`TraceRow` records (block
-keys and spans, a few hundred bytes per request: never token arrays, which made an earlier
-design IPC-bound). The parent keeps a bounded window of batches in flight and yields rows in
-input order, so the output is the same whatever the number of workers. Renderer statistics
-(which tokenizer rendered which model, engine-id checks) are merged back into the parent's
-:class:`~prefixplan.render.RenderSet`.
+With N > 1 workers the log is cut into jobs (:class:`~prefixplan.trace.shards.ShardJob`) that
+worker processes render, each loading the tokenizers once:
+
+* whole files, when there are at least two files per worker (or with ``--executor ray``):
+  the worker reads, parses and renders its file;
+* else batches of consecutive lines of a JSON-lines file, read here and parsed by the worker
+  (so parsing, the costly part of reading, is spread too), or batches of requests parsed here
+  (engine server logs, tables, in-memory records).
+
+Workers send back compact :class:`TraceRow` records (block keys and spans, a few hundred bytes
+per request: never token arrays, which made an earlier design IPC-bound), the line errors of
+their part and, for analyze, what its text showed; the parent keeps a bounded window of jobs in
+flight and merges results in job order, so the output is the same whatever the number of
+workers. Renderer statistics (which tokenizer rendered which model, engine-id checks) are merged
+back into the parent's :class:`~prefixplan.render.RenderSet`.
 
 With one worker (or a small input) everything runs in the calling process.
 """
@@ -15,24 +23,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from prefixplan.core.types import Prompt, Request, Segment, SegmentHash
-from prefixplan.errors import TokenizerError, UsageError
+from prefixplan.errors import PrefixplanError, TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadMeter
 from prefixplan.logs.read import no_requests_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
 from prefixplan.trace.rows import RowMaker, TraceRow
-from prefixplan.trace.shards import ShardResult, TextPartial, merge_stats
+from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, merge_stats, run_local
 
 SMALL_INPUT_BYTES = 4 * 2**20
 """Inputs below this size render in-process by default: starting workers costs more than it saves."""
 BATCH = 64
-IN_FLIGHT_PER_WORKER = 3
+"""Lines (or parsed requests) per job when a file is shared by several workers."""
 
 
 def default_workers(source: SourceOptions) -> int:
@@ -76,40 +83,6 @@ def row_segments(row: TraceRow) -> tuple[Segment, ...]:
     )
 
 
-# -- worker side -----------------------------------------------------------------------------
-
-_STATE: dict[str, Any] = {}
-
-
-def _init(source: SourceOptions, block_size: int, routing: bool) -> None:
-    _STATE["renderers"] = source.renderers()
-    _STATE["maker"] = RowMaker(block_size, routing=routing)
-    _STATE["stats"] = ({}, {}, {})
-
-
-def _render(batch: list[Request], first: int) -> tuple[list[TraceRow | str], tuple[dict, dict, dict]]:
-    renderers: RenderSet = _STATE["renderers"]
-    maker: RowMaker = _STATE["maker"]
-    out: list[TraceRow | str] = []
-    for k, result in enumerate(renderers.render_batch(batch)):
-        out.append(str(result) if isinstance(result, TokenizerError) else maker.row(result, first + k))
-    return out, _stats_delta(renderers)
-
-
-def _stats_delta(renderers: RenderSet) -> tuple[dict, dict, dict]:
-    """What changed in the renderer statistics since the last call."""
-    seen_models, seen_prompts, seen_engine = _STATE["stats"]
-    models = {s: set(m) - seen_models.get(s, set()) for s, m in renderers.models_by_spec.items()}
-    prompts = {s: n - seen_prompts.get(s, 0) for s, n in renderers.prompts_by_spec.items()}
-    engine = {k: n - seen_engine.get(k, 0) for k, n in renderers.engine_ids.items()}
-    _STATE["stats"] = (
-        {s: set(m) for s, m in renderers.models_by_spec.items()},
-        dict(renderers.prompts_by_spec),
-        dict(renderers.engine_ids),
-    )
-    return models, prompts, engine
-
-
 # -- parent side -----------------------------------------------------------------------------
 
 
@@ -149,9 +122,26 @@ def iter_rendered(
         if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
             raise no_requests_error(errors, source.display)
         return
-    requests: Iterator[Request] = iter_source_requests(source, errors, meter)
-    if transform is not None:
-        requests = (transform(r) for r in requests)
+    failed = failure_handler(source, errors, failures)
+    if n <= 1:
+        requests: Iterator[Request] = iter_source_requests(source, errors, meter)
+        if transform is not None:
+            requests = (transform(r) for r in requests)
+        yield from render_in_process(
+            requests, renderers, RowMaker(block_size, routing=routing), source.render_batch, failed
+        )
+    else:
+        jobs = _batch_jobs(source, errors, meter, block_size, routing, transform, text if on_shard else None)
+        yield from _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard)
+    if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
+        raise no_requests_error(errors, source.display)
+
+
+def failure_handler(
+    source: SourceOptions, errors: LineErrors, failures: list[RenderFailure] | None
+) -> Callable[[Request, str], None]:
+    """What to do with a request the renderer rejects: raise (strict), else count it with the
+    malformed lines and list it in ``failures``."""
 
     def failed(req: Request, reason: str) -> None:
         if source.read.strict:
@@ -160,12 +150,50 @@ def iter_rendered(
         if failures is not None:
             failures.append(RenderFailure(req.source, req.line_no, reason))
 
-    if n <= 1:
-        yield from _in_process(requests, renderers, RowMaker(block_size, routing=routing), source.render_batch, failed)
+    return failed
+
+
+def _batch_jobs(
+    source: SourceOptions,
+    errors: LineErrors,
+    meter: ReadMeter | None,
+    block_size: int,
+    routing: bool,
+    transform: Callable[[Request], Request] | None,
+    text: Callable[[], TextPartial] | None,
+) -> Iterator[ShardJob]:
+    """Jobs of consecutive lines (JSON-lines files: read here, parsed by the workers) or of
+    requests (in-memory records, server logs, tables: parsed here), in input order."""
+    from prefixplan.logs.read import LineBatch, iter_read_items
+
+    items: Iterator[Request | LineBatch]
+    if source.objects is not None:
+        items = iter_source_requests(source, errors, meter)
     else:
-        yield from _in_workers(requests, source, renderers, block_size, routing, n, failed)
-    if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
-        raise no_requests_error(errors, source.display)
+        from prefixplan.logs import expand_paths
+
+        items = iter_read_items(expand_paths(source.paths), source.read, errors, meter, batch_lines=BATCH)
+    index = 0
+    pending: list[Request] = []
+
+    def job(**part: Any) -> ShardJob:
+        nonlocal index
+        index += 1
+        return ShardJob(index - 1, "", source, block_size, routing, text, transform, **part)
+
+    for item in items:
+        if isinstance(item, LineBatch):
+            if pending:
+                yield job(requests=tuple(pending))
+                pending = []
+            yield job(lines=item)
+            continue
+        pending.append(item)
+        if len(pending) >= BATCH:
+            yield job(requests=tuple(pending))
+            pending = []
+    if pending:
+        yield job(requests=tuple(pending))
 
 
 def _shardable(source: SourceOptions, workers: int) -> list[str] | None:
@@ -204,7 +232,6 @@ def _by_file(
     on_shard: Callable[[ShardResult], None] | None,
 ) -> Iterator[Rendered]:
     from prefixplan.logs.read import check_columns
-    from prefixplan.trace.shards import ShardJob, merge_stats, run_local
 
     check_columns(files, source.read)
     jobs = (
@@ -217,6 +244,19 @@ def _by_file(
         results = run_ray(jobs, len(files), source.ray_address, asked)
     else:
         results = run_local(jobs, workers)
+    yield from _merge_results(results, errors, renderers, failures, meter, on_shard)
+
+
+def _merge_results(
+    results: Iterator[ShardResult],
+    errors: LineErrors,
+    renderers: RenderSet,
+    failures: list[RenderFailure] | None,
+    meter: ReadMeter | None,
+    on_shard: Callable[[ShardResult], None] | None,
+) -> Iterator[Rendered]:
+    """Rows of the workers' results in job order; their errors, failures, statistics and text
+    partials merged into the parent's."""
     index = 0
     for result in results:
         if result.error is not None:
@@ -229,20 +269,23 @@ def _by_file(
             row.index = index  # indexes count rendered requests, as in-process
             index += 1
             yield Rendered(None, row)
-        if meter is not None:
+        if meter is not None and result.size:
             meter.add_done(result.size)
         if on_shard is not None:
             on_shard(result)
     _list_tokenizers(renderers)
 
 
-def _in_process(
+def render_in_process(
     requests: Iterator[Request],
     renderers: RenderSet,
     maker: RowMaker,
     batch_size: int,
     failed: Callable[[Request, str], None],
 ) -> Iterator[Rendered]:
+    """Render ``requests`` here in batches of ``batch_size``. A reading error (strict mode) is
+    raised after the requests read before it are rendered, so that the first bad line in input
+    order is the one reported, whether it failed to parse or to render."""
     index = 0
     pending: list[Request] = []
 
@@ -256,65 +299,19 @@ def _in_process(
                 failed(req, str(result))
         pending.clear()
 
-    for req in requests:
+    it = iter(requests)
+    while True:
+        try:
+            req = next(it)
+        except StopIteration:
+            break
+        except PrefixplanError:
+            yield from flush()
+            raise
         pending.append(req)
         if len(pending) >= batch_size:
             yield from flush()
     yield from flush()
-
-
-def _in_workers(
-    requests: Iterator[Request],
-    source: SourceOptions,
-    renderers: RenderSet,
-    block_size: int,
-    routing: bool,
-    n: int,
-    failed: Callable[[Request, str], None],
-) -> Iterator[Rendered]:
-    import multiprocessing
-    from concurrent.futures import Future, ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    ctx = multiprocessing.get_context("spawn")  # tokenizer libraries start threads: never fork them
-    window: deque[tuple[list[Request], Future[Any]]] = deque()
-    submitted = 0  # requests handed out; a batch's row indexes are fixed when its rows come back
-    index = 0
-    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_init, initargs=(source, block_size, routing)) as pool:
-
-        def drain_one() -> Iterator[Rendered]:
-            nonlocal index
-            batch, fut = window.popleft()
-            try:
-                outcomes, delta = fut.result()
-            except BrokenProcessPool as exc:
-                raise TokenizerError(
-                    f"a render worker stopped unexpectedly ({exc or 'killed, or out of memory'})",
-                    hint="run again with fewer --workers (--workers 1 renders in this process)",
-                ) from None
-            merge_stats(renderers, delta)
-            for req, out in zip(batch, outcomes, strict=True):
-                if isinstance(out, str):
-                    failed(req, out)
-                    continue
-                out.index = index  # indexes count rendered requests, as in-process
-                index += 1
-                yield Rendered(req, out)
-
-        batch: list[Request] = []
-        for req in requests:
-            batch.append(req)
-            if len(batch) >= BATCH:
-                window.append((batch, pool.submit(_render, batch, submitted)))
-                submitted += len(batch)
-                batch = []
-                while len(window) >= n * IN_FLIGHT_PER_WORKER:
-                    yield from drain_one()
-        if batch:
-            window.append((batch, pool.submit(_render, batch, submitted)))
-        while window:
-            yield from drain_one()
-    _list_tokenizers(renderers)
 
 
 def _list_tokenizers(renderers: RenderSet) -> None:
