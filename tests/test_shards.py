@@ -120,20 +120,25 @@ def test_previews_and_breakers_of_parts_merge_into_those_of_the_whole(reqs: list
         for req, segs in items:
             whole_p.remember(req, segs)
             whole_b.add_request(req, segs, 120, 1)
-        merged_p, merged_b = Previews(), BreakerFinder(min_tenants=2)
-        bounds = [0, *sorted(c for c in cuts if c <= len(items)), len(items)]
-        for a, b in itertools.pairwise(bounds):
-            part_p, part_b = Previews(), BreakerFinder(min_tenants=2)
-            for req, segs in items[a:b]:
-                part_p.remember(req, segs)
-                part_b.add_request(req, segs, 120, 1)
-            merged_p.merge(part_p)
-            merged_b.merge(part_b)
-    assert list(merged_p.previews.items()) == list(whole_p.previews.items())
-    assert merged_p.heads == whole_p.heads
-    assert list(merged_p.part_data.items()) == list(whole_p.part_data.items())
-    assert merged_p.part_bytes == whole_p.part_bytes
-    assert merged_b.results() == whole_b.results()
+        for workers in (0, 2):  # parts merged as they are; or sent by two workers taking turns,
+            # each leaving out what it sent before (Previews.drop)
+            known: list[set[str]] = [set(), set()]
+            merged_p, merged_b = Previews(), BreakerFinder(min_tenants=2)
+            bounds = [0, *sorted(c for c in cuts if c <= len(items)), len(items)]
+            for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+                part_p, part_b = Previews(), BreakerFinder(min_tenants=2)
+                for req, segs in items[a:b]:
+                    part_p.remember(req, segs)
+                    part_b.add_request(req, segs, 120, 1)
+                if workers:
+                    part_p.drop(known[k % workers])
+                merged_p.merge(part_p)
+                merged_b.merge(part_b)
+            assert list(merged_p.previews.items()) == list(whole_p.previews.items())
+            assert merged_p.heads == whole_p.heads
+            assert list(merged_p.part_data.items()) == list(whole_p.part_data.items())
+            assert merged_p.part_bytes == whole_p.part_bytes
+            assert merged_b.results() == whole_b.results()
 
 
 # -- the record of a log split into files ------------------------------------------------------

@@ -20,6 +20,7 @@ Privacy: like candidates, a breaker seen from fewer than ``min_tenants`` distinc
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import statistics
@@ -47,6 +48,15 @@ def mask_dynamic(text: str) -> str:
         pos = b
     out.append(text[pos:])
     return "".join(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def scan_system_text(text: str) -> tuple[tuple[tuple[str, int, int], ...], str | None]:
+    """The dynamic spans of a system text and the hash of its masked form (None when it has no
+    dynamic span); most system texts repeat, so the answers are kept, per process, for every
+    finder (a render worker makes one per batch of lines)."""
+    dyn = tuple(find_dynamic(text))
+    return dyn, segment_hash(mask_dynamic(text)) if dyn else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +97,6 @@ class BreakerFinder:
         self.min_tenants = min_tenants
         self._anon = 0
         self._anon_tag = secrets.token_hex(8)  # anonymous users of different finders never collide
-        self._scan_cache: dict[str, tuple[list[tuple[str, int, int]], str | None]] = {}
         self._system: dict[str, _Group] = defaultdict(_Group)
         self._tools: dict[frozenset[str], _Group] = defaultdict(_Group)
 
@@ -156,9 +165,6 @@ class BreakerFinder:
                 for tenant in group.tenants:
                     self._seen(into, tenant)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_scan_cache": {}}  # a cache: not worth sending between processes
-
     def _seen(self, group: _Group, tenant: str) -> None:
         if len(group.tenants) < max(self.min_tenants, 1):
             group.tenants.add(tenant)
@@ -170,16 +176,8 @@ class BreakerFinder:
             return example, preview, n, False
         return "", f"(withheld: {n} user(s) < min_tenants {self.min_tenants})", n, True
 
-    def _scan(self, text: str) -> tuple[list[tuple[str, int, int]], str | None]:
-        """find_dynamic + masked hash, cached per distinct system text (most repeat)."""
-        hit = self._scan_cache.get(text)
-        if hit is None:
-            dyn = find_dynamic(text)
-            hit = (dyn, segment_hash(mask_dynamic(text)) if dyn else None)
-            if len(self._scan_cache) > 4096:
-                self._scan_cache.clear()
-            self._scan_cache[text] = hit
-        return hit
+    def _scan(self, text: str) -> tuple[tuple[tuple[str, int, int], ...], str | None]:
+        return scan_system_text(text)
 
     def results(self) -> list[Breaker]:
         out: list[Breaker] = []

@@ -137,6 +137,10 @@ class TextPass:
         assert self.finder is not None
         self.finder.add_request(request, segments, int(row.units), int(row.token_scale))
 
+    def drop(self, known: set[str]) -> None:
+        """Leave out what earlier parts already sent (:meth:`Previews.drop`)."""
+        self.previews.drop(known)
+
     def merge(self, other: TextPass) -> None:
         assert self.finder is not None and other.finder is not None
         self.previews.merge(other.previews)

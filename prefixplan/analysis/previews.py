@@ -67,6 +67,16 @@ class Previews:
         self.part_data[text_hash] = data
         self.part_bytes += len(data)
 
+    def drop(self, known: set[str]) -> None:
+        """Forget the segments in ``known`` (their previews reached the merging side with an
+        earlier part of the input) and add this part's own to it: merging the rest gives the
+        same result, since a merge skips segments it already has."""
+        for table in (self.previews, self.heads, self.part_data):
+            for text_hash in [h for h in table if h in known]:
+                del table[text_hash]
+        self.offered = [h for h in self.offered if h not in known]
+        known.update(self.previews)
+
     def merge(self, other: Previews) -> None:
         """Add what ``other`` saw in a later part of the same input (another process's file): the
         result equals one :class:`Previews` fed both parts in turn. ``other`` keeps at least the

@@ -40,6 +40,8 @@ class TextPartial(Protocol):
 
     def merge(self, other: Any) -> None: ...
 
+    def drop(self, known: set[str]) -> None: ...
+
 
 @dataclass(frozen=True)
 class ShardJob:
@@ -68,6 +70,7 @@ class ShardJob:
     transform: Callable[[Request], Request] | None = None
     lines: LineBatch | None = None  # instead of the whole file: these lines of it, read, not parsed
     requests: tuple[Request, ...] | None = None  # or these requests (server logs, tables)
+    run: str = ""  # the run's id when each worker takes jobs in order (local processes)
 
 
 @dataclass
@@ -91,6 +94,7 @@ class ShardResult:
 # -- worker side -----------------------------------------------------------------------------
 
 _RENDERERS: dict[tuple[Any, ...], RenderSet] = {}
+_SENT: dict[str, set[str]] = {}  # run id -> segments whose text this process has sent
 
 
 def _renderers(source: SourceOptions) -> RenderSet:
@@ -143,6 +147,8 @@ def render_shard(job: ShardJob) -> ShardResult:
                 text.add(one.request, one.row)
     except PrefixplanError as exc:
         result.error = exc
+    if text is not None and job.run:
+        text.drop(_SENT.setdefault(job.run, set()))
     result.text = text
     result.moved = int(getattr(job.transform, "moved", 0) or 0)
     result.stats = _delta(before, _stats(renderers))

@@ -173,13 +173,16 @@ def _batch_jobs(
         from prefixplan.logs import expand_paths
 
         items = iter_read_items(expand_paths(source.paths), source.read, errors, meter, batch_lines=BATCH)
+    import uuid
+
+    run = uuid.uuid4().hex  # a local pool hands jobs out in order: workers may leave out what they sent
     index = 0
     pending: list[Request] = []
 
     def job(**part: Any) -> ShardJob:
         nonlocal index
         index += 1
-        return ShardJob(index - 1, "", source, block_size, routing, text, transform, **part)
+        return ShardJob(index - 1, "", source, block_size, routing, text, transform, run=run, **part)
 
     for item in items:
         if isinstance(item, LineBatch):
