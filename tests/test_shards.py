@@ -19,7 +19,7 @@ from prefixplan.cli.app import main
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Request, Segment, SegmentHash
 from prefixplan.logs import LineErrors
-from prefixplan.logs.read import MAX_SAMPLES
+from prefixplan.logs.lineerrors import MAX_SAMPLES
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.shards import ShardJob, render_shard
 from prefixplan.trace.workers import _shardable

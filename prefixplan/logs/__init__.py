@@ -9,15 +9,9 @@ See docs/logs.md. Public API::
 
 from __future__ import annotations
 
-from prefixplan.logs.read import (
-    LineErrorRecord,
-    LineErrors,
-    ReadMeter,
-    ReadOptions,
-    expand_paths,
-    iter_objects,
-    iter_requests,
-)
+from prefixplan.logs.lineerrors import LineErrorRecord, LineErrors
+from prefixplan.logs.paths import ReadMeter, expand_paths
+from prefixplan.logs.read import ReadOptions, iter_objects, iter_requests
 from prefixplan.logs.times import parse_time
 
 __all__ = [

@@ -8,14 +8,11 @@ strict mode.
 
 from __future__ import annotations
 
-import bisect
-import glob
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prefixplan.core.types import FORMATS, Request
@@ -24,118 +21,15 @@ from prefixplan.logs.badline import BadLine
 from prefixplan.logs.detect import JSONL, sniff
 from prefixplan.logs.dispatch import Parsed, parse_line
 from prefixplan.logs.envelope import LineContext
+from prefixplan.logs.lineerrors import LineErrors
 from prefixplan.logs.open import STDIN, CorruptInput, decompress, iter_lines, open_log, open_raw
-from prefixplan.logs.remote import expand_url, is_url, remote_size, shown
+from prefixplan.logs.paths import ReadMeter, expand_paths
+from prefixplan.logs.remote import shown
 from prefixplan.logs.serverlog import read_server_log
 from prefixplan.logs.tables import TABLE_FORMATS, TableCorrupt, iter_csv, iter_parquet, parse_columns, table_format
 from prefixplan.logs.textlog import SourceInfo
 
-MAX_SAMPLES = 100
-FIRST_LINES = 3
 _BOM = b"\xef\xbb\xbf"
-
-
-@dataclass(frozen=True, slots=True)
-class LineErrorRecord:
-    """One malformed line: where it is and why it was skipped."""
-
-    source: str
-    line_no: int
-    reason: str
-
-
-@dataclass(slots=True)
-class LineErrors:
-    """Collects malformed lines; never raises.
-
-    ``by_reason`` counts by category: the reason's text before its first colon
-    (``"bad JSON"``, ``"wrong type"``, ``"line too long"``...). ``samples`` keeps the first
-    :data:`MAX_SAMPLES` records in input order (inputs in the order first seen, then line
-    number), whatever order they were reported in: a render failure found after later lines were
-    read, or a shard of the input read elsewhere (:meth:`merge`), lands where its line is.
-    """
-
-    count: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
-    samples: list[LineErrorRecord] = field(default_factory=list)
-    lines_read: int = 0  # non-blank lines (or in-memory records) seen
-    requests_read: int = 0  # requests those lines gave, before the time window
-    first_lines: list[str] = field(default_factory=list)  # what the first lines looked like
-    sources: dict[str, SourceInfo] = field(default_factory=dict)  # per file: reader, detection, notes
-    _rank: dict[str, int] = field(default_factory=dict)  # input -> its position among the inputs seen
-    _keys: list[tuple[int, int, int]] = field(default_factory=list)  # (rank, line, seq) of each sample
-    _seq: int = 0
-
-    def _rank_of(self, source: str) -> int:
-        rank = self._rank.get(source)
-        if rank is None:
-            rank = self._rank[source] = len(self._rank)
-        return rank
-
-    def opened(self, source: str) -> None:
-        """Note that reading ``source`` began (inputs rank by when they were opened)."""
-        if source not in self._rank:
-            self._rank_of(source)
-
-    def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
-        """Count one non-blank line; remember the shape of the first few."""
-        self.lines_read += 1
-        if source not in self._rank:
-            self._rank_of(source)
-        if len(self.first_lines) < FIRST_LINES:
-            self.first_lines.append(f"{source} line {line_no} is {describe(data)}")
-
-    def add(self, source: str, line_no: int, reason: str) -> None:
-        """Record one malformed line."""
-        self.count += 1
-        category = reason.split(":", 1)[0]
-        self.by_reason[category] = self.by_reason.get(category, 0) + 1
-        self._seq += 1
-        self._keep((self._rank_of(source), line_no, self._seq), LineErrorRecord(source, line_no, reason))
-
-    def _keep(self, key: tuple[int, int, int], record: LineErrorRecord) -> None:
-        if len(self._keys) != len(self.samples):  # samples were set from a stored record: keep its order
-            self._keys = [(-1, i, 0) for i in range(len(self.samples))]
-        if len(self.samples) >= MAX_SAMPLES and key >= self._keys[-1]:
-            return
-        at = bisect.bisect_right(self._keys, key)
-        self._keys.insert(at, key)
-        self.samples.insert(at, record)
-        if len(self.samples) > MAX_SAMPLES:
-            self._keys.pop()
-            self.samples.pop()
-
-    def merge(self, other: LineErrors) -> None:
-        """Add the errors of ``other``, a later part of the same input (e.g. the next file read by
-        another process): the result is what one reader of both parts in turn would have kept."""
-        self.count += other.count
-        for category, n in other.by_reason.items():
-            self.by_reason[category] = self.by_reason.get(category, 0) + n
-        ranks = {source: self._rank_of(source) for source in other._rank}
-        base = self._seq
-        aligned = len(other._keys) == len(other.samples)
-        for i, record in enumerate(other.samples):
-            seq = other._keys[i][2] if aligned else i
-            rank = ranks.get(record.source)
-            rank = self._rank_of(record.source) if rank is None else rank
-            self._keep((rank, record.line_no, base + seq), record)
-        self._seq = base + other._seq + len(other.samples)
-        self.lines_read += other.lines_read
-        self.requests_read += other.requests_read
-        for line in other.first_lines:
-            if len(self.first_lines) < FIRST_LINES:
-                self.first_lines.append(line)
-        for source, info in other.sources.items():
-            self.sources.setdefault(source, info)
-
-    def summary(self, limit: int = 3) -> str:
-        """One human line, e.g. ``2 malformed lines (bad JSON: 2); first: a.jsonl:3: ...``."""
-        if not self.count:
-            return "no malformed lines"
-        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(self.by_reason.items(), key=lambda kv: -kv[1]))
-        first = "; ".join(f"{s.source}:{s.line_no}: {s.reason}" for s in self.samples[:limit])
-        noun = "line" if self.count == 1 else "lines"
-        return f"{self.count} malformed {noun} ({kinds}); first: {first}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,55 +78,6 @@ class ReadOptions:
             raise UsageError("--since must be earlier than --until")
 
 
-def _dir_files(path: str) -> list[str]:
-    names = sorted(n for n in os.listdir(path) if not n.startswith("."))
-    return [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
-
-
-def expand_paths(specs: Sequence[str]) -> list[str]:
-    """Expand file names, globs, directories and ``"-"`` (stdin) into a list of inputs.
-
-    An existing file is taken literally even if its name contains glob characters; a glob
-    expands to its matches in sorted order; a directory to its non-hidden files in sorted
-    order. Duplicates are dropped, first occurrence kept.
-
-    A URL (``s3://``, ``gs://``, ``az://``, ``https://``) expands the same way in its store: a
-    glob to its matches, a prefix to the files under it (:func:`prefixplan.logs.remote.expand_url`).
-
-    Raises:
-        InputError: a file does not exist or a glob matches nothing (the message names it).
-        UsageError: a URL's storage extra is not installed (the hint names it).
-    """
-    out: list[str] = []
-    seen: set[str] = set()
-    for spec in specs:
-        if spec == STDIN:
-            found = [STDIN]
-        elif is_url(spec):
-            found = expand_url(spec)
-        else:
-            path = os.path.expanduser(spec)
-            if os.path.isfile(path) or (os.path.exists(path) and not os.path.isdir(path)):
-                found = [path]  # regular files, and pipes or devices (process substitution, /dev/stdin)
-            elif os.path.isdir(path):
-                found = _dir_files(path)
-                if not found:
-                    raise InputError(f"log directory {spec} has no files")
-            elif glob.has_magic(path):
-                found = [p for p in sorted(glob.glob(path, recursive=True)) if os.path.isfile(p)]
-                if not found:
-                    raise InputError(f"no log files match {spec}", hint="check the pattern and quote it")
-            else:
-                raise InputError(f"log file not found: {spec}")
-        for item in found:
-            if item not in seen:
-                seen.add(item)
-                out.append(item)
-    if not out:
-        raise InputError("no log files given")
-    return out
-
-
 try:
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but optional here
@@ -279,71 +124,6 @@ def _sample_threshold(fraction: float | None) -> int | None:
 def _sampled(source: str, line_no: int, threshold: int) -> bool:
     digest = hashlib.blake2b(f"{source}\0{line_no}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") < threshold
-
-
-def input_size(path: str) -> int | None:
-    """Bytes of one input (local file or URL); None for stdin, pipes and unknown sizes."""
-    if path == STDIN:
-        return None
-    if is_url(path):
-        return remote_size(path)
-    try:
-        return os.path.getsize(path) if os.path.isfile(path) else None
-    except OSError:
-        return None
-
-
-@dataclass(slots=True)
-class ReadMeter:
-    """How far reading got, in bytes of the (compressed) input files, for progress bars.
-
-    ``total_bytes`` is the sum of the regular files' sizes (None when an input has no size, e.g.
-    stdin or a pipe); :meth:`done` is the bytes of finished files plus the current position.
-    """
-
-    total_bytes: int | None = None
-    _finished: int = 0
-    _raw: Any = None
-    _size: int = 0
-
-    @classmethod
-    def for_paths(cls, paths: Sequence[str]) -> ReadMeter:
-        total: int | None = 0
-        for path in paths:
-            size = input_size(path)
-            if size is None:
-                total = None
-                break
-            total = (total or 0) + size
-        return cls(total_bytes=total)
-
-    def opened(self, raw: Any) -> None:
-        self._raw = raw
-        size = getattr(raw, "size", None)  # a remote file knows its size
-        if isinstance(size, int):
-            self._size = size
-            return
-        try:
-            self._size = os.fstat(raw.fileno()).st_size
-        except (OSError, ValueError):
-            self._size = 0
-
-    def add_done(self, size: int) -> None:
-        """Count a whole input read elsewhere (by a worker)."""
-        self._finished += int(size)
-
-    def closed(self) -> None:
-        self._finished += self._size
-        self._raw, self._size = None, 0
-
-    def done(self) -> int:
-        position = 0
-        if self._raw is not None:
-            try:
-                position = self._raw.tell()
-            except (OSError, ValueError):  # closed at the end of the file: it was read in full
-                position = self._size
-        return self._finished + position
 
 
 def _requests(
@@ -630,23 +410,6 @@ def iter_objects(
         t = obj.time
         if t is None or not ((since is not None and t < since) or (until is not None and t >= until)):
             yield obj
-
-
-def describe(data: Any) -> str:
-    """The shape of one log line for messages: a JSON object's first keys, else its first characters."""
-    obj = data
-    if isinstance(data, (bytes, bytearray)):
-        try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError):
-            text = bytes(data[:80]).decode("utf-8", "replace").rstrip()
-            return f"not JSON: {text!r}" + ("..." if len(data) > 80 else "")
-    if isinstance(obj, dict):
-        keys = list(obj)[:6]
-        return "a JSON object with keys " + ", ".join(map(str, keys)) + (", ..." if len(obj) > 6 else "")
-    if isinstance(obj, Request):
-        return "a request record"
-    return f"a JSON {type(obj).__name__}" if not isinstance(obj, str) else f"a string {obj[:60]!r}"
 
 
 def no_requests_error(errors: LineErrors, inputs: Sequence[str]) -> InputError:

@@ -15,7 +15,7 @@ from prefixplan.logs.open import CorruptInput, RawLine
 from prefixplan.logs.textlog import Problem, TextLogReader
 
 if TYPE_CHECKING:
-    from prefixplan.logs.read import LineErrors
+    from prefixplan.logs.lineerrors import LineErrors
 
 
 def make_reader(name: str, path: str, how: str) -> TextLogReader:

@@ -8,7 +8,7 @@ from typing import Any
 
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.logs.read import LineErrorRecord
+from prefixplan.logs.lineerrors import LineErrorRecord
 from prefixplan.render import RenderSet
 
 

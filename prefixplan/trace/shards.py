@@ -127,7 +127,7 @@ def render_shard(job: ShardJob) -> ShardResult:
     import socket
     import time
 
-    from prefixplan.logs.read import input_size
+    from prefixplan.logs.paths import input_size
 
     started = time.perf_counter()
     renderers = _renderers(job.source)
