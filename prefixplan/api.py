@@ -420,6 +420,10 @@ def write_trace(
 
     if export not in (None, "mooncake"):
         raise UsageError(f"unknown export format {export!r}", hint="use --export mooncake")
+    from prefixplan.logs.remote import is_url
+
+    if export is not None and is_url(os.fspath(out)):
+        raise UsageError("a Mooncake export is written to a local file", hint="give a path, then copy it where it goes")
     src = source_options(inputs, **source)
     trace_in = trace_input(src)
     gran = engine_granularity(granularity, block_size if export is None else None)

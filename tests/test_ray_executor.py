@@ -98,3 +98,8 @@ def test_a_trace_written_to_s3_by_a_ray_run_reads_back_like_its_log(cluster: dic
     from_trace = _record(tmp_path, [url])  # read back from the bucket, no tokenizer
     assert from_trace == from_log
     assert _simulation(tmp_path, [url]) == _simulation(tmp_path, [folder], "--workers", "1")
+    # `prefixplan trace -o URL` writes the same rows
+    other = f"s3://{BUCKET}/traces/by-trace-command.parquet"
+    assert main(["trace", folder, "-o", other, "--executor", "ray", "-q"]) == 0
+    assert _simulation(tmp_path, [other]) == _simulation(tmp_path, [url])
+    assert main(["trace", folder, "-o", other, "--export", "mooncake", "-q"]) == 2  # exports are local files

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -14,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def trace(
         logs: o.Logs,
-        out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help=o.OUT_HELP)],
+        out: Annotated[str, typer.Option("--out", "-o", metavar="FILE", help=o.OUT_HELP)],
         export: Annotated[
             Optional[str],
             typer.Option(
