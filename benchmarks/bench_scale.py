@@ -24,14 +24,12 @@ import gzip
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "out"
-QWEN3 = Path(os.environ.get("PREFIXPLAN_QWEN3_DIR", ROOT / ".cache" / "tokenizers" / "qwen3"))
+from pinned import OUT, QWEN3, ensure_qwen3, pinned_log, run_child
+
 RUNS = {"local1": ("local", 1), "local2": ("local", 2), "ray1": ("ray", 1), "ray2": ("ray", 2)}
 
 
@@ -87,15 +85,6 @@ def child_analyze(folder: Path, executor: str, workers: int) -> dict:
     }
 
 
-def run_child(*args: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode:
-        sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"child {args} failed ({out.returncode})")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=100_000)
@@ -109,20 +98,16 @@ def main() -> int:
         res["driver_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(res))
         return 0
-    if not (QWEN3 / "tokenizer.json").is_file():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_tokenizers.py"), "qwen3"], check=True)
-    name = "bench.jsonl.gz" if args.requests == 100_000 else f"bench-{args.requests}.jsonl.gz"
-    log = OUT / name
-    if not log.is_file():
-        cmd = [sys.executable, str(ROOT / "scripts" / "make_logs.py"), "bench", "--out", str(log)]
-        subprocess.run(cmd + ["--requests", str(args.requests)], check=True)
+    ensure_qwen3()
+    log = pinned_log(args.requests)
+    name = log.name
     folder = OUT / f"{name.removesuffix('.jsonl.gz')}-split{args.files}"
     files = split(log, args.files, folder)
     size = sum(f.stat().st_size for f in files)
     results = {}
     for run in args.runs.split(","):
         executor, workers = RUNS[run]
-        results[run] = run_child(str(folder), executor, str(workers))
+        results[run] = run_child(__file__, str(folder), executor, str(workers))
         print(f"{run}: {results[run]['seconds']:.1f} s", file=sys.stderr)
     print(f"log: {folder} ({len(files)} gzip files, {size / 2**20:,.0f} MiB); cores: {os.cpu_count()}")
     print(

@@ -25,16 +25,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "out"
-QWEN3 = Path(os.environ.get("PREFIXPLAN_QWEN3_DIR", ROOT / ".cache" / "tokenizers" / "qwen3"))
+from pinned import OUT, QWEN3, ensure_qwen3, pinned_log, run_child
 
 
 def child_parse_hash(log: Path) -> dict:
@@ -99,15 +95,6 @@ def child_simulate(inputs: Path, sweep: str, policies: str) -> dict:
     }
 
 
-def run_child(kind: str, *args: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, *args]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode:
-        sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"child {kind} failed ({out.returncode})")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=100_000)
@@ -131,21 +118,17 @@ def main() -> int:
         res["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         print(json.dumps(res))
         return 0
-    if not (QWEN3 / "tokenizer.json").is_file():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_tokenizers.py"), "qwen3"], check=True)
-    name = "bench.jsonl.gz" if args.requests == 100_000 else f"bench-{args.requests}.jsonl.gz"
-    log = OUT / name
-    if not log.is_file():
-        cmd = [sys.executable, str(ROOT / "scripts" / "make_logs.py"), "bench", "--out", str(log)]
-        subprocess.run(cmd + ["--requests", str(args.requests)], check=True)
+    ensure_qwen3()
+    log = pinned_log(args.requests)
+    name = log.name
     trace = OUT / (name.removesuffix(".jsonl.gz") + ".trace.parquet")
-    results: dict[str, dict] = {} if args.skip_parse else {"parse+hash": run_child("parsehash", str(log))}
+    results: dict[str, dict] = {} if args.skip_parse else {"parse+hash": run_child(__file__, "parsehash", str(log))}
     if not args.skip_single:
-        results["analyze w=1"] = run_child("analyze", str(log), "1", str(trace))
-    results["analyze w=2"] = run_child("analyze", str(log), "2", "-" if not args.skip_single else str(trace))
+        results["analyze w=1"] = run_child(__file__, "analyze", str(log), "1", str(trace))
+    results["analyze w=2"] = run_child(__file__, "analyze", str(log), "2", "-" if not args.skip_single else str(trace))
     if not args.skip_sim_log:
-        results["sim log"] = run_child("simulate", str(log), args.sweep, args.policies)
-    results["sim trace"] = run_child("simulate", str(trace), args.sweep, args.policies)
+        results["sim log"] = run_child(__file__, "simulate", str(log), args.sweep, args.policies)
+    results["sim trace"] = run_child(__file__, "simulate", str(trace), args.sweep, args.policies)
     print(f"log: {log}  ({log.stat().st_size / 2**20:,.0f} MiB gzip)  trace: {trace.stat().st_size / 2**20:,.0f} MiB")
     print(f"{'run':<14}{'seconds':>10}{'requests':>11}{'Mtok/s':>9}{'RSS MB':>9}{'worker RSS':>12}")
     for k, r in results.items():

@@ -444,7 +444,6 @@ def write_trace(
             iter_rendered(src, errors, renderers, block_size=gran.block_size, routing=export is None, meter=meter),
             start=1,
         ):
-            assert one.row is not None
             tokens += one.row.prompt_tokens
             if n % 256 == 1:
                 progress.update(n, tokens, meter.done() if meter is not None else None)

@@ -12,6 +12,7 @@ from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.workers import default_workers, iter_rendered
+from tests.shard_logs import REJECTED
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
@@ -39,20 +40,7 @@ def _rows(source: SourceOptions, workers: int) -> tuple[list, LineErrors, list[R
 def test_rows_are_the_same_on_any_number_of_workers(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     good = {"model": "m", "messages": [{"role": "user", "content": "hello " * 50}]}
-    # a tool call id the Mistral template rejects: a render failure, not a line error of the reader
-    bad = {
-        "model": "m",
-        "messages": [
-            {"role": "user", "content": "hi"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
-        ],
-    }
-    lines = [json.dumps(good if i % 7 else bad) for i in range(150)] + ["not json"]
+    lines = [json.dumps(good if i % 7 else REJECTED) for i in range(150)] + ["not json"]
     log.write_text("\n".join(lines) + "\n")
     source = SourceOptions(paths=(str(log),))
     one = _rows(source, 1)

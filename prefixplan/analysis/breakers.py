@@ -114,7 +114,7 @@ class BreakerFinder:
         region_end = next((s.start for s in segments if s.kind in ("user", "assistant", "tool_result")), n_units)
         if req.messages and str(req.messages[0].get("role")) in ("system", "developer"):
             text = message_text(req.messages[0].get("content"))
-            dyn, masked = self._scan(text)
+            dyn, masked = scan_system_text(text)
             if dyn and masked is not None:
                 group = self._system[masked]
                 self._seen(group, tenant)
@@ -175,9 +175,6 @@ class BreakerFinder:
         if n >= self.min_tenants:
             return example, preview, n, False
         return "", f"(withheld: {n} user(s) < min_tenants {self.min_tenants})", n, True
-
-    def _scan(self, text: str) -> tuple[tuple[tuple[str, int, int], ...], str | None]:
-        return scan_system_text(text)
 
     def results(self) -> list[Breaker]:
         out: list[Breaker] = []

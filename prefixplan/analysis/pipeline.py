@@ -125,16 +125,14 @@ class TextPass:
 
     min_tenants: int = 2
     previews: Previews = field(default_factory=Previews)
-    finder: BreakerFinder | None = None
+    finder: BreakerFinder = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.finder is None:
-            self.finder = BreakerFinder(min_tenants=self.min_tenants)
+        self.finder = BreakerFinder(min_tenants=self.min_tenants)
 
     def add(self, request: Request, row: TraceRow) -> None:
         segments = row_segments(row)
         self.previews.remember(request, segments)
-        assert self.finder is not None
         self.finder.add_request(request, segments, int(row.units), int(row.token_scale))
 
     def drop(self, known: set[str]) -> None:
@@ -142,7 +140,6 @@ class TextPass:
         self.previews.drop(known)
 
     def merge(self, other: TextPass) -> None:
-        assert self.finder is not None and other.finder is not None
         self.previews.merge(other.previews)
         self.finder.merge(other.finder)
 
@@ -164,12 +161,10 @@ class _FirstPass:
 
     @property
     def finder(self) -> BreakerFinder:
-        assert self.text.finder is not None
         return self.text.finder
 
     def add_rendered(self, rendered: Rendered) -> TraceRow:
         row = rendered.row
-        assert row is not None
         self.add_row(row)
         if rendered.request is not None:  # else the text pass of its file comes with the file's rows
             self.text.add(rendered.request, row)

@@ -208,7 +208,6 @@ def rag_whatif(
             on_shard=on_shard,
         )
         for i, one in enumerate(rows):
-            assert one.row is not None
             builder.add(request_of_row(one.row))
             tokens += int(one.row.prompt_tokens)
             n = i + 1

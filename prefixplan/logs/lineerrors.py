@@ -55,14 +55,12 @@ class LineErrors:
 
     def opened(self, source: str) -> None:
         """Note that reading ``source`` began (inputs rank by when they were opened)."""
-        if source not in self._rank:
-            self._rank_of(source)
+        self._rank_of(source)
 
     def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
         """Count one non-blank line; remember the shape of the first few."""
         self.lines_read += 1
-        if source not in self._rank:
-            self._rank_of(source)
+        self._rank_of(source)
         if len(self.first_lines) < FIRST_LINES:
             self.first_lines.append(f"{source} line {line_no} is {describe(data)}")
 
@@ -92,14 +90,13 @@ class LineErrors:
         self.count += other.count
         for category, n in other.by_reason.items():
             self.by_reason[category] = self.by_reason.get(category, 0) + n
-        ranks = {source: self._rank_of(source) for source in other._rank}
+        for source in other._rank:  # other's inputs rank after ours, in its order
+            self._rank_of(source)
         base = self._seq
         aligned = len(other._keys) == len(other.samples)
         for i, record in enumerate(other.samples):
             seq = other._keys[i][2] if aligned else i
-            rank = ranks.get(record.source)
-            rank = self._rank_of(record.source) if rank is None else rank
-            self._keep((rank, record.line_no, base + seq), record)
+            self._keep((self._rank_of(record.source), record.line_no, base + seq), record)
         self._seq = base + other._seq + len(other.samples)
         self.lines_read += other.lines_read
         self.requests_read += other.requests_read

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +126,22 @@ def _sampled(source: str, line_no: int, threshold: int) -> bool:
     return int.from_bytes(digest, "big") < threshold
 
 
+def _reporter(errors: LineErrors, source: str, strict: bool) -> Callable[[int, str], None]:
+    """How a reader reports a malformed line of ``source``: counted, or raised when ``strict``."""
+
+    def bad(line_no: int, reason: str) -> None:
+        errors.add(source, line_no, reason)
+        if strict:
+            raise LogLineError(source, line_no, reason)
+
+    return bad
+
+
+def _in_time(t: float | None, since: float | None, until: float | None) -> bool:
+    """True for an untimed request or one in ``[since, until)``."""
+    return t is None or not ((since is not None and t < since) or (until is not None and t >= until))
+
+
 def _requests(
     obj: Any, ctx: LineContext, fmt: str, errors: LineErrors, bad: Any, since: float | None, until: float | None
 ) -> Iterator[Request]:
@@ -163,10 +179,8 @@ def _in_window(
             requests.append(item)
     errors.requests_read += len(requests)
     for req in requests:
-        t = req.time
-        if t is not None and ((since is not None and t < since) or (until is not None and t >= until)):
-            continue
-        yield req
+        if _in_time(req.time, since, until):
+            yield req
 
 
 def _read_table(
@@ -174,10 +188,7 @@ def _read_table(
 ) -> Iterator[Request]:
     """The requests of one Parquet or CSV log (:mod:`prefixplan.logs.tables`), row by row."""
 
-    def bad(line_no: int, reason: str) -> None:
-        errors.add(source, line_no, reason)
-        if options.strict:
-            raise LogLineError(source, line_no, reason)
+    bad = _reporter(errors, source, options.strict)
 
     threshold = _sample_threshold(options.sample)
     fmt = "auto" if options.format in TABLE_FORMATS else options.format
@@ -221,10 +232,6 @@ class LineBatch:
     source: str
     lines: tuple[tuple[int, bytes | None, int], ...]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(size for _, _, size in self.lines)
-
 
 BATCH_BYTES = 4 * 2**20
 """A :class:`LineBatch` holds at most this many bytes of lines (and at least one line)."""
@@ -235,10 +242,7 @@ def parse_batch(batch: LineBatch, options: ReadOptions, errors: LineErrors) -> I
     (malformed ones counted in ``errors`` with their file and line)."""
     source = batch.source
 
-    def bad(line_no: int, reason: str) -> None:
-        errors.add(source, line_no, reason)
-        if options.strict:
-            raise LogLineError(source, line_no, reason)
+    bad = _reporter(errors, source, options.strict)
 
     errors.opened(source)
     for line_no, data, size in batch.lines:
@@ -281,10 +285,7 @@ def _read_one(
         yield from _read_table(path, source, kind, options, errors, meter)
         return
 
-    def bad(line_no: int, reason: str) -> None:
-        errors.add(source, line_no, reason)
-        if options.strict:
-            raise LogLineError(source, line_no, reason)
+    bad = _reporter(errors, source, options.strict)
 
     threshold = _sample_threshold(options.sample)
     since, until = options.since, options.until
@@ -298,8 +299,7 @@ def _read_one(
                     return threshold is None or _sampled(source, line_no, threshold)
 
                 for req in read_server_log(source, reader, how, lines, errors, keep, bad, options.max_line_bytes):
-                    t = req.time
-                    if t is None or not ((since is not None and t < since) or (until is not None and t >= until)):
+                    if _in_time(req.time, since, until):
                         yield req
                 return
             errors.sources[source] = SourceInfo(JSONL, how)
@@ -394,10 +394,7 @@ def iter_objects(
     already :class:`~prefixplan.core.types.Request` records pass through unchanged.
     """
 
-    def bad(line_no: int, reason: str) -> None:
-        errors.add(source, line_no, reason)
-        if options.strict:
-            raise LogLineError(source, line_no, reason)
+    bad = _reporter(errors, source, options.strict)
 
     since, until = options.since, options.until
     fmt = "auto" if options.format in TABLE_FORMATS else options.format
@@ -407,8 +404,7 @@ def iter_objects(
             yield from _requests(obj, LineContext(source, i, options.trace_block_size), fmt, errors, bad, since, until)
             continue
         errors.requests_read += 1
-        t = obj.time
-        if t is None or not ((since is not None and t < since) or (until is not None and t >= until)):
+        if _in_time(obj.time, since, until):
             yield obj
 
 

@@ -1,8 +1,9 @@
 """The shared front half of every pipeline: read requests (files or memory) and render them.
 
 :class:`SourceOptions` says where requests come from and how they are tokenized; analyze and
-simulate (and the public Python API) both embed it and call :func:`iter_prompts`, which
-streams :class:`~prefixplan.core.types.Prompt` records in input order. Requests the renderer
+simulate (and the public Python API) embed it and render through
+:func:`prefixplan.trace.workers.iter_rendered` (here or in workers); :func:`iter_prompts` streams
+the :class:`~prefixplan.core.types.Prompt` records themselves, token ids included, in input order. Requests the renderer
 rejects are counted with the malformed lines (reason ``render: ...``) and listed as
 :class:`RenderFailure`; with ``read.strict`` they raise.
 """

@@ -1,7 +1,7 @@
 """From rendered prompts to :class:`~prefixplan.simulation.trace.SimRequest`, and the simulation of a source.
 
 Logs are read and rendered exactly as ``prefixplan analyze`` does (the shared
-:func:`prefixplan.render.stream.iter_prompts`), then replayed by
+:func:`prefixplan.trace.workers.iter_rendered`), then replayed by
 :func:`prefixplan.simulation.api.simulate`. Requests without a timestamp use their position in the
 stream as the arrival time. Anthropic ``cache_control`` markers become token offsets: the end of
 the system segment, of the marked tool schema, or of the marked message (approximate, like every
@@ -118,7 +118,6 @@ def simulate_source(
             tokens = n = 0
             rendered = iter_rendered(source, errors, renderers, block_size=sim.block_size, routing=routing, meter=meter)
             for n, one in enumerate(rendered, start=1):
-                assert one.row is not None
                 sim.add_row(one.row)
                 if writer is not None:
                     writer.write(one.row)

@@ -89,9 +89,10 @@ def _pyarrow() -> Any:
 
 
 def is_trace_file(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a local Parquet file (by its magic bytes; ``-`` never is) whose footer
-    holds the trace metadata, or whose footer cannot be read (:class:`TraceFile` says why). A
-    Parquet file without the metadata is a request log (:mod:`prefixplan.logs.tables`)."""
+    """True when ``path`` is a Parquet file (by its magic bytes; ``-`` never is) whose footer holds
+    the trace metadata, or a local one whose footer cannot be read (:class:`TraceFile` says why). A
+    Parquet file without the metadata is a request log (:mod:`prefixplan.logs.tables`); so is a
+    URL that cannot be read (the log reader says why)."""
     p = str(path)
     if is_url(p):
         if not p.lower().endswith(".parquet") or any(c in p for c in "*?["):
@@ -267,10 +268,10 @@ class TraceWriter:
             self.count += len(self._rows)
             self._rows = []
 
-    def close(self, extra_meta: Mapping[str, Any] | None = None) -> Path:
-        """Finish the file with its metadata (``extra_meta`` merged in); returns the path."""
+    def close(self, extra_meta: Mapping[str, Any] | None = None) -> str:
+        """Finish the file with its metadata (``extra_meta`` merged in); returns :attr:`target`."""
         if self._closed:
-            return self.path
+            return self.target
         self._flush()
         meta = {**self.meta, **(extra_meta or {}), "requests": self.count}
         self._writer.add_key_value_metadata({META_KEY: json.dumps(meta, ensure_ascii=False).encode()})
@@ -281,12 +282,12 @@ class TraceWriter:
                 upload(str(self._tmp), self.url)
             finally:
                 self._tmp.unlink(missing_ok=True)
-            return self.path
+            return self.target
         try:
             os.replace(self._tmp, self.path)
         except OSError as exc:
             raise UsageError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
-        return self.path
+        return self.target
 
     def abort(self) -> None:
         """Drop the partial file."""
@@ -330,11 +331,10 @@ class TraceFile:
         import pyarrow.parquet as pq
 
         target = os.fspath(path)
-        self.path: Path | str = target if is_url(target) else Path(target)
-        if isinstance(self.path, str):
-            self.path = shown(target)
+        remote = is_url(target)
+        self.path: Path | str = shown(target) if remote else Path(target)
         try:
-            self._file = pq.ParquetFile(io.BufferedReader(open_remote(target)) if is_url(target) else target)
+            self._file = pq.ParquetFile(io.BufferedReader(open_remote(target)) if remote else target)
         except OSError as exc:
             raise InputError(f"{self.path}: cannot read the trace: {exc}") from exc
         except Exception as exc:  # pyarrow.ArrowInvalid for a damaged file

@@ -30,7 +30,7 @@ class _ShardActor:
         import numpy as np
 
         out = [pickle.dumps(render_shard(pickle.loads(job)), protocol=5) for job in batch["job"]]
-        return {"index": batch["index"], "result": np.array(out, dtype=object)}
+        return {"result": np.array(out, dtype=object)}
 
 
 def _connect(address: str | None) -> tuple[Any, bool]:
@@ -57,7 +57,7 @@ def cluster_cpus(ray: Any) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def run_ray(jobs: Iterable[ShardJob], n_jobs: int, address: str | None, workers: int | None) -> Iterator[ShardResult]:
+def run_ray(jobs: Iterable[ShardJob], address: str | None, workers: int | None) -> Iterator[ShardResult]:
     """Shard results in job order from a pool of ``workers`` actors (None: one per cluster CPU,
     at most one per file)."""
     ray, started = _connect(address)
@@ -68,8 +68,8 @@ def run_ray(jobs: Iterable[ShardJob], n_jobs: int, address: str | None, workers:
         ctx.execution_options.preserve_order = True  # results in input order, whatever finishes first
         logging.getLogger("ray.data").setLevel(logging.ERROR)
         ctx.enable_progress_bars = False  # the driver shows prefixplan's own progress
-        pool = max(1, min(workers or cluster_cpus(ray), n_jobs))
-        items = [{"index": job.index, "job": pickle.dumps(job, protocol=5)} for job in jobs]
+        items = [{"job": pickle.dumps(job, protocol=5)} for job in jobs]
+        pool = max(1, min(workers or cluster_cpus(ray), len(items)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # how Ray spells per-actor options moves
             ds = rd.from_items(items, override_num_blocks=len(items)).map_batches(

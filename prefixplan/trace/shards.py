@@ -134,14 +134,10 @@ def render_shard(job: ShardJob) -> ShardResult:
     before = _stats(renderers)
     result = ShardResult(job.index, worker=f"{socket.gethostname()}:{os.getpid()}")
     text = job.text() if job.text is not None else None
+    if job.lines is None and job.requests is None:
+        result.size = input_size(job.path) or 0
     try:
-        if job.lines is not None or job.requests is not None:
-            rendered = _render_parts(job, renderers, result)
-        else:
-            result.size = input_size(job.path) or 0
-            rendered = _render_file(job, renderers, result)
-        for one in rendered:
-            assert one.row is not None
+        for one in _render(job, renderers, result):
             result.rows.append(one.row)
             if text is not None and one.request is not None:
                 text.add(one.request, one.row)
@@ -157,39 +153,23 @@ def render_shard(job: ShardJob) -> ShardResult:
     return result
 
 
-def _render_file(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterator[Any]:
-    """Read and render the whole file of ``job``."""
+def _render(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterator[Any]:
+    """Read (a whole file), parse (a batch of lines) or take (requests) what ``job`` carries, and
+    render it here; malformed lines and render failures go to ``result``."""
+    from prefixplan.logs.read import iter_requests, parse_batch
     from prefixplan.logs.tables import table_format
-    from prefixplan.trace.workers import iter_rendered
-
-    read = job.source.read
-    if read.columns and table_format(job.path, read.format) is None:
-        read = replace(read, columns=())  # the mapping is for the run's table files, not this one
-    one = replace(job.source, paths=(job.path,), objects=None, read=read, workers=1, executor="local",
-                  ray_address=None)  # fmt: skip
-    return iter_rendered(
-        one,
-        result.errors,
-        renderers,
-        block_size=job.block_size,
-        routing=job.routing,
-        workers=1,
-        transform=job.transform,
-        failures=result.failures,
-        require_requests=False,
-    )
-
-
-def _render_parts(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterator[Any]:
-    """Parse (lines) and render the part of a file that ``job`` carries."""
-    from prefixplan.logs.read import parse_batch
     from prefixplan.trace.workers import failure_handler, render_in_process
 
     requests: Iterator[Request]
     if job.lines is not None:
         requests = parse_batch(job.lines, job.source.read, result.errors)
+    elif job.requests is not None:
+        requests = iter(job.requests)
     else:
-        requests = iter(job.requests or ())
+        read = job.source.read
+        if read.columns and table_format(job.path, read.format) is None:
+            read = replace(read, columns=())  # the mapping is for the run's table files, not this one
+        requests = iter_requests([job.path], read, result.errors)
     if job.transform is not None:
         requests = map(job.transform, requests)
     failed = failure_handler(job.source, result.errors, result.failures)

@@ -56,12 +56,11 @@ def default_workers(source: SourceOptions) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """One request's outcome: its row (and the request itself, for text-level analysis), or why
-    it could not be rendered."""
+    """One rendered request: its row, and the request itself for text-level analysis (None when
+    a worker kept the text: :mod:`prefixplan.trace.shards`)."""
 
-    request: Request | None  # None when a file's worker kept the text (:mod:`prefixplan.trace.shards`)
-    row: TraceRow | None
-    error: str | None = None
+    request: Request | None
+    row: TraceRow
 
 
 def row_segments(row: TraceRow) -> tuple[Segment, ...]:
@@ -99,41 +98,48 @@ def iter_rendered(
     meter: ReadMeter | None = None,
     text: Callable[[], TextPartial] | None = None,
     on_shard: Callable[[ShardResult], None] | None = None,
-    require_requests: bool = True,
 ) -> Iterator[Rendered]:
     """Read ``source`` and render it into rows at ``block_size`` tokens, in input order, on
     ``workers`` processes (None: ``source.workers``, else :func:`default_workers`). Render failures are counted in
     ``errors`` (and listed in ``failures``) unless the read options are strict.
 
-    Files are rendered one per worker (:mod:`prefixplan.trace.shards`) with ``--executor ray``,
-    and locally when there are at least two files per worker; then each file's text-level
-    partial (``text``) and outcome reach ``on_shard`` in input order and rows come without their
-    request. Otherwise requests are read here and rendered in batches (rows with requests).
+    With more than one worker (or ``--executor ray``) the work goes out as jobs (module
+    docstring); each job's text-level partial (``text``) and outcome reach ``on_shard`` in input
+    order and rows come without their request. In this process, rows come with their request.
     """
     if workers is None:
         workers = source.workers
     asked = workers
     n = (1 if source.executor == "ray" else default_workers(source)) if workers is None else max(1, int(workers))
     files = _shardable(source, n)
+    job_text = text if on_shard is not None else None
+    rendered: Iterator[Rendered]
+    jobs: Iterator[ShardJob]
     if files is not None:
-        yield from _by_file(
-            files, source, errors, renderers, block_size, routing, asked, n, transform, failures, meter, text, on_shard
-        )
-        if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
-            raise no_requests_error(errors, source.display)
-        return
-    failed = failure_handler(source, errors, failures)
-    if n <= 1:
+        from prefixplan.logs.read import check_columns
+
+        check_columns(files, source.read)
+        jobs = (ShardJob(i, path, source, block_size, routing, job_text, transform) for i, path in enumerate(files))
+        if source.executor == "ray":
+            from prefixplan.trace.ray_executor import run_ray
+
+            results = run_ray(jobs, source.ray_address, asked)
+        else:
+            results = run_local(jobs, n)
+        rendered = _merge_results(results, errors, renderers, failures, meter, on_shard)
+    elif n <= 1:
         requests: Iterator[Request] = iter_source_requests(source, errors, meter)
         if transform is not None:
             requests = (transform(r) for r in requests)
-        yield from render_in_process(
+        failed = failure_handler(source, errors, failures)
+        rendered = render_in_process(
             requests, renderers, RowMaker(block_size, routing=routing), source.render_batch, failed
         )
     else:
-        jobs = _batch_jobs(source, errors, meter, block_size, routing, transform, text if on_shard else None)
-        yield from _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard)
-    if require_requests and errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
+        jobs = _batch_jobs(source, errors, meter, block_size, routing, transform, job_text)
+        rendered = _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard)
+    yield from rendered
+    if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
         raise no_requests_error(errors, source.display)
 
 
@@ -164,6 +170,8 @@ def _batch_jobs(
 ) -> Iterator[ShardJob]:
     """Jobs of consecutive lines (JSON-lines files: read here, parsed by the workers) or of
     requests (in-memory records, server logs, tables: parsed here), in input order."""
+    import uuid
+
     from prefixplan.logs.read import LineBatch, iter_read_items
 
     items: Iterator[Request | LineBatch]
@@ -173,8 +181,6 @@ def _batch_jobs(
         from prefixplan.logs import expand_paths
 
         items = iter_read_items(expand_paths(source.paths), source.read, errors, meter, batch_lines=BATCH)
-    import uuid
-
     run = uuid.uuid4().hex  # a local pool hands jobs out in order: workers may leave out what they sent
     index = 0
     pending: list[Request] = []
@@ -217,37 +223,6 @@ def _shardable(source: SourceOptions, workers: int) -> list[str] | None:
     if ray or len(files) >= 2 * workers:
         return files
     return None
-
-
-def _by_file(
-    files: list[str],
-    source: SourceOptions,
-    errors: LineErrors,
-    renderers: RenderSet,
-    block_size: int,
-    routing: bool,
-    asked: int | None,
-    workers: int,
-    transform: Callable[[Request], Request] | None,
-    failures: list[RenderFailure] | None,
-    meter: ReadMeter | None,
-    text: Callable[[], TextPartial] | None,
-    on_shard: Callable[[ShardResult], None] | None,
-) -> Iterator[Rendered]:
-    from prefixplan.logs.read import check_columns
-
-    check_columns(files, source.read)
-    jobs = (
-        ShardJob(i, path, source, block_size, routing, text if on_shard is not None else None, transform)
-        for i, path in enumerate(files)
-    )
-    if source.executor == "ray":
-        from prefixplan.trace.ray_executor import run_ray
-
-        results = run_ray(jobs, len(files), source.ray_address, asked)
-    else:
-        results = run_local(jobs, workers)
-    yield from _merge_results(results, errors, renderers, failures, meter, on_shard)
 
 
 def _merge_results(
