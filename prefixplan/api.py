@@ -189,14 +189,21 @@ def run_analyze(
             created_store = str(opened.path) if opened.created else None
     sinks = []
     sim = None
+    shared = False
     if headline is not None:
+        from prefixplan.core.granularity import engine_granularity
         from prefixplan.simulation.headline import headline_simulation
 
         sim = headline_simulation(
             options.engine, options.granularity, headline.capacities, headline.configured_capacity
         )
-        sinks.append(sim.add_row)
+        # the analysis's block trace is the headline's: replayed as is, not built twice
+        shared = sim.can_share(engine_granularity(options.engine, options.block_size))
+        if not shared:
+            sinks.append(sim.add_row)
     analysis = run_pipeline(options, progress, sinks=sinks, trace_out=outputs.trace_out)
+    if sim is not None and shared:
+        sim.use_trace(analysis.trace)
     if outputs.trace_out:
         outcome_trace = [("trace", outputs.trace_out)]
     else:

@@ -33,7 +33,7 @@ def streams(draw):  # type: ignore[no-untyped-def]
 @given(streams(), st.integers(1, 4), st.integers(1, 8), st.integers(1, 3))
 def test_block_candidates_equal_token_radix_candidates(stream, block, min_tokens, min_hits) -> None:  # type: ignore[no-untyped-def]
     tree = RadixTree()
-    builder = TraceBuilder(engine_granularity("custom", block))
+    builder = TraceBuilder(engine_granularity("custom", block), index_singletons=min_hits < 2)
     for i, (t, ns, toks, tenant) in enumerate(stream):
         tree.insert(toks, ns, request_index=i, tenant=tenant or f"anon:{i}", time=t)
         builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
@@ -53,3 +53,93 @@ def test_block_candidates_equal_token_radix_candidates(stream, block, min_tokens
     assert [tenants[c.node_id][0] for c in got] == [c.tenants for c in want]
     # the representative is the first request through the prefix, as in the radix tree
     assert [int(trace.order[c.request_index]) for c in got] == [c.request_index for c in want]
+
+
+def _arrays(trace):  # type: ignore[no-untyped-def]
+    names = ("times", "order", "n_blocks", "cap_blocks", "end_block", "known_blocks", "parent", "block_depth")
+    return {k: getattr(trace, k).tolist() for k in (*names, "block_first_row")}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(1, 4), st.sampled_from([2, 3, 16]))
+def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block, bits) -> None:  # type: ignore[no-untyped-def]
+    """Leaving blocks seen once out of the index (the twice-filter; 2**2 slots makes most single
+    keys false positives, 2**16 almost none) gives the same block trace, and every prefix that
+    two requests share still resolves to the same ids."""
+    from unittest import mock
+
+    import prefixplan.core.twice as twice
+
+    gran = engine_granularity("custom", block)
+    built = []
+    for singletons in (True, False):
+        builder = TraceBuilder(gran, index_singletons=singletons)
+        for i, (t, ns, toks, _) in enumerate(stream):
+            builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
+        with mock.patch.object(twice, "slot_bits", lambda _n: bits):
+            built.append(builder.finish())
+    full, lean = built
+    assert _arrays(lean) == _arrays(full)
+    hits = np.zeros(full.n_distinct_blocks, dtype=np.int64)
+    for r in range(full.n_requests):
+        hits[full.path_blocks(r)] += 1
+    for _, ns, toks, _ in stream:
+        want = [b for b in full.resolve(toks, ns) if hits[b] >= 2]
+        assert lean.resolve(toks, ns)[: len(want)] == want
+
+
+def test_twice_filter_never_misses_a_repeated_key() -> None:
+    from prefixplan.core.twice import TwiceFilter
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(1, 2**63, size=50_000, dtype=np.int64).view(np.uint64)
+    repeated = keys[:5_000]
+    f = TwiceFilter(12)  # 4096 slots for 50k keys: many false positives, never a false negative
+    f.add(np.concatenate([keys[:30_000], repeated[:10]]))
+    f.add(np.concatenate([keys[30_000:], repeated[10:]]))
+    assert f.maybe_twice(repeated).all()
+    roomy = TwiceFilter.of([keys, repeated], 55_000)
+    assert roomy.maybe_twice(repeated).all()
+    assert roomy.maybe_twice(keys[5_000:]).mean() < 0.15  # ~distinct keys / slots
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(1, 4), st.data())
+def test_tree_nodes_are_runs_of_consecutive_block_ids(stream, block, data) -> None:  # type: ignore[no-untyped-def]
+    """build_tree's node of each block equals following parents up to the node's start (the
+    definition), with and without extra ends (pins)."""
+    from prefixplan.simulation.tree import build_tree
+
+    builder = TraceBuilder(engine_granularity("custom", block), index_singletons=False)
+    for i, (t, ns, toks, _) in enumerate(stream):
+        builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
+    trace = builder.finish()
+    d = trace.n_distinct_blocks
+    extra = sorted(data.draw(st.sets(st.integers(0, max(0, d - 1)), max_size=3))) if d else []
+    tree = build_tree(trace, extra_ends=extra)
+    parent = trace.parent.tolist()
+    children = [0] * d
+    for p in parent:
+        if p >= 0:
+            children[p] += 1
+    ends = set(trace.end_block[trace.end_block >= 0].tolist())
+    member = set(extra)
+    starts = [p < 0 or children[p] != 1 or p in ends or ((b in member) != (p in member)) for b, p in enumerate(parent)]
+    head = []
+    for b in range(d):
+        h = b
+        while not starts[h]:
+            h = parent[h]
+        head.append(h)
+    first = sorted(set(head))
+    assert tree.first_block.tolist() == first
+    assert tree.node_of_block.tolist() == [first.index(h) for h in head]
+    assert tree.weight.tolist() == [head.count(f) for f in first]
+
+
+@given(st.lists(st.integers(0, 40), max_size=300), st.integers(1, 64))
+def test_stable_order_is_a_stable_argsort(values, step) -> None:  # type: ignore[no-untyped-def]
+    from prefixplan.analysis.blocktree import stable_order
+
+    a = np.asarray(values, dtype=np.int32)
+    assert stable_order(a, step=step).tolist() == np.argsort(a, kind="stable").tolist()

@@ -41,38 +41,52 @@ def approx_reason(tokenizers: Sequence[TokenizerInfo], formats: Counter[str]) ->
 _KIND_GROUP = {"tool": "tools", "tool_result": "history", "user": "user", "assistant": "history"}
 
 
-def kind_accounting(store: RowStore, reused: np.ndarray, recurring: set[int]) -> dict[str, Any]:
-    """Prompt tokens and reused tokens per segment kind (recurring chunks counted as rag)."""
+def kind_accounting(
+    store: RowStore, reused: np.ndarray, recurring: np.ndarray, rows_per_step: int = 1 << 16
+) -> dict[str, Any]:
+    """Prompt tokens and reused tokens per segment kind (chunks whose hash is in ``recurring``
+    counted as rag), ``rows_per_step`` requests at a time (bounded temporaries)."""
     c = store.columns()
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    if len(store):
-        owner = np.repeat(np.arange(len(store)), np.diff(c["seg_off"]))
+    n_kinds = len(SEGMENT_KINDS)
+    per_tok = np.zeros(n_kinds)
+    per_reuse = np.zeros(n_kinds)
+    present = np.zeros(n_kinds, dtype=np.int64)
+    rag = [0, 0]
+    wanted = np.asarray(recurring, dtype=np.uint64) if len(recurring) else None
+    for lo in range(0, len(store), rows_per_step):
+        hi = min(len(store), lo + rows_per_step)
+        off = c["seg_off"][lo : hi + 1]
+        owner = np.repeat(np.arange(lo, hi), np.diff(off))
+        a, b = int(off[0]), int(off[-1])
         scale = c["scale"][owner]
         upto = reused[owner] // np.maximum(scale, 1)  # reused tokens in units of the row
-        start, end = c["seg_start"], c["seg_end"]
-        tokens = (end - start) * scale
-        reuse = np.maximum(0, np.minimum(end, upto) - start) * scale
-        kinds = c["seg_kind"].astype(np.int64)
-        n_kinds = len(SEGMENT_KINDS)
-        present = np.bincount(kinds, minlength=n_kinds)
-        per_tok = np.bincount(kinds, weights=tokens, minlength=n_kinds)
-        per_reuse = np.bincount(kinds, weights=reuse, minlength=n_kinds)
-        for k, name in enumerate(SEGMENT_KINDS):
-            if present[k]:
-                group = _KIND_GROUP.get(name, name)
-                acc[group][0] += int(per_tok[k])
-                acc[group][1] += int(per_reuse[k])
-        hashes = c["chunk_hash"]
-        if hashes.shape[0] and recurring:
-            cowner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
-            rec = np.isin(hashes, np.fromiter(recurring, dtype=np.uint64, count=len(recurring)))
-            cscale = c["scale"][cowner][rec]
-            cs, ce = c["chunk_start"][rec], c["chunk_end"][rec]
-            cup = reused[cowner][rec] // np.maximum(cscale, 1)
-            n = int(((ce - cs) * cscale).sum())
-            r = int((np.maximum(0, np.minimum(ce, cup) - cs) * cscale).sum())
-            acc["rag"][0] += n
-            acc["rag"][1] += r
-            acc["user"][0] -= n
-            acc["user"][1] -= r
+        start, end = c["seg_start"][a:b].astype(np.int64), c["seg_end"][a:b].astype(np.int64)
+        kinds = c["seg_kind"][a:b].astype(np.int64)
+        present += np.bincount(kinds, minlength=n_kinds)
+        per_tok += np.bincount(kinds, weights=(end - start) * scale, minlength=n_kinds)
+        per_reuse += np.bincount(kinds, weights=np.maximum(0, np.minimum(end, upto) - start) * scale, minlength=n_kinds)
+        if wanted is None:
+            continue
+        coff = c["chunk_off"][lo : hi + 1]
+        ca, cb = int(coff[0]), int(coff[-1])
+        if ca == cb:
+            continue
+        cowner = np.repeat(np.arange(lo, hi), np.diff(coff))
+        rec = np.isin(c["chunk_hash"][ca:cb], wanted)
+        cscale = c["scale"][cowner][rec]
+        cs, ce = c["chunk_start"][ca:cb][rec].astype(np.int64), c["chunk_end"][ca:cb][rec].astype(np.int64)
+        cup = reused[cowner][rec] // np.maximum(cscale, 1)
+        rag[0] += int(((ce - cs) * cscale).sum())
+        rag[1] += int((np.maximum(0, np.minimum(ce, cup) - cs) * cscale).sum())
+    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for k, name in enumerate(SEGMENT_KINDS):
+        if present[k]:
+            group = _KIND_GROUP.get(name, name)
+            acc[group][0] += int(per_tok[k])
+            acc[group][1] += int(per_reuse[k])
+    if wanted is not None and len(store) and c["chunk_hash"].shape[0]:
+        acc["rag"][0] += rag[0]
+        acc["rag"][1] += rag[1]
+        acc["user"][0] -= rag[0]
+        acc["user"][1] -= rag[1]
     return {k: {"tokens": v[0], "reused": v[1]} for k, v in sorted(acc.items())}

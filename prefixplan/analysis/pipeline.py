@@ -27,7 +27,7 @@ import numpy as np
 
 from prefixplan import __version__
 from prefixplan.analysis.accounting import approx_reason, chunk_counts, kind_accounting
-from prefixplan.analysis.blocktree import BlockTree, count_tenants, find_block_candidates
+from prefixplan.analysis.blocktree import BlockTree, count_tenants, rank_blocks
 from prefixplan.analysis.breakers import Breaker, BreakerFinder
 from prefixplan.analysis.candidates import Candidate
 from prefixplan.analysis.inputs import files_json, mismatch_reason, models_json, tokenizer_infos
@@ -45,13 +45,14 @@ from prefixplan.analysis.representatives import representative_tokens, source_js
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.analysis.textfacts import TextFacts
 from prefixplan.core.granularity import engine_granularity
+from prefixplan.core.memory import release_free_memory
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request, Segment
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, source_meter
-from prefixplan.trace.blocks import TraceBuilder, request_of_row
+from prefixplan.trace.blocks import BlockTrace, TraceBuilder, request_of_row
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
 from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
 from prefixplan.trace.rows import TraceRow
@@ -87,16 +88,18 @@ class AnalyzeOptions:
 class Analysis:
     """Result of :func:`analyze`: the typed record plus in-memory objects for later stages.
 
-    ``ranked`` are the block-level candidates (all of them, rank order); the record holds the
-    top ones as :class:`~prefixplan.analysis.record.CandidateRecord`. ``trace_meta`` is what a
-    trace file of this run records besides its rows.
+    ``ranked`` are the shown block-level candidates (the top ``--top``, rank order; the summary
+    counts all of them); the record holds them as
+    :class:`~prefixplan.analysis.record.CandidateRecord`. ``trace`` is the block
+    trace the candidates were counted on (the simulation headline replays it). ``trace_meta`` is
+    what a trace file of this run records besides its rows.
     """
 
     record: AnalysisRecord
     ranked: list[Candidate]
     breakers: list[Breaker]
     errors: LineErrors
-    blocks: BlockTree
+    trace: BlockTrace
     render_failures: list[RenderFailure]
     trace_meta: dict[str, Any] = field(default_factory=dict)
     workers: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -149,7 +152,8 @@ class _FirstPass:
 
     def __init__(self, options: AnalyzeOptions) -> None:
         self.granularity = engine_granularity(options.engine, options.block_size)
-        self.builder = TraceBuilder(self.granularity)
+        # candidates need at least two requests: blocks of one request are not indexed
+        self.builder = TraceBuilder(self.granularity, index_singletons=options.min_hits < 2)
         self.store = RowStore()
         self.text = TextPass(options.min_tenants)
         self.total = 0
@@ -294,6 +298,7 @@ def _rank_and_record(
     source = options.source
     store = first.store
     trace = first.builder.finish()
+    release_free_memory()  # what building the block trace freed (key batches, the twice filter)
     tree = BlockTree(trace)
     n_requests = len(store)
     c = store.columns()
@@ -303,8 +308,12 @@ def _rank_and_record(
     reused[trace.order] = reused_rows
     total = int(c["prompt"].sum())
     reused_total = int(reused.sum())
-    rag, recurring_hex = rag_report(store, reused)
-    recurring = {int(h, 16) for h in recurring_hex}
+    rag, recurring = rag_report(store, reused)
+
+    def is_recurring(text_hash: str) -> bool:
+        h = np.uint64(int(text_hash, 16))
+        at = int(np.searchsorted(recurring, h))
+        return at < recurring.shape[0] and recurring[at] == h
 
     def segments_of(row: int) -> Sequence[Segment]:
         i = int(trace.order[row])
@@ -312,16 +321,20 @@ def _rank_and_record(
         docs = [
             Segment("doc", ch.start, ch.end, ch.text_hash, ch.message_index)
             for ch in store.chunks(i)
-            if int(ch.text_hash, 16) in recurring
+            if is_recurring(ch.text_hash)
         ]
         if not docs:
             return segs
         return tuple(sorted(segs + tuple(docs), key=lambda s: (s.start, s.kind != "doc")))
 
-    ranked = find_block_candidates(
-        tree, min_tokens=options.min_tokens, min_hits=options.min_hits, segments_of=segments_of
+    ranking = rank_blocks(
+        tree,
+        min_tokens=options.min_tokens,
+        min_hits=options.min_hits,
+        segments_of=segments_of,
+        limit=options.top or None,
     )
-    shown = ranked[: options.top] if options.top else ranked
+    shown = ranking.candidates
     tenant_col = c["tenant"]
 
     def tenant_of(row: int) -> str:
@@ -330,6 +343,9 @@ def _rank_and_record(
         return f"anon:{i}" if t == 0 else f"t:{t}"
 
     counted = count_tenants(tree, shown, tenant_of)
+    arena_tokens = tree.arena_tokens()
+    del tree  # the per-block counts are done with; the headline replays the trace itself
+    release_free_memory()
     shown = [replace(cand, tenants=counted[cand.node_id][0], tenants_capped=counted[cand.node_id][1]) for cand in shown]
     rag_whatif_json: dict[str, Any] | None
     if facts is None:
@@ -338,7 +354,7 @@ def _rank_and_record(
         engine_ids = dict(renderers.engine_ids)
         spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
         engine_used = bool(renderers.engine_ids.get("used"))
-        if options.rag_whatif and recurring_hex and source.rereadable:
+        if options.rag_whatif and recurring.shape[0] and source.rereadable:
             rag.update(rag_whatif(source, renderers, chunk_counts(store), first.granularity, reused_total, progress))
         breakers: list[Any] = list(first.finder.results())
         previews = first.previews
@@ -375,8 +391,8 @@ def _rank_and_record(
         reusable_tokens=reused_total,
         hit_rate_tokens=reused_total / total if total else 0.0,
         hit_rate_requests=float((reused > 0).sum()) / n_requests if n_requests else 0.0,
-        shared_prefix_tokens=sum(cand.marginal_tokens for cand in ranked),
-        candidates=len(ranked),
+        shared_prefix_tokens=ranking.marginal_tokens,
+        candidates=ranking.count,
         namespaces=len(store.namespaces.names),
         distinct_tenants=int(np.unique(tenants[tenants != 0]).shape[0]),
         exact=exact,
@@ -384,7 +400,7 @@ def _rank_and_record(
         logged_cached_tokens=int(cached[logged].sum()) if logged.any() else None,
         time_span_s=float(times.max() - times.min()) if times.shape[0] > 1 else None,
         tree_nodes=trace.n_distinct_blocks,
-        tree_arena_tokens=int(tree.block_tokens.sum()),
+        tree_arena_tokens=arena_tokens,
         elapsed_s=0.0,
     )
     rep_tokens = representative_tokens(source, trace, store, shown, renderers, meta)
@@ -453,7 +469,7 @@ def _rank_and_record(
             "samples": [{"source": e.source, "line": e.line_no, "reason": e.reason} for e in errors.samples],
         },
     )
-    analysis = Analysis(record, ranked, [b for b in breakers if isinstance(b, Breaker)], errors, tree, list(failures))
+    analysis = Analysis(record, shown, [b for b in breakers if isinstance(b, Breaker)], errors, trace, list(failures))
     analysis.trace_meta = {
         "inputs": {"paths": paths, "files": files, "source": source_json(source)},
         "line_errors": line_errors_json(errors),

@@ -111,19 +111,19 @@ def chunk_request_counts(store: RowStore) -> tuple[np.ndarray, np.ndarray, np.nd
         return np.zeros(0, dtype=np.uint64), empty, empty
     owner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
     uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    pairs = np.unique(np.stack([inverse, owner]), axis=1)  # (chunk, request) once each
-    requests = np.bincount(pairs[0], minlength=uniq.shape[0])
+    pairs = np.unique(inverse.astype(np.int64) * max(1, len(store)) + owner)  # (chunk, request) once each
+    requests = np.bincount(pairs // max(1, len(store)), minlength=uniq.shape[0])
     tokens = (c["chunk_end"] - c["chunk_start"])[first]
     return uniq, requests.astype(np.int64), tokens.astype(np.int64)
 
 
-def rag_report(store: RowStore, reused: np.ndarray, min_requests: int = 2) -> tuple[dict[str, Any], set[str]]:
+def rag_report(store: RowStore, reused: np.ndarray, min_requests: int = 2) -> tuple[dict[str, Any], np.ndarray]:
     """Recurring chunks, how many tokens of them are prefilled again in the current layout, and
     the 20 costliest (the ``rag`` section of the record, before the what-if); and the recurring
-    chunk hashes. ``reused``: reusable tokens of each request, input order."""
+    chunk hashes (sorted uint64). ``reused``: reusable tokens of each request, input order."""
     uniq, requests, tokens = chunk_request_counts(store)
     keep = requests >= min_requests
-    recurring = {f"{int(h):016x}" for h in uniq[keep]}
+    recurring = uniq[keep]
     c = store.columns()
     hashes = c["chunk_hash"]
     out: dict[str, Any] = {"recurring_chunks": int(keep.sum()), "occurrences": int(requests[keep].sum())}
@@ -133,24 +133,25 @@ def rag_report(store: RowStore, reused: np.ndarray, min_requests: int = 2) -> tu
     idx = np.searchsorted(uniq, hashes)
     rec = keep[idx]
     units = c["scale"][owner]
-    start, end = c["chunk_start"], c["chunk_end"]
+    start, end = c["chunk_start"].astype(np.int64), c["chunk_end"].astype(np.int64)
     prefilled = np.maximum(0, end - np.maximum(start, reused[owner] // np.maximum(units, 1)))
     per_chunk = np.bincount(idx[rec], weights=prefilled[rec], minlength=uniq.shape[0]).astype(np.int64)
-    pos_pairs = np.unique(np.stack([idx[rec], start[rec]]), axis=1)
-    positions = np.bincount(pos_pairs[0], minlength=uniq.shape[0])
+    span = int(start.max()) + 1 if start.shape[0] else 1
+    pos_pairs = np.unique(idx[rec] * span + start[rec])  # (chunk, start) once each
+    positions = np.bincount(pos_pairs // span, minlength=uniq.shape[0])
     cand = np.flatnonzero(keep)
-    hexes = [f"{int(h):016x}" for h in uniq[cand]]
-    order = sorted(range(cand.shape[0]), key=lambda j: (-int(per_chunk[cand[j]]), hexes[j]))[:20]
+    # costliest first, ties by hash (the hex form sorts as the number does)
+    order = cand[np.lexsort((uniq[cand], -per_chunk[cand]))[:20]]
     out["prefill_tokens_now"] = int(per_chunk[keep].sum())
     out["top"] = [
         {
-            "hash": hexes[j],
-            "tokens": int(tokens[cand[j]]),
-            "requests": int(requests[cand[j]]),
-            "positions": int(positions[cand[j]]),
-            "prefilled_tokens": int(per_chunk[cand[j]]),
+            "hash": f"{int(uniq[j]):016x}",
+            "tokens": int(tokens[j]),
+            "requests": int(requests[j]),
+            "positions": int(positions[j]),
+            "prefilled_tokens": int(per_chunk[j]),
         }
-        for j in order
+        for j in order.tolist()
     ]
     return out, recurring
 
@@ -186,7 +187,7 @@ def rag_whatif(
     from prefixplan.trace.blocks import TraceBuilder, request_of_row
     from prefixplan.trace.workers import iter_rendered
 
-    builder = TraceBuilder(granularity)
+    builder = TraceBuilder(granularity, index_singletons=False)  # only counts are read
     transform = DocumentsFirst(counts)
     moved_elsewhere = 0
 

@@ -4,6 +4,9 @@ columns (numpy-backed arrays, strings interned), never one Python object per req
 Per request: arrival time, namespace, model, format, source and line, tenant (as a 64-bit hash;
 anonymous requests have none), prompt tokens, units and scale, exactness, the logged cached
 tokens; and flat arrays of its segment spans and document chunks with per-request offsets.
+Each segment's hash, message index and name are read back only for the requests a record shows,
+so they are kept in a :class:`~prefixplan.core.spill.RaggedU64` (on disk past 16 MiB): per
+segment in memory, 9 bytes (kind, start, end) instead of 25.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from array import array
 
 import numpy as np
 
+from prefixplan.core.spill import RaggedU64
 from prefixplan.core.types import SEGMENT_KINDS, Chunk, Segment, SegmentHash
 from prefixplan.trace.rows import TraceRow
 
@@ -46,6 +50,34 @@ def _np(a: array, dtype: type) -> np.ndarray:
     return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
 
 
+_COLUMNS: dict[str, tuple[type, type]] = {
+    # column: (dtype of its array, dtype of the numpy column)
+    "time": (np.float64, np.float64),
+    "has_time": (np.int8, np.int8),
+    "ns": (np.int32, np.int32),
+    "model": (np.int32, np.int32),
+    "format": (np.int32, np.int32),
+    "source": (np.int32, np.int32),
+    "line": (np.int64, np.int64),
+    "tenant": (np.uint64, np.uint64),
+    "prompt": (np.int64, np.int64),
+    "scale": (np.int32, np.int64),
+    "units": (np.int64, np.int64),
+    "exact": (np.int8, np.int8),
+    "cached": (np.int64, np.int64),
+    "seg_off": (np.int64, np.int64),
+    "seg_kind": (np.int8, np.int8),
+    "seg_start": (np.int32, np.int32),
+    "seg_end": (np.int32, np.int32),
+    "chunk_off": (np.int64, np.int64),
+    "chunk_start": (np.int32, np.int32),
+    "chunk_end": (np.int32, np.int32),
+    "chunk_msg": (np.int32, np.int32),
+    "chunk_hash": (np.uint64, np.uint64),
+    "chunk_chars": (np.int32, np.int32),
+}
+
+
 class RowStore:
     """Columns of the rows seen so far (module docstring), in input order."""
 
@@ -72,9 +104,9 @@ class RowStore:
         self._seg_kind = array("b")
         self._seg_start = array("i")
         self._seg_end = array("i")
-        self._seg_index = array("i")
-        self._seg_hash = array("Q")
-        self._seg_name = array("i")
+        # hash, message index and name of each segment: read back only for the few requests shown
+        # (a candidate's representative), so they wait on disk past a small budget
+        self._seg_detail = RaggedU64(16 * 2**20)
         self._chunk_off = array("q", [0])
         self._chunk_start = array("i")
         self._chunk_end = array("i")
@@ -84,10 +116,11 @@ class RowStore:
         self._frozen: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
-        return len(self._ns)
+        return len(self._ns) if self._frozen is None else int(self._frozen["ns"].shape[0])
 
     def add(self, row: TraceRow) -> None:
-        self._frozen = None
+        if self._frozen is not None:
+            self._thaw()
         self._time.append(row.time if row.time is not None else 0.0)
         self._has_time.append(row.time is not None)
         self._ns.append(self.namespaces.id(row.namespace))
@@ -104,9 +137,13 @@ class RowStore:
         self._seg_kind.frombytes(np.ascontiguousarray(row.seg_kind, dtype=np.int8).tobytes())
         self._seg_start.frombytes(np.ascontiguousarray(row.seg_start, dtype=np.int32).tobytes())
         self._seg_end.frombytes(np.ascontiguousarray(row.seg_end, dtype=np.int32).tobytes())
-        self._seg_index.frombytes(np.ascontiguousarray(row.seg_index, dtype=np.int32).tobytes())
-        self._seg_hash.frombytes(np.ascontiguousarray(row.seg_hash, dtype=np.uint64).tobytes())
-        self._seg_name.extend(-1 if n is None else self.names.id(n) for n in row.seg_names)
+        n_segs = len(row.seg_names)
+        detail = np.empty(2 * n_segs, dtype=np.uint64)
+        detail[0::2] = np.asarray(row.seg_hash, dtype=np.uint64)
+        index = np.asarray(row.seg_index, dtype=np.int32).view(np.uint32).astype(np.uint64)
+        names = np.fromiter((0 if n is None else self.names.id(n) + 1 for n in row.seg_names), np.uint64, n_segs)
+        detail[1::2] = (index << np.uint64(32)) | names
+        self._seg_detail.append(detail)
         self._seg_off.append(len(self._seg_kind))
         self._chunk_start.frombytes(np.ascontiguousarray(row.chunk_start, dtype=np.int32).tobytes())
         self._chunk_end.frombytes(np.ascontiguousarray(row.chunk_end, dtype=np.int32).tobytes())
@@ -116,53 +153,48 @@ class RowStore:
         self._chunk_off.append(len(self._chunk_start))
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Every column as a numpy array (cached until the next :meth:`add`)."""
+        """Every column as a numpy array. The columns move into numpy (no second copy is kept);
+        a later :meth:`add` moves them back."""
         if self._frozen is None:
-            self._frozen = {
-                "time": _np(self._time, np.float64),
-                "has_time": _np(self._has_time, np.int8).astype(bool),
-                "ns": _np(self._ns, np.int32),
-                "model": _np(self._model, np.int32),
-                "format": _np(self._format, np.int32),
-                "source": _np(self._source, np.int32),
-                "line": _np(self._line, np.int64),
-                "tenant": _np(self._tenant, np.uint64),
-                "prompt": _np(self._prompt, np.int64),
-                "scale": _np(self._scale, np.int32).astype(np.int64),
-                "units": _np(self._units, np.int64),
-                "exact": _np(self._exact, np.int8).astype(bool),
-                "cached": _np(self._cached, np.int64),
-                "seg_off": _np(self._seg_off, np.int64),
-                "seg_kind": _np(self._seg_kind, np.int8),
-                "seg_start": _np(self._seg_start, np.int32).astype(np.int64),
-                "seg_end": _np(self._seg_end, np.int32).astype(np.int64),
-                "seg_index": _np(self._seg_index, np.int32),
-                "seg_hash": _np(self._seg_hash, np.uint64),
-                "seg_name": _np(self._seg_name, np.int32),
-                "chunk_off": _np(self._chunk_off, np.int64),
-                "chunk_start": _np(self._chunk_start, np.int32).astype(np.int64),
-                "chunk_end": _np(self._chunk_end, np.int32).astype(np.int64),
-                "chunk_msg": _np(self._chunk_msg, np.int32),
-                "chunk_hash": _np(self._chunk_hash, np.uint64),
-                "chunk_chars": _np(self._chunk_chars, np.int32),
-            }
+            frozen: dict[str, np.ndarray] = {}
+            for name, (dtype, out) in _COLUMNS.items():
+                attr = f"_{name}"
+                a: array = getattr(self, attr)
+                col = _np(a, dtype)
+                setattr(self, attr, array(a.typecode))  # release the array's buffer now
+                frozen[name] = col.astype(out) if out is not dtype else col
+            frozen["has_time"] = frozen["has_time"].astype(bool)
+            frozen["exact"] = frozen["exact"].astype(bool)
+            self._frozen = frozen
         return self._frozen
+
+    def _thaw(self) -> None:
+        frozen, self._frozen = self._frozen, None
+        assert frozen is not None
+        for name, (dtype, _) in _COLUMNS.items():
+            attr = f"_{name}"
+            typecode = getattr(self, attr).typecode
+            setattr(self, attr, array(typecode, np.ascontiguousarray(frozen[name], dtype=dtype).tobytes()))
 
     def segments(self, i: int) -> tuple[Segment, ...]:
         """The segments of request ``i`` (input order) as :class:`Segment` records."""
         c = self.columns()
         a, b = int(c["seg_off"][i]), int(c["seg_off"][i + 1])
         names = self.names.names
+        detail = self._seg_detail.get(i)
+        hashes = detail[0::2].tolist()
+        index = (detail[1::2] >> np.uint64(32)).astype(np.uint32).view(np.int32).tolist()
+        name_ids = (detail[1::2] & np.uint64(0xFFFFFFFF)).astype(np.int64).tolist()
         return tuple(
             Segment(
                 SEGMENT_KINDS[int(c["seg_kind"][j])],
                 int(c["seg_start"][j]),
                 int(c["seg_end"][j]),
-                SegmentHash(f"{int(c['seg_hash'][j]):016x}"),
-                int(c["seg_index"][j]),
-                names[int(c["seg_name"][j])] if c["seg_name"][j] >= 0 else None,
+                SegmentHash(f"{hashes[k]:016x}"),
+                index[k],
+                names[name_ids[k] - 1] if name_ids[k] else None,
             )
-            for j in range(a, b)
+            for k, j in enumerate(range(a, b))
         )
 
     def chunks(self, i: int) -> tuple[Chunk, ...]:
@@ -181,4 +213,7 @@ class RowStore:
         )
 
     def nbytes(self) -> int:
+        """Bytes in memory (segment details on disk not counted)."""
+        if self._frozen is not None:
+            return sum(int(v.nbytes) for v in self._frozen.values())
         return sum(a.buffer_info()[1] * a.itemsize for a in vars(self).values() if isinstance(a, array))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import tempfile
 from array import array
+from collections.abc import Iterator
 from typing import IO
 
 import numpy as np
 
-DEFAULT_BUDGET = 256 * 2**20
+DEFAULT_BUDGET = 16 * 2**20
 
 
 class RaggedU64:
@@ -74,6 +75,28 @@ class RaggedU64:
         fd = self._file.fileno()
         data = os.pread(fd, 8 * n, 8 * self._offsets[i])
         return np.frombuffer(data, dtype=np.uint64)
+
+    def iter_chunks(self, max_keys: int = 1 << 22) -> Iterator[np.ndarray]:
+        """Every key, in storage order (not per array), in chunks of about ``max_keys``."""
+        group: list[np.ndarray] = []
+        size = 0
+        for a in self._mem:
+            group.append(a)
+            size += int(a.shape[0])
+            if size >= max_keys:
+                yield np.concatenate(group)
+                group, size = [], 0
+        if group:
+            yield np.concatenate(group)
+        if self._file is None or not self._written:
+            return
+        if self._dirty:
+            self._file.flush()
+            self._dirty = False
+        fd = self._file.fileno()
+        for start in range(0, self._written, max_keys):
+            n = min(max_keys, self._written - start)
+            yield np.frombuffer(os.pread(fd, 8 * n, 8 * start), dtype=np.uint64)
 
     def close(self) -> None:
         if self._file is not None:

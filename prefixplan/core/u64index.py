@@ -1,7 +1,7 @@
 """A compact map from 64-bit keys to dense ids (0, 1, 2, ... in insertion order).
 
 Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32``), kept at
-most half full: about 24 bytes per key, with no Python object per key (a ``dict`` of ints costs
+most half full: 24 to 48 bytes per key, with no Python object per key (a ``dict`` of ints costs
 ~100 bytes per key, which is what made block traces of large logs run out of memory). Lookups
 and inserts take whole arrays of keys at once. Key 0 is reserved for empty slots; block keys
 (:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
@@ -15,7 +15,8 @@ _MUL = np.uint64(0x9E3779B97F4A7C15)
 
 
 class U64Index:
-    """Key -> dense id (module docstring)."""
+    """Key -> dense id (module docstring). :meth:`freeze` ends inserting and keeps the keys in
+    sorted order (12 bytes per key, lookups by binary search)."""
 
     def __init__(self, capacity: int = 1 << 12) -> None:
         size = 1 << max(4, int(2 * max(capacity, 8) - 1).bit_length())
@@ -36,11 +37,32 @@ class U64Index:
         with np.errstate(over="ignore"):
             return ((keys * _MUL) >> self._shift).astype(np.int64)
 
+    def freeze(self) -> None:
+        """No more inserts: keep the keys sorted (half the memory or less of the table)."""
+        used = self._keys != 0
+        keys = self._keys[used]
+        self._keys = np.zeros(0, dtype=np.uint64)
+        ids = self._ids[used]
+        self._ids = np.zeros(0, dtype=np.int32)
+        del used
+        order = np.argsort(keys)
+        self._keys = keys[order]
+        del keys
+        self._ids = ids[order]
+        self._mask = -1
+
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Ids of ``keys`` (-1 where absent)."""
         keys = np.asarray(keys, dtype=np.uint64)
         out = np.full(keys.shape[0], -1, dtype=np.int64)
         if not keys.shape[0]:
+            return out
+        if self._mask < 0:  # frozen: sorted keys
+            if not self._keys.shape[0]:
+                return out
+            at = np.minimum(np.searchsorted(self._keys, keys), self._keys.shape[0] - 1)
+            hit = self._keys[at] == keys
+            out[hit] = self._ids[at[hit]]
             return out
         slots = self._slots(keys)
         pending = np.arange(keys.shape[0])
@@ -59,16 +81,23 @@ class U64Index:
         """Insert ``keys`` (distinct, none present yet: callers look up first) with consecutive
         ids from ``first_id`` (default: the current size); returns their ids."""
         keys = np.asarray(keys, dtype=np.uint64)
-        n = int(keys.shape[0])
         start = self.size if first_id is None else int(first_id)
-        new_ids = np.arange(start, start + n, dtype=np.int64)
+        new_ids = np.arange(start, start + int(keys.shape[0]), dtype=np.int64)
+        self.insert(keys, new_ids)
+        return new_ids
+
+    def insert(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        """Insert ``keys`` (distinct, none present yet) with the given ids."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        n = int(keys.shape[0])
         if not n:
-            return new_ids
+            return
+        if self._mask < 0:
+            raise RuntimeError("U64Index.insert after freeze")
         if 2 * (self.size + n) > self._keys.shape[0]:
             self._grow(self.size + n)
-        self._place(keys, new_ids.astype(np.int32))
+        self._place(keys, np.asarray(ids).astype(np.int32))
         self.size += n
-        return new_ids
 
     def _place(self, keys: np.ndarray, ids: np.ndarray) -> None:
         table, mask = self._keys, self._mask

@@ -26,6 +26,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, BinaryIO
 
+from prefixplan.core.parquetio import iter_batches
 from prefixplan.errors import UsageError
 from prefixplan.logs.badline import BadLine
 
@@ -274,7 +275,7 @@ def iter_parquet(
     needed = list(dict.fromkeys(top for _, top, _ in plan))
     row_no = 0
     try:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=needed):
+        for batch in iter_batches(pf, BATCH_ROWS, needed):
             data = {name: batch.column(name).to_pylist() for name in needed}
             for i in range(batch.num_rows):
                 row_no += 1

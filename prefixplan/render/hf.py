@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
@@ -195,6 +196,45 @@ class HFRenderer:
         except Exception as exc:  # jinja errors, template exceptions (raise_exception)
             raise TokenizerError(f"{request.source}:{request.line_no}: chat template failed: {exc}") from exc
 
+    def _render_texts(self, requests: Sequence[Request], chat: Sequence[int]) -> dict[int, str]:
+        """Chat-template texts of ``requests[i]`` for ``i`` in ``chat``. Requests with the same
+        tools are rendered in one ``apply_chat_template`` call (a batch of conversations shares
+        its ``tools``), so the template input is prepared once per tool set, not per request
+        (a long tool list made that a third of the template time); the text of each
+        conversation is what a call of its own returns. If a batch fails, each request is
+        rendered alone so the failure names its request."""
+        groups: dict[bytes, list[int]] = {}
+        for i in chat:
+            tools = requests[i].tools
+            try:
+                key = orjson.dumps(list(tools)) if tools else b""
+            except TypeError:  # not JSON: a group of its own
+                key = b"\0" + str(i).encode()
+            groups.setdefault(key, []).append(i)
+        out: dict[int, str] = {}
+        for idxs in groups.values():
+            if len(idxs) == 1:
+                out[idxs[0]] = self.render_text(requests[idxs[0]])
+                continue
+            tools = requests[idxs[0]].tools
+            try:
+                texts = self.tokenizer.apply_chat_template(
+                    [engine_messages(requests[i].messages or ()) for i in idxs],
+                    tools=list(tools) if tools else None,
+                    add_generation_prompt=True,
+                    tokenize=False,
+                    **self.template_kwargs,
+                )
+            except Exception:  # the failing request is found (and named) alone below
+                texts = None
+            if not isinstance(texts, list) or len(texts) != len(idxs):
+                for i in idxs:
+                    out[i] = self.render_text(requests[i])
+                continue
+            for i, text in zip(idxs, texts, strict=True):
+                out[i] = str(text)
+        return out
+
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and first-char offsets of ``text`` (exactly as the tokenizer encodes it)."""
         if add_special_tokens or not self.split_pieces or self._split_re is None:
@@ -323,7 +363,7 @@ class HFRenderer:
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
         """Render a batch of requests (chat, raw text or token-id prompts)."""
         chat = [i for i, req in enumerate(requests) if req.messages is not None]
-        texts = {i: self.render_text(requests[i]) for i in chat}
+        texts = self._render_texts(requests, chat)
         if self.split_pieces and self._split_re is not None:
             encoded = dict(zip(chat, self._encode_pieces([texts[i] for i in chat]), strict=False))
         else:

@@ -35,6 +35,7 @@ from prefixplan.simulation.result import CacheRun, SimResult, to_json
 
 if TYPE_CHECKING:
     from prefixplan.analysis.record import CandidateRecord
+    from prefixplan.core.granularity import Granularity
     from prefixplan.simulation.trace import BlockTrace
 
 SWEEP_STEPS = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
@@ -72,13 +73,26 @@ class HeadlineSimulation(Simulation):
         super().__init__(config)
         self.auto_sweep = auto_sweep
         self._trace: BlockTrace | None = None
+        self._shared: BlockTrace | None = None
         self._result: SimResult | None = None
+
+    def can_share(self, granularity: Granularity) -> bool:
+        """Whether the analysis's block trace at ``granularity`` is this simulation's block trace
+        (the same blocks and replay order; no breakpoint model, no fleet), so that
+        :meth:`use_trace` can replace adding every row again."""
+        return self._anthropic is None and self.config.fleet is None and self._builder.granularity == granularity
+
+    def use_trace(self, trace: BlockTrace) -> None:
+        """Replay ``trace`` (built by the analysis from the same rows) instead of rows added here."""
+        if self._count:
+            raise RuntimeError("use_trace after rows were added")
+        self._shared = trace
 
     def result(self) -> SimResult:
         """Replay the requests added so far (once; later calls return the same result)."""
         if self._result is not None:
             return self._result
-        trace = self._builder.finish()
+        trace = self._shared if self._shared is not None else self._builder.finish()
         config = self.config
         if self.auto_sweep and config.cache.provider is None:
             bt = int(trace.block_tokens.max()) if trace.n_requests else config.granularity().block_size

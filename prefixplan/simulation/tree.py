@@ -76,35 +76,51 @@ class NodeTree:
 def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     """Compress ``trace``'s block trie; ``extra_ends`` (block ids, e.g. pinned ones) never share a
     node with other blocks: a node starts where membership changes between a block and its parent
-    (so a pinned prefix of 100 blocks is one node, not 100)."""
+    (so a pinned prefix of 100 blocks is one node, not 100).
+
+    A block continues its parent's node when it is the parent's only child and the parent is no
+    request's end. Such a block is always the parent's id + 1 (the request that brought the parent
+    went on and brought the child next: :mod:`prefixplan.trace.blocks`), so a node's blocks are
+    consecutive ids and a block's node is the number of node starts at or before it, less one.
+    Temporaries are bool arrays and slices of 4M ids: no index array over every block.
+    """
     parent = trace.parent
     d = parent.shape[0]
     if d == 0:
         empty = np.zeros(0, dtype=np.int64)
         return NodeTree(empty, empty, empty, empty, np.full(trace.n_requests, -1, dtype=np.int64))
-    has_parent = parent >= 0
-    nchild = np.bincount(parent[has_parent], minlength=d)
     is_end = np.zeros(d, dtype=bool)
-    ends = trace.end_block[trace.end_block >= 0]
-    is_end[ends] = True
+    is_end[trace.end_block[trace.end_block >= 0]] = True
+    member = np.zeros(d, dtype=bool)
     extra = np.asarray(list(extra_ends), dtype=np.int64)
-    safe_parent = np.where(has_parent, parent, 0)
-    start = ~has_parent | (nchild[safe_parent] != 1) | is_end[safe_parent]
-    if extra.size:
-        member = np.zeros(d, dtype=bool)
-        member[extra] = True
-        start |= member != member[safe_parent]
-    ids = np.arange(d, dtype=np.int64)
-    head = np.where(start, ids, parent)
-    while True:
-        nxt = head[head]
-        if np.array_equal(nxt, head):
-            break
-        head = nxt
-    rank = np.cumsum(start) - 1
-    node_of_block = rank[head]
+    member[extra] = True
+    # The parent's node goes on into a block when the block is the parent's only child and the
+    # parent is no request's end. A parent that is no end has the child id + 1 (the request that
+    # brought it went on), so "only child" is: p + 1 is p's child and no other block is.
+    chained = np.zeros(d, dtype=bool)  # p + 1 is a child of p
+    others = np.zeros(d, dtype=bool)  # p has a child other than p + 1
+    step = 1 << 22
+    for lo in range(0, d, step):
+        up = parent[lo : lo + step]
+        ids = np.arange(lo, lo + up.shape[0], dtype=np.int32)
+        follows = up == ids - 1
+        chained[up[follows]] = True
+        elsewhere = (up >= 0) & ~follows
+        others[up[elsewhere]] = True
+    only_child = chained & ~others
+    del chained, others
+    start = np.empty(d, dtype=bool)
+    for lo in range(0, d, step):
+        up = parent[lo : lo + step]
+        has = up >= 0
+        safe = np.where(has, up, 0)
+        start[lo : lo + step] = ~has | ~only_child[safe] | is_end[safe] | (member[lo : lo + step] != member[safe])
+    del only_child, is_end, member
+    node_of_block = np.cumsum(start, dtype=np.int32)
+    node_of_block -= 1
     first_block = np.flatnonzero(start).astype(np.int64)
-    weight = np.bincount(node_of_block, minlength=first_block.shape[0]).astype(np.int64)
+    del start
+    weight = np.diff(np.append(first_block, d)).astype(np.int64)
     pf = parent[first_block]
     node_parent = np.where(pf >= 0, node_of_block[np.where(pf >= 0, pf, 0)], -1).astype(np.int64)
     req_node = np.where(trace.end_block >= 0, node_of_block[np.where(trace.end_block >= 0, trace.end_block, 0)], -1)

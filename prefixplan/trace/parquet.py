@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan.core.blockhash import SCHEME
+from prefixplan.core.parquetio import iter_batches
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs.remote import filesystem, is_url, open_remote, shown, upload
@@ -372,7 +373,7 @@ class TraceFile:
 
     def rows(self, batch_rows: int = BATCH_ROWS) -> Iterator[TraceRow]:
         """The rows in file order, streamed in batches."""
-        for batch in self._file.iter_batches(batch_size=batch_rows):
+        for batch in iter_batches(self._file, batch_rows):
             yield from batch_rows_of(batch)
 
 
