@@ -171,12 +171,11 @@ class LRUStack:
     ) -> tuple[np.ndarray, list[np.ndarray], int]:
         """Present blocks per request (uncapped): (total, per tier incl. GPU first, evictions)."""
         nreq = self.trace.n_requests
-        ceff = np.full(self.t_req.shape[0], float(cap_blocks))
         w = self.t_w.astype(np.float64)
         above = self.t_above
         pin_present = np.where(self.t_pin, w if prewarm_pins else np.where(above < 0, w, 0.0), 0.0)
-        bounds = [ceff]
-        acc = ceff
+        bounds = [float(cap_blocks)]  # the same bound for every touch: scalars, not arrays
+        acc = float(cap_blocks)
         for extra in tier_blocks:
             acc = acc + extra
             bounds.append(acc)
