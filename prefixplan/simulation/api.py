@@ -215,7 +215,10 @@ class Simulation:
         # Anthropic caches at breakpoints (keys at each request's boundaries), not in blocks: its
         # block trace only counts tokens, so it uses the default block size, not one per token.
         blocks = replace(gran, block_size=TRACE_BLOCK) if gran.breakpoints is not None else gran
-        self._builder = TraceBuilder(blocks, observer=self._anthropic)
+        # pins and hot prefixes are looked up by their tokens (resolve); without them no block
+        # that occurs in one request only needs an index entry (trace.blocks)
+        lookups = bool(config.cache.pins or config.workload.hot_prefixes)
+        self._builder = TraceBuilder(blocks, observer=self._anthropic, index_singletons=lookups)
         self._rows = RowMaker(blocks.block_size, routing=self._routing)
         self._count = 0
         self._fleet: list[FleetRequest] = []
