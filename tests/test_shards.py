@@ -110,23 +110,25 @@ REQUESTS = st.lists(
 )
 
 
-@given(REQUESTS, st.lists(st.integers(0, 40), max_size=4), st.integers(20, 400))
+@given(REQUESTS, st.lists(st.integers(0, 40), max_size=4), st.integers(20, 400), st.booleans())
 @settings(max_examples=60, deadline=None)
-def test_previews_and_breakers_of_parts_merge_into_those_of_the_whole(reqs: list, cuts: list[int], budget: int) -> None:
+def test_previews_and_breakers_of_parts_merge_into_those_of_the_whole(
+    reqs: list, cuts: list[int], budget: int, user_text: bool
+) -> None:
     items = [_request(i, *r) for i, r in enumerate(reqs, start=1)]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(previews_mod, "PART_BYTES_BUDGET", budget)  # small: the budget runs out mid-stream
-        whole_p, whole_b = Previews(), BreakerFinder(min_tenants=2)
+        whole_p, whole_b = Previews(user_text=user_text), BreakerFinder(min_tenants=2)
         for req, segs in items:
             whole_p.remember(req, segs)
             whole_b.add_request(req, segs, 120, 1)
         for workers in (0, 2):  # parts merged as they are; or sent by two workers taking turns,
             # each leaving out what it sent before (Previews.drop)
             known: list[set[str]] = [set(), set()]
-            merged_p, merged_b = Previews(), BreakerFinder(min_tenants=2)
+            merged_p, merged_b = Previews(user_text=user_text), BreakerFinder(min_tenants=2)
             bounds = [0, *sorted(c for c in cuts if c <= len(items)), len(items)]
             for k, (a, b) in enumerate(itertools.pairwise(bounds)):
-                part_p, part_b = Previews(), BreakerFinder(min_tenants=2)
+                part_p, part_b = Previews(user_text=user_text), BreakerFinder(min_tenants=2)
                 for req, segs in items[a:b]:
                     part_p.remember(req, segs)
                     part_b.add_request(req, segs, 120, 1)
@@ -139,6 +141,8 @@ def test_previews_and_breakers_of_parts_merge_into_those_of_the_whole(reqs: list
             assert list(merged_p.part_data.items()) == list(whole_p.part_data.items())
             assert merged_p.part_bytes == whole_p.part_bytes
             assert merged_b.results() == whole_b.results()
+        if not user_text:  # only system texts and tool names are previewed
+            assert {p[0] for p in whole_p.previews.values()} <= {"system", "tool"}
 
 
 # -- the record of a log split into files ------------------------------------------------------

@@ -127,10 +127,12 @@ class TextPass:
     (:mod:`prefixplan.trace.shards`)."""
 
     min_tenants: int = 2
-    previews: Previews = field(default_factory=Previews)
+    show_user_text: bool = False
+    previews: Previews = field(init=False)
     finder: BreakerFinder = field(init=False)
 
     def __post_init__(self) -> None:
+        self.previews = Previews(user_text=self.show_user_text)
         self.finder = BreakerFinder(min_tenants=self.min_tenants)
 
     def add(self, request: Request, row: TraceRow) -> None:
@@ -155,7 +157,7 @@ class _FirstPass:
         # candidates need at least two requests: blocks of one request are not indexed
         self.builder = TraceBuilder(self.granularity, index_singletons=options.min_hits < 2)
         self.store = RowStore()
-        self.text = TextPass(options.min_tenants)
+        self.text = TextPass(options.min_tenants, options.show_user_text)
         self.total = 0
         self.workers: dict[str, dict[str, float]] = {}
 
@@ -240,7 +242,7 @@ def analyze(
             workers=workers,
             failures=failures,
             meter=meter,
-            text=functools.partial(TextPass, options.min_tenants),
+            text=functools.partial(TextPass, options.min_tenants, options.show_user_text),
             on_shard=first.add_shard,
         )
         try:

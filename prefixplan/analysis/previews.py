@@ -32,7 +32,10 @@ class Previews:
     """Short previews per distinct segment text, keyed by the segment's text hash (no text is
     hashed again here), and the head of each system text for lineage naming."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, user_text: bool = True) -> None:
+        # previews of user-authored text are shown only with show_user_text: without it they
+        # are not kept (a million agent requests hold millions of distinct messages)
+        self.user_text = user_text
         self.previews: dict[str, tuple[str, str, int]] = {}  # text hash -> (role, preview, chars)
         self.heads: dict[str, str] = {}  # system text hash -> its first LINEAGE_HEAD_CHARS chars
         self.part_data: dict[str, bytes] = {}  # system/tool text hash -> the part's recipe bytes
@@ -51,6 +54,8 @@ class Previews:
                 if seg.index < len(tools):
                     self._keep(seg.text_hash, json.dumps(tools[seg.index], ensure_ascii=False).encode("utf-8"))
             elif seg.kind in _TEXT_KINDS and seg.index < len(messages):
+                if seg.kind != "system" and not self.user_text:
+                    continue
                 msg = messages[seg.index]
                 text = message_text(msg.get("content"))
                 self.previews[seg.text_hash] = (str(msg.get("role")), short(text), len(text))
