@@ -117,9 +117,6 @@ class BlockTree:
         bt = self.block_tokens
         return self.n_blocks * bt if isinstance(bt, int) else int(bt.sum())
 
-    def length(self, b: int) -> int:
-        return int(self.lengths(np.asarray([b]))[0])
-
     def last_rows(self, blocks: np.ndarray) -> np.ndarray:
         """The latest arrival (row) through each of ``blocks``: each request walks up through
         the given blocks above its deepest one, all requests a step at a time (rows are

@@ -44,10 +44,6 @@ class TwiceFilter:
         out.done()
         return out
 
-    @property
-    def nbytes(self) -> int:
-        return int(self._seen.nbytes + self._twice.nbytes)
-
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return ((np.asarray(keys, dtype=np.uint64) * _MUL) >> self._shift).astype(np.int64)
