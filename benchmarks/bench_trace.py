@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: render once, reuse everywhere (the block-hash trace), in one run.
 
-    python benchmarks/bench_trace.py [--requests 100000] [--skip-single] [--sweep 1e6,1e7,1e8,1e9]
+    python benchmarks/bench_trace.py [--requests 100000] [--skip-single] [--one-thread] [--sweep 1e6,1e7,1e8,1e9]
 
 The log is the pinned generated one (`python scripts/make_logs.py bench`, seed 7; with
 `--requests N` the same generator writes N requests to benchmarks/out/bench-N.jsonl.gz); it is
@@ -12,19 +12,22 @@ worker's too):
   parse+hash    the parse-and-hash limit: orjson parse of every line and chained block keys
                 (pp-prefix-1, the trace's own hashing) over as many uint32 values as the prompt
                 has tokens (the message and tool bytes, 4 per value) -- no chat template, no
-                tokenizer: what reading and hashing alone cost
-  analyze w=1   `analyze` in one process (no documents-first what-if), writing the trace
+                tokenizer: what reading (prefixplan's own gzip reader) and hashing alone cost
+  analyze w=1   `analyze` in one process (no documents-first what-if), writing the trace; the
+                tokenizer's own thread pool still encodes a batch's new pieces on every core
+  analyze 1thr  (--one-thread) the same with TOKENIZERS_PARALLELISM=false: one core
   analyze w=2   the same with --workers 2
   sim log       `simulate` from the log: a capacity sweep (--policies, default LRU; renders again)
   sim trace     the same sweep from the trace written by `analyze w=1` (no tokenizer)
-Ratios: analyze w=1 vs parse+hash, w=2 vs w=1, sim trace vs sim log. Not run in CI.
+Ratios: analyze w=1 vs parse+hash, w=2 vs w=1 (and vs 1thr), sim trace vs sim log. Not run
+in CI.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
+import os
 import resource
 import sys
 import time
@@ -43,9 +46,11 @@ def child_parse_hash(log: Path) -> dict:
     hasher = BlockHasher()
     t0 = time.perf_counter()
     n = values = 0
-    with gzip.open(log, "rb") as fh:
-        for line in fh:
-            req = orjson.loads(line)["request"]
+    from prefixplan.logs.open import iter_lines, open_log
+
+    with open_log(str(log)) as fh:
+        for raw in iter_lines(fh, 1 << 26):
+            req = orjson.loads(raw.data)["request"]
             parts = [orjson.dumps(req.get("tools") or [])]
             for m in req["messages"]:
                 c = m.get("content")
@@ -103,6 +108,7 @@ def main() -> int:
     ap.add_argument("--skip-single", action="store_true", help="skip analyze w=1 (long on 1M requests)")
     ap.add_argument("--skip-sim-log", action="store_true", help="skip simulate from the log")
     ap.add_argument("--skip-parse", action="store_true", help="skip the parse-and-hash limit")
+    ap.add_argument("--one-thread", action="store_true", help="also analyze w=1 with the tokenizer on one thread")
     ap.add_argument("--child")
     ap.add_argument("args", nargs="*")
     args = ap.parse_args()
@@ -125,6 +131,10 @@ def main() -> int:
     results: dict[str, dict] = {} if args.skip_parse else {"parse+hash": run_child(__file__, "parsehash", str(log))}
     if not args.skip_single:
         results["analyze w=1"] = run_child(__file__, "analyze", str(log), "1", str(trace))
+    if args.one_thread:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        results["analyze 1thr"] = run_child(__file__, "analyze", str(log), "1", "-")
+        del os.environ["TOKENIZERS_PARALLELISM"]
     results["analyze w=2"] = run_child(__file__, "analyze", str(log), "2", "-" if not args.skip_single else str(trace))
     if not args.skip_sim_log:
         results["sim log"] = run_child(__file__, "simulate", str(log), args.sweep, args.policies)
@@ -143,6 +153,8 @@ def main() -> int:
             print(f"{what}: {results[b]['seconds'] / results[a]['seconds']:.2f}x")
 
     ratio("analyze w=2", "analyze w=1", "analyze --workers 2 vs 1 (speed-up)")
+    ratio("analyze w=2", "analyze 1thr", "analyze --workers 2 vs 1 on one thread (speed-up)")
+    ratio("analyze w=1", "analyze 1thr", "analyze w=1: tokenizer thread pool vs one thread (speed-up)")
     if "analyze w=1" in results and "parse+hash" in results:
         r, p = results["analyze w=1"], results["parse+hash"]
         print(
@@ -152,7 +164,7 @@ def main() -> int:
     if "sim log" in results:
         same = results["sim log"]["hit_rates"] == results["sim trace"]["hit_rates"]
         print(f"hit rates from trace equal those from log: {same}")
-    a = [results[k] for k in ("analyze w=1", "analyze w=2") if k in results]
+    a = [results[k] for k in ("analyze w=1", "analyze 1thr", "analyze w=2") if k in results]
     if a and len({r["hit_rate_tokens"] for r in a}) != 1:
         print("WARNING: analyze results differ between worker counts")
     return 0

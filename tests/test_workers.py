@@ -32,8 +32,9 @@ def _rows(source: SourceOptions, workers: int) -> tuple[list, LineErrors, list[R
     stats = {
         "models": {k: sorted(v) for k, v in renderers.models_by_spec.items()},
         "prompts": dict(renderers.prompts_by_spec),
-        "loaded": sorted(r.spec for r in renderers.loaded),
+        "described": sorted((f.spec, f.label, f.fingerprint, f.exact, f.probe_ids) for f in renderers.facts()),
     }
+    stats["loaded_here"] = sorted(r.spec for r in renderers.loaded)
     return out, errors, failures, stats
 
 
@@ -51,7 +52,12 @@ def test_rows_are_the_same_on_any_number_of_workers(tmp_path: Path) -> None:
         assert (a.seg_hash == b.seg_hash).all() and a.boundary_keys == b.boundary_keys
     assert one[1].count == two[1].count == 1 + 22 and one[1].by_reason == two[1].by_reason
     assert [f.line_no for f in one[2]] == [f.line_no for f in two[2]] == list(range(1, 151, 7))
-    assert one[3] == two[3]  # the parent knows which tokenizer rendered what, and has it loaded
+    # the parent knows which tokenizer rendered what and what the record says of it; with
+    # workers it never loaded it
+    assert {k: v for k, v in one[3].items() if k != "loaded_here"} == {
+        k: v for k, v in two[3].items() if k != "loaded_here"
+    }
+    assert one[3]["described"] and one[3]["loaded_here"] == ["mistral:nemo"] and two[3]["loaded_here"] == []
 
 
 def test_records_and_simulations_do_not_depend_on_workers(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ import numpy as np
 
 from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.analysis.rowstore import RowStore
-from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.engine_ids import ENGINE_LABEL, ENGINE_SPEC
@@ -77,16 +76,15 @@ def models_json(store: RowStore, reused: np.ndarray, spec_of: Mapping[str, str],
 def tokenizer_infos(renderers: RenderSet) -> list[TokenizerInfo]:
     """The tokenizers of a run, most-used first (the first is the record's ``tokenizer``)."""
     infos: list[tuple[int, TokenizerInfo]] = []
-    for r in renderers.loaded:
+    for r in renderers.facts():
         models = sorted(m for m in renderers.models_by_spec.get(r.spec, ()) if m != "-")
-        served = getattr(r, "model", None)
-        matches, suggested = _matches(r.spec, models, served if isinstance(served, str) else None)
+        matches, suggested = _matches(r.spec, models, r.model)
         info = TokenizerInfo(
             spec=r.spec,
             label=r.label,
             fingerprint=r.fingerprint,
             exact=r.exact,
-            probe_ids=tuple(int(t) for t in r.encode_text(TOKENIZER_PROBE_TEXT)[0]),
+            probe_ids=r.probe_ids,
             matches_log_model=matches,
             log_models=tuple(models),
             suggested=suggested,

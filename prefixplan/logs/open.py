@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from prefixplan.errors import InputError
+from prefixplan.logs.gunzip import GzipReader
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -40,7 +41,13 @@ class RawLine:
 
 def _what(stream: object, exc: BaseException, lines: int) -> str:
     """A corrupt stream's error, saying which compression its first bytes announced."""
-    kind = "gzip" if isinstance(stream, gzip.GzipFile) else "zstd" if "zstd" in type(stream).__module__ else None
+    kind = (
+        "gzip"
+        if isinstance(stream, (GzipReader, gzip.GzipFile))
+        else "zstd"
+        if "zstd" in type(stream).__module__
+        else None
+    )
     detail = str(exc) or type(exc).__name__
     if kind is None:
         return detail
@@ -67,7 +74,7 @@ def _sniff(stream: io.BufferedReader) -> str:
 def _decompressed(stream: io.BufferedReader) -> BinaryIO:
     kind = _sniff(stream)
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+        return GzipReader(stream)  # type: ignore[return-value]
     if kind == "zstd":
         import zstandard
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from prefixplan.core.hashes import segment_hash
-from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported)
+from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError, UsageError
 
@@ -47,6 +47,31 @@ class Renderer(Protocol):
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]: ...
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RendererFacts:
+    """What a run's record says about a tokenizer, without the tokenizer: a worker process
+    sends these, so the parent never loads a tokenizer only to describe it."""
+
+    spec: str
+    label: str
+    fingerprint: str
+    exact: bool
+    model: str | None  # the served model of a remote (vllm:/sglang:) tokenizer
+    probe_ids: tuple[int, ...]  # ids of TOKENIZER_PROBE_TEXT
+
+    @classmethod
+    def of(cls, renderer: Renderer) -> RendererFacts:
+        served = getattr(renderer, "model", None)
+        return cls(
+            spec=renderer.spec,
+            label=renderer.label,
+            fingerprint=renderer.fingerprint,
+            exact=bool(renderer.exact),
+            model=served if isinstance(served, str) else None,
+            probe_ids=tuple(int(t) for t in renderer.encode_text(TOKENIZER_PROBE_TEXT)[0]),
+        )
 
 
 def load_renderer(
@@ -165,6 +190,20 @@ class RenderSet:
     models_by_spec: dict[str, set[str]] = field(default_factory=dict)
     prompts_by_spec: dict[str, int] = field(default_factory=dict)
     engine_ids: dict[str, int] = field(default_factory=dict)
+    reported: dict[str, RendererFacts] = field(default_factory=dict)  # from workers, by spec
+    _facts: dict[str, RendererFacts] = field(default_factory=dict)
+
+    def facts(self) -> list[RendererFacts]:
+        """The tokenizers that rendered this run: those loaded here, then those only workers
+        loaded (:attr:`reported`), each once."""
+        out: dict[str, RendererFacts] = {}
+        for spec, renderer in self._loaded.items():
+            if spec not in self._facts:
+                self._facts[spec] = RendererFacts.of(renderer)
+            out[spec] = self._facts[spec]
+        for spec, facts in self.reported.items():
+            out.setdefault(spec, facts)
+        return list(out.values())
 
     def spec_for(self, model: str | None) -> str:
         """The spec that renders ``model`` (``auto`` resolved per model)."""

@@ -117,6 +117,10 @@ class HFRenderer:
         self.template_kwargs = dict(template_kwargs or {})
         self.cache = PieceCache(piece_cache_tokens)
         self._split_re, self._added_ids, safe = self._added_token_splitter()
+        self._special_items = {
+            tid: (as_token_ids(np.array([tid], dtype=np.uint32)), np.zeros(1, dtype=np.int64))
+            for tid in self._added_ids.values()
+        }
         self.split_pieces = split_pieces and safe
         self.fingerprint = self._fingerprint()
         self._byte_len = self._byte_lengths()
@@ -196,13 +200,16 @@ class HFRenderer:
         except Exception as exc:  # jinja errors, template exceptions (raise_exception)
             raise TokenizerError(f"{request.source}:{request.line_no}: chat template failed: {exc}") from exc
 
-    def _render_texts(self, requests: Sequence[Request], chat: Sequence[int]) -> dict[int, str]:
+    def _render_texts(
+        self, requests: Sequence[Request], chat: Sequence[int], keys: dict[int, bytes] | None = None
+    ) -> dict[int, str]:
         """Chat-template texts of ``requests[i]`` for ``i`` in ``chat``. Requests with the same
         tools are rendered in one ``apply_chat_template`` call (a batch of conversations shares
         its ``tools``), so the template input is prepared once per tool set, not per request
         (a long tool list made that a third of the template time); the text of each
         conversation is what a call of its own returns. If a batch fails, each request is
-        rendered alone so the failure names its request."""
+        rendered alone so the failure names its request. ``keys`` receives each request's
+        tool-set key (the tools' JSON bytes)."""
         groups: dict[bytes, list[int]] = {}
         for i in chat:
             tools = requests[i].tools
@@ -210,6 +217,9 @@ class HFRenderer:
                 key = orjson.dumps(list(tools)) if tools else b""
             except TypeError:  # not JSON: a group of its own
                 key = b"\0" + str(i).encode()
+            else:
+                if keys is not None and tools:
+                    keys[i] = key
             groups.setdefault(key, []).append(i)
         out: dict[int, str] = {}
         for idxs in groups.values():
@@ -309,10 +319,16 @@ class HFRenderer:
         return all(j.ids == a.ids + b.ids for j, a, b in zip(joint, left, right, strict=False))
 
     def _encode_pieces(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Encode several texts, sharing the piece cache and batching cache misses."""
+        """Encode several texts, sharing the piece cache and batching cache misses.
+
+        A long piece (a system prompt, a document) is looked up whole first; it is split into
+        paragraphs only when not cached whole, and is cached whole once all its paragraphs
+        were known (a piece that recurs), so a recurring system prompt costs one lookup."""
         assert self._split_re is not None
         layouts: list[list[tuple[str, int, int | None]]] = []  # (piece, char offset, special id)
         missing: dict[str, None] = {}
+        wholes: dict[str, list[str]] = {}  # long piece not cached whole -> its paragraphs
+        cache = self.cache
         for text in texts:
             layout: list[tuple[str, int, int | None]] = []
             pos = 0
@@ -323,11 +339,18 @@ class HFRenderer:
                 pos = m.end()
             if pos < len(text):
                 layout.append((text[pos:], pos, None))
-            if self._paragraph_split:
-                layout = self._split_paragraphs(layout)
             for piece, _, special in layout:
-                if special is None and piece not in missing and self.cache.get(piece) is None:
-                    missing[piece] = None
+                if special is not None or piece in missing or piece in wholes or cache.get(piece) is not None:
+                    continue
+                if self._paragraph_split and len(piece) >= PARAGRAPH_SPLIT_MIN_CHARS:
+                    parts = self._paragraphs(piece)
+                    if len(parts) > 1:
+                        wholes[piece] = parts
+                        for part in parts:
+                            if part not in missing and cache.get(part) is None:
+                                missing[part] = None
+                        continue
+                missing[piece] = None
             layouts.append(layout)
         fresh: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if missing:
@@ -336,26 +359,32 @@ class HFRenderer:
             for piece, enc in zip(pieces, encs, strict=False):
                 item = self._encode_one(enc, piece)
                 fresh[piece] = item
-                self.cache.put(piece, item)
+                cache.put(piece, item)
+        for piece, parts in wholes.items():
+            items = [self._cached(part, fresh) for part in parts]
+            whole = _join(items, np.cumsum([0] + [len(p) for p in parts[:-1]]))
+            fresh[piece] = whole
+            if not any(part in missing for part in parts):  # every paragraph seen before: a recurring piece
+                cache.put(piece, whole)
         out: list[tuple[np.ndarray, np.ndarray]] = []
         for layout in layouts:
-            id_parts: list[np.ndarray] = []
-            start_parts: list[np.ndarray] = []
+            items = []
+            offsets = []
             for piece, offset, special in layout:
-                if special is not None:
-                    id_parts.append(np.array([special], dtype=np.uint32))
-                    start_parts.append(np.array([offset], dtype=np.int64))
-                    continue
-                got = fresh.get(piece) or self.cache.get(piece)
-                if got is None:  # evicted between lookup and use: encode directly
-                    got = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
-                id_parts.append(got[0])
-                start_parts.append(got[1] + offset)
-            if id_parts:
-                out.append((as_token_ids(np.concatenate(id_parts)), np.concatenate(start_parts)))
-            else:
-                out.append((as_token_ids(np.zeros(0, np.uint32)), np.zeros(0, np.int64)))
+                items.append(self._special_items[special] if special is not None else self._cached(piece, fresh))
+                offsets.append(offset)
+            out.append(_join(items, offsets))
         return out
+
+    def _cached(self, piece: str, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        got = fresh.get(piece) or self.cache.get(piece)
+        if got is None:  # evicted between lookup and use: encode directly
+            got = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
+        return got
+
+    def _paragraphs(self, piece: str) -> list[str]:
+        """``piece`` cut after blank lines (see :meth:`_split_paragraphs`)."""
+        return [part for part, _, _ in self._split_paragraphs([(piece, 0, None)])]
 
     def render(self, request: Request) -> Prompt:
         return self.render_many([request])[0]
@@ -363,7 +392,8 @@ class HFRenderer:
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
         """Render a batch of requests (chat, raw text or token-id prompts)."""
         chat = [i for i, req in enumerate(requests) if req.messages is not None]
-        texts = self._render_texts(requests, chat)
+        keys: dict[int, bytes] = {}
+        texts = self._render_texts(requests, chat, keys)
         if self.split_pieces and self._split_re is not None:
             encoded = dict(zip(chat, self._encode_pieces([texts[i] for i in chat]), strict=False))
         else:
@@ -376,7 +406,8 @@ class HFRenderer:
             if i in encoded:
                 ids, starts = encoded[i]
                 text = texts[i]
-                segments, chunks = assign(text, starts, locate(text, req.messages, req.tools))
+                spans = locate(text, req.messages, req.tools, tools_key=keys.get(i))
+                segments, chunks = assign(text, starts, spans)
                 prompts.append(Prompt(req, as_token_ids(ids), segments, chunks, exact=True))
             elif req.prompt is not None:
                 prompts.append(self._raw_prompt(req))
@@ -400,6 +431,19 @@ def raw_ids_prompt(req: Request) -> Prompt:
     tokens = as_token_ids(np.asarray(req.prompt_ids, dtype=np.uint32))
     seg = Segment("raw", 0, len(tokens), segment_hash(tokens.tobytes()))
     return Prompt(req, tokens, (seg,), (), exact=True)
+
+
+def _join(
+    items: Sequence[tuple[np.ndarray, np.ndarray]], offsets: Sequence[int] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate pieces' (ids, char starts), the starts of piece k shifted by ``offsets[k]``."""
+    if not items:
+        return as_token_ids(np.zeros(0, np.uint32)), np.zeros(0, np.int64)
+    ids = np.concatenate([it[0] for it in items])
+    starts = np.concatenate([it[1] for it in items])
+    lengths = [it[0].shape[0] for it in items]
+    starts += np.repeat(np.asarray(offsets, dtype=np.int64), lengths)
+    return as_token_ids(ids), starts
 
 
 def _starts(offsets: Sequence[tuple[int, int]]) -> np.ndarray:

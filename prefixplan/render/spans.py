@@ -158,6 +158,23 @@ def _tool_texts(tool: dict[str, Any]) -> _ToolTexts:
     return got
 
 
+_TOOL_SETS: dict[bytes, list[_ToolTexts]] = {}
+_TOOL_SETS_MAX = 1024
+
+
+def _tool_set_texts(tools: Sequence[dict[str, Any]], key: bytes | None) -> list[_ToolTexts]:
+    """:func:`_tool_texts` of each tool; with ``key`` (the tool list's JSON bytes, which a
+    renderer that groups requests by tool set already has) one lookup per request."""
+    if key is None:
+        return [_tool_texts(tool) for tool in tools]
+    got = _TOOL_SETS.get(key)
+    if got is None:
+        if len(_TOOL_SETS) >= _TOOL_SETS_MAX:
+            _TOOL_SETS.clear()
+        got = _TOOL_SETS[key] = [_tool_texts(tool) for tool in tools]
+    return got
+
+
 def tool_name(tool: dict[str, Any]) -> str | None:
     fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
     name = fn.get("name") if isinstance(fn, dict) else None
@@ -183,8 +200,13 @@ def locate(
     text: str,
     messages: Sequence[dict[str, Any]] | None,
     tools: Sequence[dict[str, Any]] | None,
+    *,
+    tools_key: bytes | None = None,
 ) -> list[CharSpan]:
     """Find message contents and tool schemas in rendered ``text``; return sorted char spans.
+
+    ``tools_key``: ``orjson.dumps(list(tools))`` when the caller has it (saves re-serialising
+    each tool to find its cached JSON texts).
 
     Messages are searched in order with a moving cursor (templates emit them in order);
     tools are searched anywhere outside message spans (templates put them before the system
@@ -223,8 +245,7 @@ def locate(
                 taken.append((pos, pos + len(needle)))
                 cursor = max(cursor, pos + len(needle))
     taken.sort()
-    for j, tool in enumerate(tools or ()):
-        texts = _tool_texts(tool)
+    for j, texts in enumerate(_tool_set_texts(tools, tools_key) if tools else ()):
         k = 0
         while (schema := texts.variant(k)) is not None:
             pos = _find_free(text, schema, taken)
@@ -260,19 +281,27 @@ def assign(
     """Turn char spans into token segments (covering every token) and paragraph chunks.
 
     ``token_starts[i]`` is the char offset in ``text`` of token i's first character
-    (non-decreasing).
+    (non-decreasing). A char offset maps to the first token whose first char is at or after
+    it (one ``searchsorted`` for all of a prompt's boundaries).
     """
     n = int(token_starts.shape[0])
+    paras: list[tuple[CharSpan, list[tuple[int, int, str]]]] = []
+    chars = [c for span in spans for c in (span.start, span.end)]
+    if min_chunk_chars > 0:
+        for span in spans:
+            if span.kind not in CHUNK_KINDS or span.end - span.start < min_chunk_chars:
+                continue
+            found = split_paragraphs(text[span.start : span.end], min_chunk_chars)
+            if found:
+                paras.append((span, found))
+                chars.extend(c for a, b, _ in found for c in (span.start + a, span.start + b))
+    toks: list[int] = np.searchsorted(token_starts, chars, side="left").tolist() if chars else []
+
     segments: list[Segment] = []
     pos = 0
     template_run = 0
-
-    def tok_at(char: int) -> int:
-        # first token whose first char is >= char
-        return int(np.searchsorted(token_starts, char, side="left"))
-
-    for span in spans:
-        a, b = tok_at(span.start), tok_at(span.end)
+    for k, span in enumerate(spans):
+        a, b = toks[2 * k], toks[2 * k + 1]
         if a < pos:
             a = pos
         if b <= a:
@@ -286,15 +315,13 @@ def assign(
         segments.append(Segment("template", pos, n, _template_hash(text, token_starts, pos, n), template_run))
 
     chunks: list[Chunk] = []
-    if min_chunk_chars > 0:
-        for span in spans:
-            if span.kind not in CHUNK_KINDS or span.end - span.start < min_chunk_chars:
-                continue
-            for a_char, b_char, para in split_paragraphs(text[span.start : span.end], min_chunk_chars):
-                a = tok_at(span.start + a_char)
-                b = tok_at(span.start + b_char)
-                if b > a:
-                    chunks.append(Chunk(segment_hash(para), a, b, span.index, len(para)))
+    j = 2 * len(spans)
+    for span, found in paras:
+        for _, _, para in found:
+            a, b = toks[j], toks[j + 1]
+            j += 2
+            if b > a:
+                chunks.append(Chunk(segment_hash(para), a, b, span.index, len(para)))
     return tuple(segments), tuple(chunks)
 
 

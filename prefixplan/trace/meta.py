@@ -46,10 +46,10 @@ def renderers_json(renderers: RenderSet) -> list[dict[str, Any]]:
             "spec": r.spec,
             "label": r.label,
             "fingerprint": r.fingerprint,
-            "exact": bool(r.exact),
+            "exact": r.exact,
             "log_models": sorted(renderers.models_by_spec.get(r.spec, ())),
         }
-        for r in renderers.loaded
+        for r in renderers.facts()
     ]
 
 

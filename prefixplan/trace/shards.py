@@ -81,7 +81,7 @@ class ShardResult:
     rows: list[TraceRow] = field(default_factory=list)
     errors: LineErrors = field(default_factory=LineErrors)
     failures: list[RenderFailure] = field(default_factory=list)
-    stats: tuple[dict, dict, dict] = ({}, {}, {})
+    stats: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
     text: TextPartial | None = None
     moved: int = 0
     size: int = 0  # bytes of the input file, for progress
@@ -107,19 +107,22 @@ def _renderers(source: SourceOptions) -> RenderSet:
     return found
 
 
-def _stats(renderers: RenderSet) -> tuple[dict, dict, dict]:
+def _stats(renderers: RenderSet) -> tuple[dict, dict, dict, dict]:
     return (
         {s: set(m) for s, m in renderers.models_by_spec.items()},
         dict(renderers.prompts_by_spec),
         dict(renderers.engine_ids),
+        {f.spec: f for f in renderers.facts()},
     )
 
 
-def _delta(before: tuple[dict, dict, dict], after: tuple[dict, dict, dict]) -> tuple[dict, dict, dict]:
+def _delta(
+    before: tuple[dict, dict, dict, dict], after: tuple[dict, dict, dict, dict]
+) -> tuple[dict, dict, dict, dict]:
     models = {s: m - before[0].get(s, set()) for s, m in after[0].items()}
     prompts = {s: n - before[1].get(s, 0) for s, n in after[1].items()}
     engine = {k: n - before[2].get(k, 0) for k, n in after[2].items()}
-    return models, prompts, engine
+    return models, prompts, engine, after[3]
 
 
 def render_shard(job: ShardJob) -> ShardResult:
@@ -200,9 +203,12 @@ def _peak_rss_mb() -> float:
 # -- parent side -----------------------------------------------------------------------------
 
 
-def merge_stats(renderers: RenderSet, delta: tuple[dict, dict, dict]) -> None:
-    """Add a worker's renderer statistics to the parent's :class:`RenderSet`."""
-    models, prompts, engine = delta
+def merge_stats(renderers: RenderSet, delta: tuple[dict, dict, dict, dict]) -> None:
+    """Add a worker's renderer statistics (and what it says of its tokenizers) to the
+    parent's :class:`RenderSet`."""
+    models, prompts, engine, facts = delta
+    for spec, one in facts.items():
+        renderers.reported.setdefault(spec, one)
     for spec, names in models.items():
         renderers.models_by_spec.setdefault(spec, set()).update(names)
     for spec, n in prompts.items():

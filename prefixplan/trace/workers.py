@@ -14,14 +14,14 @@ per request: never token arrays, which made an earlier design IPC-bound), the li
 their part and, for analyze, what its text showed; the parent keeps a bounded window of jobs in
 flight and merges results in job order, so the output is the same whatever the number of
 workers. Renderer statistics (which tokenizer rendered which model, engine-id checks) are merged
-back into the parent's :class:`~prefixplan.render.RenderSet`.
+back into the parent's :class:`~prefixplan.render.RenderSet`, with what the record says of each
+tokenizer (:class:`~prefixplan.render.RendererFacts`): the parent loads none just to describe it.
 
 With one worker (or a small input) everything runs in the calling process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -251,7 +251,6 @@ def _merge_results(
             meter.add_done(result.size)
         if on_shard is not None:
             on_shard(result)
-    _list_tokenizers(renderers)
 
 
 def render_in_process(
@@ -290,14 +289,3 @@ def render_in_process(
         if len(pending) >= batch_size:
             yield from flush()
     yield from flush()
-
-
-def _list_tokenizers(renderers: RenderSet) -> None:
-    """Load, in the parent, the tokenizers the workers used, so its :class:`RenderSet` lists them
-    for the record as after in-process rendering (one the parent cannot load is left out)."""
-    for spec in list(renderers.models_by_spec):
-        for model in sorted(renderers.models_by_spec[spec]):
-            if renderers.spec_for(None if model == "-" else model) == spec:
-                with contextlib.suppress(TokenizerError, UsageError):  # only the workers could load it
-                    renderers.for_model(None if model == "-" else model)
-                break
