@@ -76,7 +76,11 @@ def child_analyze(log: Path, workers: int, trace: Path | None) -> dict:
         outputs=AnalyzeOutputs(trace_out=str(trace) if trace else None),
     )
     s = outcome.analysis.record.summary
+    workers = outcome.analysis.workers or {}
     return {
+        # each worker's own peak (RUSAGE_CHILDREN would also count a child forked at the
+        # parent's peak, e.g. the git call that stamps the record)
+        "worker_peak_rss_mb": max((w["peak_rss_mb"] for w in workers.values()), default=0.0),
         "seconds": time.perf_counter() - t0,
         "requests": s.requests,
         "tokens": s.prompt_tokens,
@@ -121,7 +125,6 @@ def main() -> int:
         }[args.child]
         res = fn()
         res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        res["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         print(json.dumps(res))
         return 0
     ensure_qwen3()
@@ -142,7 +145,7 @@ def main() -> int:
     print(f"log: {log}  ({log.stat().st_size / 2**20:,.0f} MiB gzip)  trace: {trace.stat().st_size / 2**20:,.0f} MiB")
     print(f"{'run':<14}{'seconds':>10}{'requests':>11}{'Mtok/s':>9}{'RSS MB':>9}{'worker RSS':>12}")
     for k, r in results.items():
-        kids = f"{r['children_peak_rss_mb']:,.0f}" if k == "analyze w=2" else "-"
+        kids = f"{r['worker_peak_rss_mb']:,.0f}" if r.get("worker_peak_rss_mb") else "-"
         print(
             f"{k:<14}{r['seconds']:>10,.1f}{r['requests']:>11,}{r['tokens'] / r['seconds'] / 1e6:>9.2f}"
             f"{r['peak_rss_mb']:>9,.0f}{kids:>12}"

@@ -11,7 +11,7 @@ uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e
 from importlib.metadata import version
 print("lowest:", ", ".join(f"{p} {version(p)}" for p in (
     "typer", "rich", "tiktoken", "transformers", "tokenizers", "openai", "pyyaml", "sqlite-utils",
-    "numpy", "httpx", "mistral-common", "starlette", "uvicorn", "pyarrow", "fsspec", "s3fs", "moto", "ray")))
+    "numpy", "isal", "httpx", "mistral-common", "starlette", "uvicorn", "pyarrow", "fsspec", "s3fs", "moto", "ray")))
 PY
 bash scripts/setup_redis.sh
 .venv-lowest/bin/python -m pytest -q -m "not live and not browser" -p no:cacheprovider
