@@ -8,7 +8,6 @@ bounded by ``max_line_bytes`` plus one chunk whatever the input looks like.
 
 from __future__ import annotations
 
-import gzip
 import io
 import sys
 import zlib
@@ -41,13 +40,7 @@ class RawLine:
 
 def _what(stream: object, exc: BaseException, lines: int) -> str:
     """A corrupt stream's error, saying which compression its first bytes announced."""
-    kind = (
-        "gzip"
-        if isinstance(stream, (GzipReader, gzip.GzipFile))
-        else "zstd"
-        if "zstd" in type(stream).__module__
-        else None
-    )
+    kind = "gzip" if isinstance(stream, GzipReader) else "zstd" if "zstd" in type(stream).__module__ else None
     detail = str(exc) or type(exc).__name__
     if kind is None:
         return detail

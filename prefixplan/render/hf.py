@@ -252,26 +252,23 @@ class HFRenderer:
             return self._encode_one(enc, text)
         return self._encode_pieces([text])[0]
 
-    def _split_paragraphs(self, layout: list[tuple[str, int, int | None]]) -> list[tuple[str, int, int | None]]:
-        """Split long pieces after blank lines (before a non-space, non-combining character).
+    @staticmethod
+    def _paragraphs(piece: str) -> list[str]:
+        """``piece`` cut after blank lines (before a non-space, non-combining character).
 
-        Only enabled when :meth:`_paragraph_boundaries_are_safe` showed that the tokenizer's
+        Only used when :meth:`_paragraph_boundaries_are_safe` showed that the tokenizer's
         pre-tokenizer always splits there, so encoding the parts equals encoding the whole;
         a document pasted into many different questions is then tokenized once.
         """
-        out: list[tuple[str, int, int | None]] = []
-        for piece, offset, special in layout:
-            if special is not None or len(piece) < PARAGRAPH_SPLIT_MIN_CHARS:
-                out.append((piece, offset, special))
-                continue
-            pos = 0
-            for m in _PARAGRAPH_BOUNDARY.finditer(piece):
-                end = m.end()
-                if end < len(piece) and not unicodedata.combining(piece[end]) and end > pos:
-                    out.append((piece[pos:end], offset + pos, None))
-                    pos = end
-            out.append((piece[pos:], offset + pos, None))
-        return out
+        parts: list[str] = []
+        pos = 0
+        for m in _PARAGRAPH_BOUNDARY.finditer(piece):
+            end = m.end()
+            if end < len(piece) and not unicodedata.combining(piece[end]) and end > pos:
+                parts.append(piece[pos:end])
+                pos = end
+        parts.append(piece[pos:])
+        return parts
 
     def _paragraph_boundaries_are_safe(self) -> bool:
         """Probe: encode(a + b) == encode(a) + encode(b) for paragraph ends ``a`` (ending in
@@ -381,10 +378,6 @@ class HFRenderer:
         if got is None:  # evicted between lookup and use: encode directly
             got = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
         return got
-
-    def _paragraphs(self, piece: str) -> list[str]:
-        """``piece`` cut after blank lines (see :meth:`_split_paragraphs`)."""
-        return [part for part, _, _ in self._split_paragraphs([(piece, 0, None)])]
 
     def render(self, request: Request) -> Prompt:
         return self.render_many([request])[0]
