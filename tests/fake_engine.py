@@ -88,7 +88,7 @@ class VirtualClock:
 class FakeEngine:
     """A fake engine server on 127.0.0.1; use as a context manager (``with FakeEngine() as f``).
 
-    fault: None | "http500" | "malformed" | "slow" | "ignore_max_tokens" | "echo_auth_500"
+    fault: None | "http500" | "malformed" | "slow" | "ignore_max_tokens" | "echo_auth_500" | "cut_stream"
            | "flaky500" (first ``flaky`` completion calls fail with 500, then ok)
     token_prompts: False -> ``/v1/completions`` answers HTTP 400 to a token-id prompt (text only),
            as many generic OpenAI-compatible servers do.
@@ -363,6 +363,15 @@ class FakeEngine:
             time.sleep(self.delay)
         if self.fault in ("trickle", "endless"):
             return self._drip(h)
+        if self.fault == "cut_stream":  # one event of a body announced longer, then the connection drops
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Content-Length", "100000")
+            h.end_headers()
+            h.wfile.write(b'data: {"id": "chat-1", "choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n')
+            h.wfile.flush()
+            h.close_connection = True
+            return None
         chat = path == "/v1/chat/completions"
         if chat:
             ids = char_tokenize(chat_text(body.get("messages") or [], body.get("tools")))

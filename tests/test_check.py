@@ -207,6 +207,40 @@ def test_version_decrease_and_stale_entries(repo: Path) -> None:
     assert [(f.code, f.key) for f in res.findings] == [("stale-lock-entry", "relay-agent@v1")]
 
 
+def test_a_version_set_back_against_the_base_fails_even_with_a_fresh_lock(repo: Path) -> None:
+    # support-bot is at v3 at the base; set it back to v2 with other content and rebuild the lock
+    # from scratch: the lock and the recipes agree, and no key of the lock is also in the base's.
+    p = repo / "recipes/parts/support/system.md"
+    p.write_text(p.read_text() + "\nOne more rule.\n")
+    r = repo / "recipes/support-bot.yaml"
+    r.write_text(r.read_text().replace("version: 3", "version: 2"))
+    (repo / "prefixplan.lock").unlink()
+    lock_recipes("recipes", "prefixplan.lock")
+    assert run_check("recipes", "prefixplan.lock").exit_code == ExitCode.OK
+    res = run_check("recipes", "prefixplan.lock", base_ref="HEAD")
+    assert res.exit_code == ExitCode.FINDINGS
+    (f,) = [f for f in res.findings if f.severity == "error"]
+    assert (f.code, f.key, f.file) == ("version-decreased", "support-bot@v2", "prefixplan.lock")
+    assert "was at support-bot@v3 at HEAD" in f.message and "set version: 4" in f.message
+
+
+def test_a_bad_glob_and_a_version_past_nine_digits_name_their_fields(repo: Path) -> None:
+    r = repo / "recipes/support-bot.yaml"
+    text = r.read_text()
+    r.write_text(text.replace("version: 3", "version: 2024050101"))
+    res = run_check("recipes", "prefixplan.lock")
+    assert res.exit_code == ExitCode.USAGE
+    assert any("prefixes[0].version" in f.message and "1 to 999999999" in f.message for f in res.findings), res.findings
+    (repo / "recipes/docs.yaml").write_text(
+        "prefixes:\n  - name: docs\n    version: 1\n    system: Answer from the documents.\n"
+        "    documents:\n      - {glob: 'parts/**.md', chunk: headings}\n"
+    )
+    r.write_text(text)
+    res = run_check("recipes", "prefixplan.lock")
+    assert res.exit_code == ExitCode.USAGE
+    assert any("documents[0].glob" in f.message and "invalid glob" in f.message for f in res.findings), res.findings
+
+
 def test_lint_warnings_fail_only_with_fail_on_warning(repo: Path) -> None:
     p = repo / "recipes/parts/support/system.md"
     p.write_text("Today is 2025-03-01.\n" + p.read_text())

@@ -320,3 +320,53 @@ def test_a_version_the_store_holds_from_elsewhere_is_a_409(fleet) -> None:
         assert "versions only go forward and lineage is at v1" in err.value.body["message"]
         with pytest.raises(openai.NotFoundError):
             _chat(_client(url), [{"role": "user", "content": "x"}], key="lineage@v1")
+
+
+class _FailingState(SQLiteBackend):
+    """The store as a restarting Redis leaves it: every read and write raises."""
+
+    def get(self, *args, **kw):
+        raise ConnectionError("Error 111 connecting to localhost:6379. Connection refused.")
+
+    last_version = register = warm = set_warm = get
+
+
+def test_a_failing_key_state_is_a_503_naming_the_store(tmp_path: Path) -> None:
+    import asyncio
+
+    from prefixplan.gateway.keys import GatewayError, KeyService
+
+    keys = KeyService(_FailingState(str(tmp_path / "gw.db")))
+    with pytest.raises(GatewayError) as err:
+        asyncio.run(keys.expand_target("support@v1"))
+    assert err.value.status == 503 and err.value.code == "state_unavailable"
+    assert err.value.message == (
+        "the gateway's key state (_FailingState) failed: ConnectionError: Error 111 connecting to localhost:6379. "
+        "Connection refused."
+    )
+    with pytest.raises(GatewayError) as err:
+        asyncio.run(keys.check_or_register("support", [WirePart("system", "be brief")]))
+    assert err.value.status == 503
+
+
+def test_a_warm_that_raises_is_recorded_failed_not_left_warming(tmp_path: Path) -> None:
+    import asyncio
+
+    from prefixplan.gateway.warm import Warmer
+    from prefixplan.store.gateway import FLEET
+    from prefixplan.warming.results import WarmOptions
+
+    backend = SQLiteBackend(str(tmp_path / "gw.db"))
+    kv, _ = backend.register(KeyVersion("support", 1, "h", "h", (WirePart("system", "be brief"),)))
+
+    def broken(*args, **kw):
+        raise RuntimeError("tokenizer vanished")
+
+    done: list[tuple[str, dict]] = []
+    warmer = Warmer(backend, (), WarmOptions(), warm_fn=broken, on_done=lambda k, s: done.append((k, s)))
+
+    async def run() -> dict:
+        return await warmer.schedule(kv)
+
+    assert asyncio.run(run()) == {FLEET: "failed"}
+    assert backend.warm(kv.key) == {FLEET: "failed"} and done == [(kv.key, {FLEET: "failed"})]

@@ -93,6 +93,47 @@ def test_a_stream_is_retried_before_it_started_and_all_down_is_502(tmp_path: Pat
             with pytest.raises(openai.APIStatusError) as err:
                 _chat(url, [{"role": "user", "content": "hi"}])
             assert err.value.status_code == 502 and err.value.body["code"] == "upstream_unavailable"
+            # The answer names each replica tried and why it failed.
+            message = err.value.body["message"]
+            assert "r0: http_5xx: HTTP 500" in message and "r1: http_5xx: HTTP 500" in message
+
+
+def test_a_replica_that_drops_mid_stream_ends_the_stream_with_an_error_event(tmp_path: Path) -> None:
+    with FakeEngine(fault="cut_stream") as cut:
+        with running_gateway(_config(tmp_path, cut.url)) as (url, app):
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as r:
+                assert r.status_code == 200  # the status line was sent before the replica dropped
+                events = [line for line in r.iter_lines() if line.startswith("data:")]
+            assert len(events) == 2 and '"content": "x"' in events[0]
+            error = json.loads(events[1][5:])["error"]
+            assert error["code"] == "upstream_stream_cut" and error["message"].startswith(
+                "replica r0 failed mid-stream"
+            )
+            metrics = httpx.get(url + "/metrics").text
+            assert 'prefixplan_gateway_upstream_errors_total{kind="stream_cut",replica="r0"} 1.0' in metrics
+            assert 'prefixplan_gateway_requests_total{code="502",key="-",replica="r0"} 1.0' in metrics
+            assert 'code="200"' not in metrics
+            _wait(lambda: gateway_of(app).router.in_flight == [0], "the cut stream to leave the router")
+
+
+def test_a_replica_echoing_its_key_in_an_error_does_not_leak_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-replica-secret-1234")
+    with FakeEngine(fault="echo_auth_500", api_key="sk-replica-secret-1234") as echo:
+        config = GatewayConfig(
+            endpoints=(Endpoint(echo.url, name="r0", api_key_env="UPSTREAM_KEY"),),
+            db=str(tmp_path / "gw.db"),
+            warm=False,
+            retries=0,
+        )
+        with running_gateway(config) as (url, _):
+            with pytest.raises(openai.APIStatusError) as err:
+                _chat(url, [{"role": "user", "content": "hi"}])
+            message = err.value.body["message"]
+            assert "r0: http_5xx: HTTP 500" in message and "rejected credentials Bearer ***" in message
+            assert "sk-replica-secret" not in message
 
 
 def test_a_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:

@@ -207,3 +207,32 @@ def test_auto_with_a_model_outside_the_family_table_still_uses_the_engine_ids(tm
     record = analysis.record
     assert record.summary.requests == 21 and record.tokenizer.spec == "engine" and record.summary.exact
     assert record.inputs["engine_ids"] == {"used": 21} and set(record.inputs["models"]) == {"acme-finetune"}
+
+
+def test_paired_bodies_are_not_kept_for_the_whole_log() -> None:
+    from prefixplan.logs.vllm_log import _MAX_UNPAIRED, VLLMLogReader
+
+    real = [line for line in _lines() if "pplog-00 " in line or "pplog-00:" in line]
+    assert len(real) == 3  # the captured JSON body, details and received lines of one request
+    reader = VLLMLogReader("server.log", "forced")
+    emitted = kept = 0
+    for i in range(_MAX_UNPAIRED + 2000):
+        for j, line in enumerate(real):
+            for item in reader.feed(3 * i + j + 1, line.replace("pplog-00", f"pplog-{i:05d}")):
+                emitted += not hasattr(item, "reason")
+        kept = max(kept, len(reader._bodies))
+    emitted += sum(not hasattr(item, "reason") for item in reader.finish())
+    assert emitted == _MAX_UNPAIRED + 2000 and kept <= _MAX_UNPAIRED
+
+
+def test_an_integer_past_the_digit_limit_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+    huge = "9" * 5000
+    path = tmp_path / "log.jsonl"
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+    path.write_text(good + "\n" + '{"messages": [{"role": "user", "content": "hi"}], "timestamp": ' + huge + "}\n")
+    requests, errors = _read(path)
+    assert len(requests) == 1 and [(e.line_no, e.reason[:9]) for e in errors.samples] == [(2, "bad JSON:")]
+    csv = tmp_path / "log.csv"
+    csv.write_text('messages\n"[{""role"": ""user"", ""content"": ""hi""}]"\n"[' + huge + ']"\n')
+    requests, errors = _read(csv)
+    assert len(requests) == 1 and [(e.line_no, e.reason[:9]) for e in errors.samples] == [(3, "bad JSON:")]

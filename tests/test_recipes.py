@@ -74,7 +74,7 @@ BASE = """prefixes:
         ),
         (
             BASE.replace("version: 1", "version: 0") % "parts/agent/tools/restart_service.json",
-            "recipes/agent.yaml: prefixes[0].version: required: an integer >= 1",
+            "recipes/agent.yaml: prefixes[0].version: required: an integer from 1 to 999999999 (a key is name@vN, N of up to 9 digits)",
         ),
         (
             BASE.replace("version: 1", "version: 1\n    colour: red") % "parts/agent/tools/restart_service.json",

@@ -357,6 +357,20 @@ def test_keepalive_rounds_record_each_round(tmp_path: Path) -> None:
     assert main(["warm", "--analysis", str(f), "--endpoint", "http://127.0.0.1:1", "--every", "1s"]) == ExitCode.USAGE
 
 
+def test_vllm_without_its_block_size_is_verified_at_its_default_blocks() -> None:
+    plan = plan_from_record(record(), top=2)
+    with FakeEngine("vllm", block_size=16, metrics=False) as a:  # no /metrics: no cache_config_info
+        rep = run_warm(plan, [Endpoint(a.url)], FAST)
+        assert rep.replicas[0].engine == "vllm" and rep.replicas[0].block_size is None
+        # vLLM caches whole blocks: 96 of a 104-token prefix is a full hit at 16-token blocks.
+        r = rep.results[0]
+        assert (r.expected_cached, r.cached_tokens, r.status) == (96, 96, "verified") and rep.status == "ready"
+    with FakeEngine("vllm", block_size=64, metrics=False) as b:  # a larger block than the assumed default
+        r = run_warm(plan, [Endpoint(b.url)], FAST).results[0]
+        assert r.status == "failed" and r.cached_tokens == 64
+        assert "block size 16, assumed: vllm's default, not reported by the server; see --block-size" in r.error
+
+
 def test_generic_openai_server_uses_token_granularity_unless_told() -> None:
     plan = plan_from_record(record(), top=2)
     with FakeEngine("openai", block_size=16) as a:  # a server that hides its block size

@@ -192,4 +192,26 @@ def _base_findings(lock: Lock, lock_p: Path, base_ref: str) -> list[Finding]:
                     ),
                 )
             )
+    # The lock keeps only each name's current version, so a version set back (v2 at the base, v1
+    # now, possibly with other content) shares no key with the base: compare each name's highest.
+    for name in sorted({e.key.name for e in base.entries.values()}):
+        before, now = base.by_name(name), lock.by_name(name)
+        if not now or now[-1].key.version >= before[-1].key.version:
+            continue
+        cur = now[-1]
+        out.append(
+            Finding(
+                code="version-decreased",
+                severity="error",
+                key=str(cur.key),
+                file=display_path(lock_p),
+                line=cur.line or None,
+                diff=(f"-  {before[-1].key}", f"+  {cur.key}"),
+                message=(
+                    f"{name} is at {cur.key} in {display_path(lock_p)} but was at {before[-1].key} at {base_ref}: "
+                    f"versions only go up, and {cur.key} may already name other content in caches and stores "
+                    f"(set version: {before[-1].key.version + 1} and run `prefixplan lock`)"
+                ),
+            )
+        )
     return out

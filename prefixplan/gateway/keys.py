@@ -19,11 +19,14 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prefixplan.errors import KeyConflictError, UsageError
 from prefixplan.gateway.prefix import WirePart, comparable, diff_summary, wire_hash
 from prefixplan.gateway.state import Backend, KeyVersion
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS, parse_key_ref
+
+T = TypeVar("T")
 
 
 class GatewayError(Exception):
@@ -38,6 +41,25 @@ class GatewayError(Exception):
 
     def body(self) -> dict[str, object]:
         return {"error": {"message": self.message, "type": self.err_type, "param": "prefix_key", "code": self.code}}
+
+
+async def state_call(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` on the key state (SQLite or Redis) in a worker thread. A store that fails
+    (Redis restarting, a locked or unwritable database) answers 503 ``state_unavailable``, naming
+    the store and the error, instead of a bare 500; a key conflict stays a conflict."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except (GatewayError, KeyConflictError):
+        raise
+    except Exception as err:
+        owner = getattr(fn, "__self__", None)
+        where = type(owner).__name__ if owner is not None else "key state"
+        raise GatewayError(
+            503,
+            "state_unavailable",
+            f"the gateway's key state ({where}) failed: {type(err).__name__}: {err}",
+            "server_error",
+        ) from err
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +114,7 @@ class KeyService:
         hit = self._cache.get((name, version))
         if hit is not None and now - hit[0] < self.cache_s:
             return hit[1]
-        kv = await asyncio.to_thread(self.backend.get, name, version)
+        kv = await state_call(self.backend.get, name, version)
         self._cache[(name, version)] = (now, kv)
         return kv
 
@@ -157,7 +179,7 @@ class KeyService:
                 if version is None:
                     version = await self._next(name)
                 else:
-                    last = await asyncio.to_thread(self.backend.last_version, name)
+                    last = await state_call(self.backend.last_version, name)
                     if version <= last:
                         raise GatewayError(
                             409,
@@ -176,7 +198,7 @@ class KeyService:
                 source=source,
             )
             try:
-                stored, created = await asyncio.to_thread(self.backend.register, candidate)
+                stored, created = await state_call(self.backend.register, candidate)
             except KeyConflictError as err:  # the store holds name@vN from elsewhere (lock, analyze)
                 raise GatewayError(409, "prefix_key_conflict", f"{err}; {err.hint or 'bump the version'}") from None
             self._forget(name)
@@ -190,4 +212,4 @@ class KeyService:
             return Resolution(stored, registered=created, note=note if created else None)
 
     async def _next(self, name: str) -> int:
-        return int(await asyncio.to_thread(self.backend.last_version, name)) + 1
+        return int(await state_call(self.backend.last_version, name)) + 1

@@ -11,8 +11,8 @@ name                                           type       labels
 ``prefixplan_gateway_hit_rate``                gauge      key, replica (cached / prompt tokens so far)
 ``prefixplan_gateway_ttft_seconds``            histogram  key, replica (upstream TTFT: first byte)
 ``prefixplan_gateway_route_decisions_total``   counter    replica, reason (affinity, cache-match, ...)
-``prefixplan_gateway_upstream_errors_total``   counter    replica, kind (refused, timeout, http_5xx)
-``prefixplan_gateway_key_events_total``        counter    event (registered, conflict, not_found, expired)
+``prefixplan_gateway_upstream_errors_total``   counter    replica, kind (refused, timeout, http_5xx, http_429, stream_cut)
+``prefixplan_gateway_key_events_total``        counter    event (registered, conflict, not_found, expired, state_unavailable, invalid)
 ``prefixplan_gateway_keys_ready``              gauge      key (1 ready, 0 not)
 =============================================  =========  ==========================================
 """

@@ -120,7 +120,9 @@ class Proxy:
                     if self.warmer is not None:
                         self.warmer.schedule(kv)
         except GatewayError as err:
-            event = {404: "not_found", 409: "conflict", 410: "expired"}.get(err.status, "invalid")
+            event = {404: "not_found", 409: "conflict", 410: "expired", 503: "state_unavailable"}.get(
+                err.status, "invalid"
+            )
             self.metrics.key_events.labels(event).inc()
             raise
         headers["x-prefixplan-key"] = kv.key
@@ -158,7 +160,7 @@ class Proxy:
         payload = orjson.dumps(body)
         units = self.units(body)
         tried: set[int] = set()
-        failure: UpstreamFailure | None = None
+        failures: list[str] = []
         for _ in range(self.retries + 1):
             if len(tried) == len(self.upstreams.labels):
                 tried = set()  # every replica failed once: the retries left go round again
@@ -167,12 +169,17 @@ class Proxy:
             tried.add(rep)
             self.router.start(rep)
             t0 = time.perf_counter()
-            outcome = await self._send(request, rep, path, payload, stream)
+            try:
+                outcome = await self._send(request, rep, path, payload, stream)
+            except BaseException:
+                self.router.finish(rep)  # never leave a replica counted busy by a request that ended
+                raise
             if isinstance(outcome, UpstreamFailure):
                 self.router.finish(rep)
-                failure = outcome
-                self.metrics.upstream_errors.labels(self.upstreams.labels[rep], outcome.kind).inc()
-                log.warning("replica %s failed (%s): %s", self.upstreams.labels[rep], outcome.kind, outcome.detail)
+                label = self.upstreams.labels[rep]
+                failures.append(f"{label}: {outcome.kind}: {outcome.detail}")
+                self.metrics.upstream_errors.labels(label, outcome.kind).inc()
+                log.warning("replica %s failed (%s): %s", label, outcome.kind, outcome.detail)
                 continue
             if outcome is None:  # the client went away; the upstream request was cancelled
                 self.router.finish(rep)
@@ -182,7 +189,7 @@ class Proxy:
             if stream and outcome.status_code < 400:
                 return self._stream(outcome, rep, key, t0, headers)
             return await self._answer(outcome, rep, key, t0, headers)
-        detail = f"{failure.kind}: {failure.detail}" if failure else "no replica"
+        detail = "; ".join(failures) if failures else "no replica"
         unavailable = GatewayError(
             502, "upstream_unavailable", f"no replica could serve the request ({detail})", "server_error"
         )
@@ -243,6 +250,10 @@ class Proxy:
                 self.router.finish(rep)
 
         async def chunks() -> AsyncIterator[bytes]:
+            import httpx
+            import orjson
+
+            code = resp.status_code
             try:
                 async for chunk in resp.aiter_raw():
                     if state["ttft"] is None:
@@ -251,6 +262,16 @@ class Proxy:
                     if b"[DONE]" in chunk:
                         done()  # before the last byte reaches the client: the next request sees the load
                     yield chunk
+            except httpx.HTTPError as err:
+                # The replica went away mid-stream (killed, reset, read timeout): the status line is
+                # already sent, so the client learns it from a last event, not from a cut stream.
+                code = 502
+                detail = self.upstreams.redact(rep, f"{type(err).__name__}: {err}")
+                self.metrics.upstream_errors.labels(label, "stream_cut").inc()
+                log.warning("replica %s failed mid-stream: %s", label, detail)
+                message = f"replica {label} failed mid-stream ({detail})"
+                event = {"error": {"message": message, "type": "server_error", "code": "upstream_stream_cut"}}
+                yield b"data: " + orjson.dumps(event) + b"\n\n"
             finally:
                 done()
                 await resp.aclose()
@@ -258,7 +279,7 @@ class Proxy:
                 self.metrics.observe(
                     key,
                     label,
-                    resp.status_code,
+                    code,
                     usage.prompt_tokens,
                     usage.cached_tokens,
                     float(ttft) if ttft else None,
@@ -268,12 +289,25 @@ class Proxy:
 
     async def get(self, path: str) -> Response:
         """A GET passed to the first replica that answers (``/v1/models``)."""
+        import httpx
         from starlette.responses import Response
 
+        failures: list[str] = []
         for rep in range(len(self.upstreams.clients)):
+            label = self.upstreams.labels[rep]
             out = await self.upstreams.send(rep, self.upstreams.build(rep, "GET", path, None), stream=False)
             if isinstance(out, UpstreamFailure):
+                failures.append(f"{label}: {out.kind}: {out.detail}")
                 continue
-            content = await out.aread()
+            try:
+                content = await out.aread()
+            except httpx.HTTPError as err:
+                failures.append(f"{label}: refused: {self.upstreams.redact(rep, f'{type(err).__name__}: {err}')}")
+                continue
+            finally:
+                await out.aclose()
             return Response(content, status_code=out.status_code, headers=response_headers(out))
-        return error_response(GatewayError(502, "upstream_unavailable", "no replica answered", "server_error"))
+        detail = "; ".join(failures) or "no replica configured"
+        return error_response(
+            GatewayError(502, "upstream_unavailable", f"no replica answered ({detail})", "server_error")
+        )

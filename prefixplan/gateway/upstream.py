@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.engines.base import Endpoint
+from prefixplan.engines.fields import secret_forms
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -43,6 +44,7 @@ class Upstreams:
         limits = httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=4.0)
         self.clients: list[httpx.AsyncClient] = []
         self._headers: list[dict[str, str]] = []
+        self._secrets: list[tuple[str, ...]] = []
         self._urls: dict[tuple[int, str], httpx.URL] = {}
         # A request built outside the client carries its timeout itself: httpx before 0.28 sends
         # such a request with no timeout at all (a slow replica was never abandoned).
@@ -53,6 +55,7 @@ class Upstreams:
             if secret:
                 headers["Authorization"] = f"Bearer {secret}"
             self._headers.append(headers)
+            self._secrets.append(secret_forms(secret))
             self.clients.append(
                 httpx.AsyncClient(
                     base_url=e.base_url,
@@ -80,22 +83,36 @@ class Upstreams:
             headers["content-type"] = "application/json"
         return httpx.Request(method, url, content=content, headers=headers, extensions={"timeout": self._timeout})
 
+    def redact(self, replica: int, text: str) -> str:
+        """``text`` (an error body, an exception's words) without any form of ``replica``'s key: a
+        proxy in front of a replica may echo the ``Authorization`` header back."""
+        for form in self._secrets[replica]:
+            text = text.replace(form, "***")
+        return text
+
     async def send(self, replica: int, request: httpx.Request, *, stream: bool) -> httpx.Response | UpstreamFailure:
         """Send; a failure worth trying elsewhere comes back as :class:`UpstreamFailure` (the
-        response is then closed)."""
+        response is then closed). Any transport error counts (refused, reset, cut off, a proxy's
+        error), including one while reading a 5xx answer's body."""
         import httpx
 
         try:
             resp = await self.clients[replica].send(request, stream=stream)
         except httpx.TimeoutException as err:
             return UpstreamFailure("timeout", f"timed out ({type(err).__name__})")
-        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
-            return UpstreamFailure("refused", f"{type(err).__name__}: {err}")
+        except httpx.HTTPError as err:
+            return UpstreamFailure("refused", self.redact(replica, f"{type(err).__name__}: {err}"))
         if resp.status_code >= 500 or resp.status_code == 429:
-            body = await resp.aread()
-            await resp.aclose()
             kind = "http_429" if resp.status_code == 429 else "http_5xx"
-            return UpstreamFailure(kind, f"HTTP {resp.status_code}: {body[:200].decode('utf-8', 'replace')}")
+            try:
+                body = await resp.aread()
+            except httpx.HTTPError as err:
+                body = f"(body not read: {type(err).__name__})".encode()
+            finally:
+                await resp.aclose()
+            # Redacted before it is cut to 200 characters: a key across the cut would leak its head.
+            text = self.redact(replica, body[:65536].decode("utf-8", "replace"))[:200]
+            return UpstreamFailure(kind, f"HTTP {resp.status_code}: {text}")
         return resp
 
 

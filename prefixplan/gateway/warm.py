@@ -23,6 +23,7 @@ from pathlib import Path
 
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import PrefixplanError
+from prefixplan.gateway.keys import state_call
 from prefixplan.gateway.state import Backend, KeyVersion, fleet_status
 from prefixplan.keys.recipe_model import Part, Recipe
 from prefixplan.simulation.router import Router
@@ -131,11 +132,21 @@ class Warmer:
         return task
 
     async def _warm(self, kv: KeyVersion) -> dict[str, str]:
-        await asyncio.to_thread(self.backend.set_warm, kv.key, {FLEET: "warming"})
-        states = await asyncio.to_thread(
-            self.warm_fn, kv, self.endpoints, self.options, tokenizer=self.tokenizer, db=self.db, record=self.record
-        )
-        await asyncio.to_thread(self.backend.set_warm, kv.key, states)
+        # Nothing may escape: a background task's exception is seen by no one, and the key would
+        # stay "warming" until the gateway restarts. Any failure leaves it failed (served, not
+        # routed by affinity) and logged.
+        try:
+            await asyncio.to_thread(self.backend.set_warm, kv.key, {FLEET: "warming"})
+            states = await asyncio.to_thread(
+                self.warm_fn, kv, self.endpoints, self.options, tokenizer=self.tokenizer, db=self.db, record=self.record
+            )
+        except Exception as err:
+            log.error("warming %s failed: %s: %s", kv.key, type(err).__name__, err)
+            states = {FLEET: "failed"}
+        try:
+            await asyncio.to_thread(self.backend.set_warm, kv.key, states)
+        except Exception as err:
+            log.error("recording the warm of %s failed: %s: %s", kv.key, type(err).__name__, err)
         log.info("warmed %s: %s", kv.key, json.dumps(states, sort_keys=True))
         if self.on_done is not None:
             self.on_done(kv.key, states)
@@ -171,5 +182,5 @@ class ReadyView:
         if seen is not None and time.monotonic() - seen < self.refresh_s:
             return
         self._seen[key] = time.monotonic()
-        states = await asyncio.to_thread(self.backend.warm, key)
+        states = await state_call(self.backend.warm, key)
         self.apply(key, states)

@@ -20,6 +20,7 @@ from prefixplan.core.hashes import (
 )
 from prefixplan.keys.grammar import (
     DEFAULT_RETAIN_SECONDS,
+    MAX_VERSION,
     NAME_RE,
     CacheKey,
     parse_key,
@@ -29,6 +30,7 @@ from prefixplan.keys.grammar import (
 __all__ = [
     "CONTENT_PREFIX",
     "DEFAULT_RETAIN_SECONDS",
+    "MAX_VERSION",
     "NAME_RE",
     "SCHEME",
     "TOKEN_PREFIX",

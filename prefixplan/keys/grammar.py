@@ -15,6 +15,8 @@ from prefixplan.errors import UsageError
 DEFAULT_RETAIN_SECONDS = 7 * 86400
 """How long a superseded version stays valid unless a recipe says otherwise (7 days)."""
 
+MAX_VERSION = 999_999_999
+"""The highest version a key may have: ``name@vN`` takes at most nine digits after the ``v``."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _KEY_RE = re.compile(r"^(?P<name>[^@\s]+)@v(?P<version>[1-9][0-9]{0,8})$")
 _NAME_HINT = "names use letters, digits, '.', '_' and '-' and start with a letter or digit"
@@ -33,8 +35,10 @@ class CacheKey:
                 f"invalid key name {self.name!r}",
                 hint=_NAME_HINT,
             )
-        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
-            raise UsageError(f"invalid version {self.version!r} for {self.name}: must be an integer >= 1")
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or not 1 <= self.version <= MAX_VERSION:
+            raise UsageError(
+                f"invalid version {self.version!r} for {self.name}: must be an integer from 1 to {MAX_VERSION}"
+            )
 
     def __str__(self) -> str:
         return f"{self.name}@v{self.version}"

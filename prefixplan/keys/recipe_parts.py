@@ -158,7 +158,11 @@ def document_parts(ctx: RecipeContext, base: Path, value: Any, path: str, start_
         if not isinstance(pattern, str) or not pattern.strip() or Path(pattern).is_absolute():
             ctx.err(f"{path}.glob", "expected a relative glob pattern")
             return []
-        matches = sorted((p for p in base.glob(pattern) if p.is_file()), key=lambda p: p.as_posix())
+        try:
+            matches = sorted((p for p in base.glob(pattern) if p.is_file()), key=lambda p: p.as_posix())
+        except (ValueError, OSError) as exc:  # e.g. "parts/**.md": ** must be a whole path segment
+            ctx.err(f"{path}.glob", f"invalid glob {pattern!r}: {exc}")
+            return []
         if not matches:
             ctx.err(f"{path}.glob", f"no files match {pattern}")
             return []
@@ -169,7 +173,11 @@ def document_parts(ctx: RecipeContext, base: Path, value: Any, path: str, start_
         files.extend((p.relative_to(base).as_posix(), p.resolve()) for p in matches)
     parts: list[Part] = []
     for rel, p in files:
-        data = p.read_bytes()
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            ctx.err(path, f"{rel}: cannot read: {exc.strerror or exc}")
+            return []
         if chunk == "none" and not max_chars:
             parts.append(Part("document", f"document[{start_index + len(parts)}]", rel, data, p, 1))
             continue

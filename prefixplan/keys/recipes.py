@@ -32,7 +32,7 @@ from typing import Any
 
 from prefixplan.core import yamlsafe
 from prefixplan.errors import RecipeError
-from prefixplan.keys import DEFAULT_RETAIN_SECONDS, NAME_RE
+from prefixplan.keys import DEFAULT_RETAIN_SECONDS, MAX_VERSION, NAME_RE
 from prefixplan.keys.chunking import chunk_text
 from prefixplan.keys.recipe_model import CHUNK_MODES, RENDER_MODES, Part, Recipe, display_path
 from prefixplan.keys.recipe_parts import check_keys, document_parts, parse_duration, system_part, tool_part
@@ -79,8 +79,10 @@ def _parse_prefix(ctx: RecipeContext, base: Path, entry: Any, index: int) -> Rec
     if not isinstance(name, str) or not NAME_RE.match(name):
         ctx.err(f"{path}.name", "required: letters, digits, '.', '_' or '-' (start with a letter or digit)")
     version = entry.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        ctx.err(f"{path}.version", "required: an integer >= 1")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        ctx.err(
+            f"{path}.version", f"required: an integer from 1 to {MAX_VERSION} (a key is name@vN, N of up to 9 digits)"
+        )
     try:
         retain = parse_duration(entry.get("retain", DEFAULT_RETAIN_SECONDS))
     except ValueError as exc:

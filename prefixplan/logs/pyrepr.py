@@ -71,10 +71,15 @@ def parse_value(text: str, pos: int) -> tuple[Any, int]:
     Raises:
         ReprError: an unterminated string or bracket, or nothing at ``pos``.
     """
-    value, end = _value(text, pos)
-    if isinstance(value, (str, list)) and text.startswith(" ... ", end):
-        tail, end = _value(text, end + 5)
-        return Truncated(value, tail), end
+    try:
+        value, end = _value(text, pos)
+        if isinstance(value, (str, list)) and text.startswith(" ... ", end):
+            tail, end = _value(text, end + 5)
+            return Truncated(value, tail), end
+    except ReprError:
+        raise
+    except ValueError as exc:  # a number past Python's digit limit (4300 digits)
+        raise ReprError(f"bad value at column {pos + 1}: {str(exc)[:120]}") from None
     return value, end
 
 

@@ -103,6 +103,8 @@ def _decode(data: bytes, ctx: LineContext, fmt: str) -> Parsed:
             obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadLine(f"bad JSON: {exc.msg} at column {exc.colno}") from None
+    except ValueError as exc:  # an integer literal past Python's digit limit (4300 digits)
+        raise BadLine(f"bad JSON: {str(exc)[:200]}") from None
     except RecursionError:
         raise BadLine("nesting too deep: JSON nested deeper than the parser allows") from None
     try:

@@ -58,7 +58,13 @@ def read_server_log(
                 if not data or data.isspace():
                     continue
                 errors.saw(path, raw.line_no, data)
-                yield from reader.feed(raw.line_no, data.decode("utf-8", "replace"))
+                try:
+                    found = list(reader.feed(raw.line_no, data.decode("utf-8", "replace")))
+                except (ValueError, RecursionError, KeyError, TypeError, IndexError) as exc:
+                    # A line no reader rule foresaw is that line's problem, never the whole log's.
+                    yield Problem(raw.line_no, f"unreadable line: {type(exc).__name__}: {str(exc)[:200]}")
+                    continue
+                yield from found
         except CorruptInput as exc:
             yield Problem(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
         yield from reader.finish()

@@ -178,6 +178,8 @@ def _json_cell(field: str, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadLine(f"bad JSON: column {field!r}: {exc.msg} at column {exc.colno}") from None
+    except ValueError as exc:  # an integer literal past Python's digit limit (4300 digits)
+        raise BadLine(f"bad JSON: column {field!r}: {str(exc)[:200]}") from None
     except RecursionError:
         raise BadLine(f"nesting too deep: column {field!r}") from None
 

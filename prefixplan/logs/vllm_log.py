@@ -116,7 +116,7 @@ class VLLMLogReader:
         self.served: str | None = None
         self.max_log_len: int | None = None
         self.cut_at: int | None = None  # inferred from a cut JSON body
-        self._bodies: dict[str, _Body] = {}
+        self._bodies: OrderedDict[str, _Body] = OrderedDict()
         self._unpaired: OrderedDict[str, _Body] = OrderedDict()
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._failed: OrderedDict[str, None] = OrderedDict()  # details lines already reported
@@ -212,10 +212,13 @@ class VLLMLogReader:
                 self.info.count("JSON body unreadable")
         body = _Body(line_no, pid, data, cut, len(raw))
         self._bodies[bid] = body
+        self._bodies.move_to_end(bid)
         self._unpaired[bid] = body
-        while len(self._unpaired) > _MAX_UNPAIRED:
-            old, _ = self._unpaired.popitem(last=False)
-            self._bodies.pop(old, None)
+        # A paired body stays findable by id (the n choices of one request, cmpl-X-0 and cmpl-X-1,
+        # share body X) until 4096 newer bodies arrived: memory does not grow with the log.
+        while len(self._bodies) > _MAX_UNPAIRED:
+            old, _ = self._bodies.popitem(last=False)
+            self._unpaired.pop(old, None)
 
     def _pair(self, rid: str, pid: str | None, prompt: str | None) -> _Body | None:
         for key in _base_ids(rid):

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from prefixplan.core.granularity import aligned
+from prefixplan.core.granularity import ENGINE_BLOCK_SIZES, aligned
 from prefixplan.engines.base import (
     CacheCounters,
     Completion,
@@ -118,10 +118,23 @@ def impossible_evidence(cached: int | None, prompt_len: int | None, what: str) -
     return None
 
 
-def _warm_one(
-    rep: Replica, item: WarmItem, options: WarmOptions, plan_block: int, forms: FormResolver | None = None
-) -> ItemResult:
-    block = rep.info.block_size or options.block_size or 1
+def _block_size(rep: Replica, options: WarmOptions) -> tuple[int, str]:
+    """The cache granularity a hit is counted in on ``rep`` and, when the replica did not report
+    it, how it was assumed. vLLM and SGLang cache only whole blocks (pages), so for them a hit is
+    expected at their default granularity; an unknown OpenAI-compatible server must report the
+    whole prefix cached unless ``--block-size`` says otherwise."""
+    if rep.info.block_size:
+        return int(rep.info.block_size), ""
+    if options.block_size:
+        return int(options.block_size), ""
+    default = ENGINE_BLOCK_SIZES.get(rep.info.engine or "")
+    if default:
+        return default, f", assumed: {rep.info.engine}'s default, not reported by the server; see --block-size"
+    return 1, ""
+
+
+def _warm_one(rep: Replica, item: WarmItem, options: WarmOptions, forms: FormResolver | None = None) -> ItemResult:
+    block, assumed = _block_size(rep, options)
     expected = aligned(item.length, block)
     base = ItemResult(
         endpoint=rep.endpoint.label,
@@ -247,7 +260,7 @@ def _warm_one(
             method="usage",
             error=(
                 f"{rep.endpoint.label}: probe reported cached_tokens={probe.cached_tokens} < expected {expected} "
-                f"(block size {block}): the prefix is not resident"
+                f"(block size {block}{assumed}): the prefix is not resident"
                 + (
                     " (the server's rendering of the chat request may differ from the analysis tokenizer's)"
                     if via == "chat"
@@ -290,7 +303,10 @@ def _warm_one(
         status="failed",
         cached_tokens=int(hits),
         method="metrics",
-        error=(f"{rep.endpoint.label}: prefix-cache hit counter rose by {int(hits)} < expected {expected}"),
+        error=(
+            f"{rep.endpoint.label}: prefix-cache hit counter rose by {int(hits)} < expected {expected} "
+            f"(block size {block}{assumed})"
+        ),
     )
 
 
@@ -368,7 +384,7 @@ def run_warm(
                     )
                 )
                 continue
-            emit(_warm_one(rep, item, options, plan.block_size, forms))
+            emit(_warm_one(rep, item, options, forms))
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:

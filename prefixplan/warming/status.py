@@ -94,6 +94,7 @@ def replica_status(
     first: list[Any] = []
     out: list[ReplicaStatus | None] = []
     for ep in endpoints:
+        a = None
         try:
             a = connector(ep, engine=engine, timeout=timeout)
             info = a.server_info()
@@ -102,6 +103,8 @@ def replica_status(
             first.append(c)
             out.append(None)
         except PrefixplanError as err:
+            if a is not None:
+                a.close()  # connected, then failed: its HTTP client is not used again
             adapters.append(None)
             first.append(None)
             msg = str(err)
