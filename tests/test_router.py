@@ -152,6 +152,27 @@ def test_fleet_capacity_evicts_per_replica() -> None:
     assert small.cached.tolist() == [0] * 6
 
 
+def test_one_replica_fleet_equals_the_single_cache_lru() -> None:
+    """A replica's cache drops a prompt's tail before the shared head it hangs from, as the
+    single-cache LRU model (and the engines) do: one replica replays exactly like one cache."""
+    from prefixplan.simulation.models import run_model
+    from prefixplan.simulation.spec import CacheSpec
+
+    rng = np.random.default_rng(7)
+    heads = [list(range(100 * h, 100 * h + 16)) for h in range(3)]
+    prompts = []
+    for i in range(60):
+        head = heads[int(rng.integers(0, 3))] if rng.random() < 0.8 else []
+        prompts.append(head + [1000 + 10 * i + j for j in range(int(rng.integers(1, 14)))])
+    trace = _trace(prompts)
+    routing = [FleetRequest(units=(0,)) for _ in prompts]
+    for cap in (8, 16, 24, 40, 64):
+        model = FleetModel(replicas=1, routers=("round-robin",), capacity_tokens=cap)
+        (fleet,) = simulate_fleet(trace, routing, model, np.zeros(len(prompts)))
+        single = run_model(trace, CacheSpec("lru", cap)).hit_blocks * 4
+        assert fleet.cached.tolist() == np.minimum(single, trace.cap_blocks * 4).tolist(), cap
+
+
 def test_simulate_cli_compares_routers(tmp_path, capsys) -> None:
     from prefixplan.cli.app import main
 
@@ -177,3 +198,73 @@ def test_simulate_cli_compares_routers(tmp_path, capsys) -> None:
     assert main(["simulate", "examples/agent_log.jsonl.gz", "--router", "keyed", "-q"]) == 2
     assert "--replicas" in capsys.readouterr().err
     assert main(["simulate", "examples/agent_log.jsonl.gz", "--replicas", "2", "--router", "random", "-q"]) == 2
+
+
+def test_fleet_refuses_what_it_does_not_model_and_keeps_the_running_share() -> None:
+    from dataclasses import replace
+
+    from prefixplan.simulation import CacheModel, SimConfig, Tier, simulate
+    from prefixplan.simulation.options import build_config
+
+    with pytest.raises(UsageError, match=r"--provider, --tier are not modelled per replica"):
+        build_config(capacity="1000", provider="openai", tiers=["cpu:1e6"], replicas=2)
+    prompts = [[i * 10 + j for j in range(9)] for i in range(3)] * 2
+    reqs = [
+        SimRequest(time=float(i), namespace="m", tokens=np.array(p, dtype=np.uint32)) for i, p in enumerate(prompts)
+    ]
+    fleet = FleetModel(replicas=1, routers=("round-robin",), capacity_tokens=40.0)
+    with pytest.raises(UsageError, match="--tier is not modelled"):
+        simulate(reqs, SimConfig(cache=CacheModel(capacities=(1e3,), tiers=(Tier("cpu", 1e6),)), fleet=fleet))
+    # 40 tokens hold the three prompts' six blocks; with half of it held by running requests, the
+    # replica's cache is the 20-token one (five blocks: each prompt's root survives, not its tail).
+    full = simulate(reqs, SimConfig(cache=CacheModel(block_size=4), fleet=fleet)).fleet[0]
+    half = simulate(reqs, SimConfig(cache=CacheModel(block_size=4, running_fraction=0.5), fleet=fleet)).fleet[0]
+    small = replace(fleet, capacity_tokens=20.0)
+    twenty = simulate(reqs, SimConfig(cache=CacheModel(block_size=4), fleet=small)).fleet[0]
+    assert full.cached.tolist() == [0, 0, 0, 8, 8, 8]
+    assert half.cached.tolist() == twenty.cached.tolist() == [0, 0, 0, 4, 4, 4]
+
+
+@pytest.mark.parametrize("cap", [None, 24, 40])
+@pytest.mark.parametrize("ttl", [None, 1.5, 4.0])
+def test_one_replica_fleet_with_a_ttl_equals_the_single_cache_model(cap, ttl) -> None:
+    """A block expires ``ttl`` after the last request using it finished (not while in use); a hit
+    is a prefix of alive blocks: one replica replays like the single cache at the same TTL."""
+    from prefixplan.simulation.models import run_model
+    from prefixplan.simulation.spec import CacheSpec
+
+    rng = np.random.default_rng(11)
+    heads = [list(range(100 * h, 100 * h + 16)) for h in range(3)]
+    prompts = [
+        heads[int(rng.integers(0, 3))] + [1000 + 10 * i + j for j in range(int(rng.integers(1, 14)))] for i in range(50)
+    ]
+    times = np.cumsum(rng.exponential(1.0, size=len(prompts)))
+    service = rng.uniform(0.0, 2.0, size=len(prompts))
+    reqs = [
+        SimRequest(time=float(t), namespace="m", tokens=np.array(p, dtype=np.uint32))
+        for t, p in zip(times, prompts, strict=True)
+    ]
+    trace = build_trace(reqs, engine_granularity("vllm", 4))
+    model = FleetModel(replicas=1, routers=("round-robin",), capacity_tokens=cap, ttl_s=ttl)
+    (fleet,) = simulate_fleet(trace, [FleetRequest(units=(0,))] * len(prompts), model, service)
+    single = run_model(trace, CacheSpec("lru", cap, ttl), service_s=service).hit_blocks * 4
+    assert fleet.cached.tolist() == np.minimum(single, trace.cap_blocks * 4).tolist()
+
+
+def test_options_the_models_cannot_combine_are_refused_by_name() -> None:
+    from prefixplan.simulation import CacheModel, SimConfig, Workload, simulate
+    from prefixplan.simulation.options import build_config
+
+    with pytest.raises(UsageError, match="--tier cannot be combined with --auto-promote"):
+        build_config(capacity="1000", auto_promote=3, tiers=["cpu:1e6"])
+    # The eviction-risk table's pinned share must fit next to the running requests' share.
+    head = np.arange(1, 65, dtype=np.uint32)
+    reqs = [
+        SimRequest(time=float(i), namespace="m", tokens=np.concatenate([head, np.arange(1000 * i, 1000 * i + 40)]))
+        for i in range(1, 6)
+    ]
+    hot = Workload(hot_prefixes=(("sys", "m", head),))
+    crowded = simulate(reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.9), workload=hot))
+    assert crowded.risk == () and any(n.startswith("eviction risk not compared") for n in crowded.notes)
+    roomy = simulate(reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.5), workload=hot))
+    assert len(roomy.risk) == 1

@@ -162,3 +162,15 @@ def test_infinite_equals_radix_tree(prompts, block):
     ]
     res = simulate(reqs, SimConfig(cache=CacheModel(engine="custom", block_size=block)))
     assert _cached(res) == expect
+
+
+def test_anthropic_minimum_counts_tokens_not_trace_units() -> None:
+    """A Mooncake trace's unit is a 512-token block: a 10-unit prompt is 5,120 tokens, above the
+    1,024-token minimum, and is cached as the same prompt given token by token is."""
+    cache = CacheModel(provider="anthropic", model="claude-sonnet-4-5", anthropic_breakpoints="auto")
+    units = np.arange(1, 11, dtype=np.uint32)
+    tokens = np.arange(1, 5121, dtype=np.uint32)
+    by_unit = simulate([SimRequest(float(i), "m", units, block_scale=512, index=i) for i in range(3)], SimConfig(cache))
+    by_token = simulate([SimRequest(float(i), "m", tokens, index=i) for i in range(3)], SimConfig(cache))
+    a, b = by_unit.run(by_unit.headline), by_token.run(by_token.headline)
+    assert a.cached.tolist() == b.cached.tolist() == [0, 5120, 5120] and a.write_tokens == b.write_tokens == 5120

@@ -546,6 +546,26 @@ def test_tiers_with_ttl_match_reference(reqs, block, gpu, cpu, ttl, data):
     assert _inputs(trace, out.hit_blocks) == reference(reqs, block, "lru", gpu + cpu, ttl=ttl, service=service)
 
 
+@SETTINGS
+@given(traces(), st.integers(1, 2), st.integers(2, 12), st.integers(0, 6), st.data())
+def test_pins_with_a_lower_tier_match_reference(reqs, block, gpu, cpu, data):
+    """Pinned blocks stay on the GPU: the GPU's hits are the pinned partition's, and the CPU tier
+    adds what an LRU of the regular GPU share plus the CPU holds (never a negative load)."""
+    pins = tuple(
+        (reqs[i].namespace, reqs[i].tokens[: data.draw(st.integers(0, len(reqs[i].tokens)))])
+        for i in data.draw(st.lists(st.integers(0, len(reqs) - 1), min_size=1, max_size=2))
+    )
+    spec = CacheSpec("lru", gpu * block, None, 0.5, pins, tiers=(Tier("cpu", cpu * block),))
+    pin_cap = math.floor(gpu * 0.5)
+    trace = _trace(reqs, block)
+    out = run_model(trace, spec)
+    assert (out.tier_blocks["cpu"] >= 0).all()
+    gpu_hits = _inputs(trace, out.hit_blocks - out.tier_blocks["cpu"])
+    assert gpu_hits == reference(reqs, block, "lru", gpu - pin_cap, pins=pins, pin_cap=pin_cap)
+    total = reference(reqs, block, "lru", gpu - pin_cap + cpu, pins=pins, pin_cap=pin_cap)
+    assert _inputs(trace, out.hit_blocks) == total
+
+
 def _brute_infinite(reqs, block):
     order = _replay_order(reqs)
     out = [0] * len(reqs)

@@ -30,7 +30,7 @@ from prefixplan.savings.pricing import (
 )
 from prefixplan.simulation.batch import in_batch_hits, service_times
 from prefixplan.simulation.config import SimConfig
-from prefixplan.simulation.fleet import FleetRequest, fleet_request, simulate_fleet
+from prefixplan.simulation.fleet import FleetRequest, fleet_request, fleet_unsupported, simulate_fleet
 from prefixplan.simulation.hosted import AnthropicCache
 from prefixplan.simulation.models import (
     POLICIES,
@@ -230,6 +230,12 @@ class Simulation:
         fleet = self.config.fleet
         if fleet is None:
             return result
+        cache = self.config.cache
+        fleet_unsupported(provider=cache.provider, pinned_fraction=cache.pinned_fraction, tiers=cache.tiers)
+        if fleet.capacity_tokens is not None and cache.running_fraction:
+            fleet = replace(fleet, capacity_tokens=cache.partition(fleet.capacity_tokens)[0])
+        if fleet.ttl_s is None and cache.ttl is not None:
+            fleet = replace(fleet, ttl_s=parse_ttl(cache.ttl))
         work = self.config.workload
         service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
         in_rows = [self._fleet[i] for i in trace.order.tolist()]  # rows are arrivals
@@ -402,7 +408,13 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     # eviction risk of hot prefixes: LRU vs pinned partition vs auto-promotion at the headline capacity
     risk: tuple[PrefixRisk, ...] = ()
     risk_capacity = None
-    if config.workload.hot_prefixes and config.cache.provider is None and config.cache.capacities:
+    risk_share = config.cache.pinned_fraction or 0.2
+    if config.workload.hot_prefixes and risk_share + config.cache.running_fraction >= 1:
+        notes.append(
+            f"eviction risk not compared: a {risk_share:.0%} pinned share does not fit next to "
+            f"{config.cache.running_fraction:.0%} of running requests"
+        )
+    elif config.workload.hot_prefixes and config.cache.provider is None and config.cache.capacities:
         risk_capacity = float(head.capacity_tokens if head.capacity_tokens is not None else config.cache.capacities[0])
         share = config.cache.pinned_fraction or 0.2
         cap, frac = replace(config.cache, pinned_fraction=share).partition(risk_capacity)

@@ -4,9 +4,11 @@
 policy through :class:`~prefixplan.simulation.router.Router` (the gateway's own router) and
 reports the fleet hit rate: cached tokens over prompt tokens, summed over replicas.
 
-Per replica the cache is unbounded, or an LRU of ``capacity_tokens`` each. A request reuses the
-leading blocks of its path that its replica holds (full blocks, last-token rule), then all its
-blocks are resident there. In-flight counts (the load guard, least-loaded ties) come from the
+Per replica the cache is unbounded, or an LRU of ``capacity_tokens`` each (less the running
+requests' share), dropping a prompt's tail before its shared head; with ``--cache-ttl`` a block
+expires that long after the last request using it finished. A request reuses the leading blocks
+of its path that its replica holds (full blocks, last-token rule), then all its blocks are
+resident there. In-flight counts (the load guard, least-loaded ties) come from the
 same service-time estimate as the in-batch model: a request is in flight from its arrival until
 ``arrival + service``.
 
@@ -40,6 +42,7 @@ class FleetModel:
     replicas: int = 2
     routers: tuple[str, ...] = ("round-robin", "cache-aware", "keyed")
     capacity_tokens: float | None = None  # per replica; None = unbounded
+    ttl_s: float | None = None  # expiry after the last use (finish) of a block; None = never
     router: RouterConfig = field(default_factory=RouterConfig)
 
     def __post_init__(self) -> None:
@@ -48,6 +51,33 @@ class FleetModel:
         for r in self.routers:
             if r not in SIM_POLICIES:
                 raise UsageError(f"unknown --router {r!r}", hint=f"use one of {', '.join(SIM_POLICIES)}")
+
+
+def fleet_unsupported(
+    *, provider: str | None = None, pinned_fraction: float = 0.0, tiers: Sequence[object] = ()
+) -> None:
+    """Refuse cache options the fleet does not model: each replica is an engine's LRU prefix cache
+    (capacity per replica, less the running share, TTL included), without pinned partitions or
+    lower tiers. Comparing routers under options they would silently ignore would mislead.
+
+    Raises:
+        UsageError: naming the options.
+    """
+    named = [
+        flag
+        for flag, on in (
+            ("--provider", provider is not None),
+            ("pins (--pins-from / --auto-promote)", pinned_fraction > 0),
+            ("--tier", bool(tiers)),
+        )
+        if on
+    ]
+    if named:
+        raise UsageError(
+            f"--replicas models each replica as an engine's LRU prefix cache; {', '.join(named)} "
+            f"{'is' if len(named) == 1 else 'are'} not modelled per replica",
+            hint="simulate those options without --replicas, and the routers without them",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +132,28 @@ class FleetRun:
 
 
 class _Cache:
-    """One replica's block cache: unbounded, or LRU over ``capacity`` blocks."""
+    """One replica's block cache: unbounded, or LRU over ``capacity`` blocks; with a TTL a block
+    expires ``ttl`` seconds after the last request that used it finished (never while in use), and
+    a hit is a prefix of blocks that are all alive."""
 
-    def __init__(self, capacity_blocks: int | None) -> None:
+    def __init__(self, capacity_blocks: int | None, ttl_s: float | None = None) -> None:
         self.capacity = capacity_blocks
-        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.ttl = ttl_s
+        self.blocks: OrderedDict[int, float] = OrderedDict()  # block -> latest finish of its users
+        self._expiry: list[tuple[float, int]] = []  # (finish + ttl, block), lazily purged
 
-    def hits(self, path: Sequence[int]) -> int:
+    def _purge(self, now: float) -> None:
+        heap, ttl = self._expiry, self.ttl
+        assert ttl is not None
+        while heap and heap[0][0] < now:
+            _, b = heapq.heappop(heap)
+            last = self.blocks.get(b)
+            if last is not None and last + ttl < now:
+                del self.blocks[b]
+
+    def hits(self, path: Sequence[int], now: float = 0.0) -> int:
+        if self.ttl is not None:
+            self._purge(now)
         n = 0
         for b in path:
             if b not in self.blocks:
@@ -116,15 +161,23 @@ class _Cache:
             n += 1
         return n
 
-    def add(self, path: Sequence[int]) -> None:
-        for b in path:
-            if b in self.blocks:
-                self.blocks.move_to_end(b)
+    def add(self, path: Sequence[int], finish: float = 0.0) -> None:
+        # Deepest block first, root last: the root is the most recently used, so eviction takes a
+        # prompt's unique tail before the shared head it hangs from (as engines free blocks).
+        blocks = self.blocks
+        for b in reversed(path):
+            last = blocks.get(b)
+            if last is not None:
+                blocks.move_to_end(b)
+                if finish > last:
+                    blocks[b] = finish
             else:
-                self.blocks[b] = None
+                blocks[b] = finish
+            if self.ttl is not None and (last is None or finish > last):
+                heapq.heappush(self._expiry, (finish + self.ttl, b))
         if self.capacity is not None:
-            while len(self.blocks) > self.capacity:
-                self.blocks.popitem(last=False)
+            while len(blocks) > self.capacity:
+                blocks.popitem(last=False)
 
 
 def simulate_fleet(
@@ -163,7 +216,7 @@ def _run(
     router = Router(model.replicas, config)
     bt_max = int(trace.block_tokens.max()) if trace.n_requests else 1
     cap_blocks = None if model.capacity_tokens is None else max(1, int(model.capacity_tokens // bt_max))
-    caches = [_Cache(cap_blocks) for _ in range(model.replicas)]
+    caches = [_Cache(cap_blocks, model.ttl_s) for _ in range(model.replicas)]
     running: list[tuple[float, int]] = []
     chosen = np.zeros(trace.n_requests, dtype=np.int64)
     cached = np.zeros(trace.n_requests, dtype=np.int64)
@@ -181,19 +234,20 @@ def _run(
         rep = decision.replica
         decisions[decision.reason] += 1
         path = paths[r]
-        hit = min(caches[rep].hits(path), int(trace.cap_blocks[r]))
+        finish = now + float(service_s[r])
+        hit = min(caches[rep].hits(path, now), int(trace.cap_blocks[r]))
         chosen[r] = rep
         cached[r] = hit * int(trace.block_tokens[r])
-        caches[rep].add(path)
+        caches[rep].add(path, finish)
         router.observe(rep, req.units)
         router.start(rep)
-        heapq.heappush(running, (now + float(service_s[r]), rep))
+        heapq.heappush(running, (finish, rep))
         if key is not None and key not in warmed:
             warmed.add(key)
             n = min(len(path), req.key_tokens // int(trace.block_tokens[r]))
             if n > 0:
                 for cache in caches:
-                    cache.add(path[:n])
+                    cache.add(path[:n], finish)
                 router.set_ready(key, range(model.replicas))
     per_replica = []
     for i in range(model.replicas):

@@ -53,7 +53,7 @@ class AnthropicCache:
             while i > 0:
                 i -= 1
                 length = lengths[i]
-                if length < self.min_tokens:
+                if length * scale < self.min_tokens:  # lengths count units (a trace's unit: scale tokens)
                     break
                 key = keys.get(length)
                 if key is not None and self._alive(key, now):
@@ -62,7 +62,7 @@ class AnthropicCache:
                     break
         written = hit
         for bp in bps:
-            if bp < self.min_tokens or bp not in keys:
+            if bp * scale < self.min_tokens or bp not in keys:
                 continue
             key = keys[bp]
             if bp > hit:

@@ -181,11 +181,12 @@ class LRUStack:
             bounds.append(acc)
         per_tier: list[np.ndarray] = []
         prev_present = np.zeros(nreq, dtype=np.int64)
-        for j, bound in enumerate(bounds):
+        for bound in bounds:
             with np.errstate(invalid="ignore"):
                 present = np.where(self.t_pin | np.isinf(above), 0.0, np.clip(bound - above, 0.0, w))
-            if j == 0:
-                present = present + pin_present
+            # Pinned blocks sit on the GPU: they are present within every bound, so the difference
+            # of two cumulative totals (a lower tier's share) never counts them.
+            present = present + pin_present
             cum = np.bincount(self.t_req, weights=present, minlength=nreq).astype(np.int64)
             per_tier.append(cum - prev_present)
             prev_present = cum

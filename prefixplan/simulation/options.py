@@ -9,7 +9,7 @@ from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
-from prefixplan.simulation.fleet import FleetModel
+from prefixplan.simulation.fleet import FleetModel, fleet_unsupported
 from prefixplan.simulation.models import AutoPromote
 from prefixplan.simulation.router import SIM_POLICIES
 
@@ -70,6 +70,12 @@ def build_config(
             )
         if auto_promote < 1:
             raise UsageError("--auto-promote needs N >= 1")
+        if tiers:
+            raise UsageError(
+                "--tier cannot be combined with --auto-promote: tiers are modelled below an LRU cache "
+                "without a pinned partition",
+                hint="compare them in two runs",
+            )
         auto = AutoPromote(min_hits=auto_promote)
         pinned_fraction = pinned_fraction or 0.2
     elif pins:
@@ -85,6 +91,7 @@ def build_config(
         raise UsageError("--router compares routing policies across replicas", hint="add --replicas N")
     if replicas is not None:
         routers = tuple(r.strip() for r in (router or ",".join(SIM_POLICIES)).split(",") if r.strip())
+        fleet_unsupported(provider=provider, pinned_fraction=pinned_fraction, tiers=tiers)
         fleet = FleetModel(replicas=replicas, routers=routers, capacity_tokens=caps[0] if caps else None)
     return SimConfig(
         fleet=fleet,

@@ -104,7 +104,7 @@ class _Mirror:
 
     def add(self, units: Iterable[int]) -> None:
         d = self._units
-        for u in units:
+        for u in reversed(list(units)):  # the shared head is the most recent: tails are dropped first
             if u in d:
                 d.move_to_end(u)
             else:
