@@ -91,9 +91,9 @@ def source_options(
     from prefixplan.errors import UsageError
 
     if sample is not None and not 0 < sample <= 1:
-        raise UsageError("--sample must be in (0, 1]")
+        raise UsageError("--sample must be in (0, 1]", hint="e.g. --sample 0.1 keeps one line in ten")
     if workers is not None and workers < 1:
-        raise UsageError("--workers must be >= 1")
+        raise UsageError("--workers must be >= 1", hint="omit it for one worker per core")
     read = ReadOptions(
         format=log_format,
         since=_time(since),

@@ -163,6 +163,7 @@ PR = {
 }
 
 
+@pytest.mark.heavy
 def test_pull_request_run_comments_the_report_and_updates_it(repo, fake_gh):
     bin_dir, calls = fake_gh
     inputs = {"install": "none", "logs": "logs/*.jsonl.gz", "analyze-args": "--capacity 1e5 --top 10"}

@@ -22,6 +22,7 @@ def _by_kind(actions):
     return out
 
 
+@pytest.mark.heavy
 def test_breaker_action_is_the_breakers_cost():
     rec = record()
     actions = next_steps(rec)
@@ -95,6 +96,7 @@ def test_curve_point_equals_an_independent_simulation():
     assert result.hit_rate("lru", cap) == size.figures["hit_rate_90"]
 
 
+@pytest.mark.heavy
 def test_pin_action_is_the_pinned_run():
     import prefixplan
     from prefixplan.simulation import CacheModel, SimConfig

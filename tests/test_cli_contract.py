@@ -225,3 +225,76 @@ def test_progress_summary_lines_when_not_a_terminal() -> None:
     now[0] += 9
     progress.end()
     assert quiet.getvalue() == ""
+
+
+# -- outputs, empty results, closed pipes, the store ---------------------------------------------
+
+EXAMPLE = str(ROOT / "examples" / "agent_log.jsonl.gz")
+
+
+def test_one_output_on_stdout_and_the_console_moves_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["analyze", EXAMPLE, "--no-store", "--json", "-", "--markdown", "-"], capsys)
+    _assert_usage_error(code, err, "two outputs on stdout")
+    assert "only one output can write to stdout, not --json and --markdown" in err
+    code, out, err = _run(["analyze", EXAMPLE, "--no-store", "--html", "-"], capsys)
+    assert code == 0 and out.lstrip().startswith("<!DOCTYPE html>") and out.rstrip().endswith("</html>")
+    assert "Top shared prefixes" in err  # the console report went to stderr, not after the page
+
+
+def test_a_log_that_leaves_no_request_is_an_error_saying_why(tmp_path: Path, capsys) -> None:
+    code, _, err = _run(["analyze", EXAMPLE, "--no-store", "-q", "--since", "2100-01-01"], capsys)
+    _assert_usage_error(code, err, "--since after the log")
+    assert "no request left to analyze" in err and "none fell inside --since/--until" in err
+    log = tmp_path / "tools.jsonl"
+    bad_tool = {"type": "function", "function": {"name": "get_[/]weather", "parameters": {"type": "object"}}}
+    lines = [{"messages": [{"role": "user", "content": f"hi {i}"}], "tools": [bad_tool]} for i in range(3)]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, _, err = _run(["analyze", str(log), "--no-store", "-q", "-t", "mistral:v3"], capsys)
+    _assert_usage_error(code, err, "nothing renderable")
+    assert "3 request(s) read; 3 could not be rendered (first: " in err and "tools.jsonl:1: render:" in err
+
+
+def test_an_unrecognised_line_is_described_without_its_secrets(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "secrets.log"
+    log.write_text("Authorization: Bearer sk-live-SECRET123456 user said my private password is hunter2\n")
+    code, _, err = _run(["analyze", str(log), "--no-store", "-q"], capsys)
+    _assert_usage_error(code, err, "unknown format")
+    assert "Authorization: Bearer ***" in err and "SECRET123456" not in err and "hunter2" not in err
+
+
+def test_negative_top_is_refused_everywhere(tmp_path: Path, capsys) -> None:
+    for argv in (["report", str(tmp_path / "a.json"), "--top", "-3"], ["analyze", EXAMPLE, "--top", "-1"]):
+        code, _, err = _run(argv, capsys)
+        _assert_usage_error(code, err, " ".join(argv))
+        assert "'--top'" in err or "--top must be" in err
+
+
+def test_a_closed_stdout_is_exit_141_not_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    sink = open(tmp_path / "sink", "w")  # a real descriptor for rich to redirect
+
+    class ClosedPipe(io.TextIOBase):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            return sink.fileno()
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    try:
+        assert main(["formats"]) == 141
+    finally:
+        sink.close()
+
+
+def test_read_only_commands_do_not_create_a_store(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "typo" / "x.db"
+    for argv in (["keys", "list", "--db", str(missing)], ["status", "--key-stats", "--db", str(missing)]):
+        code, _, err = _run(argv, capsys)
+        assert code == 5 and f"no store at {missing}" in err, (argv, code, err)
+    assert not missing.parent.exists()

@@ -236,7 +236,12 @@ def page_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     return {p: pool.submit(run_page, p, tmp_path_factory.mktemp("docs")) for p in pages}
 
 
-@pytest.mark.parametrize("doc", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+@pytest.mark.parametrize(
+    "doc",
+    # README's examples (the main job) run in every stage; the other pages' only where heavy tests do.
+    [pytest.param(p, marks=() if p.name == "README.md" and p.parent == ROOT else pytest.mark.heavy) for p in PAGES],
+    ids=[p.relative_to(ROOT).as_posix() for p in PAGES],
+)
 def test_doc_examples_run(doc: Path, page_results: dict[Path, Future]) -> None:
     if doc not in page_results:
         pytest.skip(f"{doc.relative_to(ROOT)}: no console examples")

@@ -65,6 +65,7 @@ def test_the_example_log_on_ray_gives_the_local_record(cluster: dict[str, Any], 
         assert _record(tmp_path, [str(EXAMPLE)], "--executor", "ray", "--workers", actors) == local
 
 
+@pytest.mark.heavy
 def test_a_log_of_many_files_on_ray_gives_the_local_record(cluster: dict[str, Any], tmp_path: Path) -> None:
     folder = str(cluster["local"])
     local = _record(tmp_path, [folder], "--workers", "1")  # one reader in this process
@@ -75,6 +76,7 @@ def test_a_log_of_many_files_on_ray_gives_the_local_record(cluster: dict[str, An
     assert _simulation(tmp_path, [folder], "--executor", "ray") == _simulation(tmp_path, [folder], "--workers", "1")
 
 
+@pytest.mark.heavy
 def test_logs_on_s3_read_by_ray_actors_give_the_record_of_the_files_on_disk(
     cluster: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -91,6 +93,7 @@ def test_stdin_is_refused_by_the_ray_executor(cluster: dict[str, Any], capsys: p
     assert "--executor ray reads files or URLs" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_a_trace_written_to_s3_by_a_ray_run_reads_back_like_its_log(cluster: dict[str, Any], tmp_path: Path) -> None:
     folder = str(cluster["local"])
     url = f"s3://{BUCKET}/traces/split.parquet"

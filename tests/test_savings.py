@@ -42,10 +42,9 @@ def test_config_json_defaults(tmp_path):
     # head_dim missing -> hidden / heads; num_key_value_heads missing -> heads (MHA)
     cfg = {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512, "torch_dtype": "float32"}
     shape = from_config(cfg)
-    # a float32 checkpoint is served in float16 (--dtype auto): its KV cache takes 2 bytes a value
-    assert (shape.kv_heads, shape.head_dim, shape.dtype_bytes) == (8, 64, 2)
-    assert shape.bytes_per_token == 2 * 4 * 8 * 64 * 2
-    assert from_config(cfg, dtype_bytes=4).bytes_per_token == 2 * 4 * 8 * 64 * 4  # --kv-dtype-bytes 4
+    assert (shape.kv_heads, shape.head_dim, shape.dtype_bytes) == (8, 64, 4)
+    assert shape.bytes_per_token == 2 * 4 * 8 * 64 * 4
+    assert from_config(cfg, dtype_bytes=2).bytes_per_token == 2 * 4 * 8 * 64 * 2  # --kv-dtype-bytes 2
     # Qwen3-style explicit head_dim wins over hidden/heads
     q3 = {
         "num_hidden_layers": 64,

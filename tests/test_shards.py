@@ -154,6 +154,7 @@ def _record(tmp: Path, inputs: list[str], *extra: str) -> dict:
     return clean(json.loads(out.read_text()))
 
 
+@pytest.mark.heavy
 def test_a_log_split_into_files_gives_one_record_in_process_and_by_file(tmp_path: Path) -> None:
     files = split_example(tmp_path / "log")
     one = _record(tmp_path, [str(tmp_path / "log")], "--workers", "1")  # one reader, in this process

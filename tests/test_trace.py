@@ -96,6 +96,7 @@ def test_a_trace_simulates_exactly_as_its_log(rows_and_file: tuple[list[TraceRow
     assert from_log["runs"] and sum(r["hit_tokens"] + (r.get("cache_write_tokens") or 0) for r in from_log["runs"]) > 0
 
 
+@pytest.mark.heavy
 def test_pins_from_an_analysis_apply_to_a_trace_as_to_its_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

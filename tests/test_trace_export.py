@@ -18,6 +18,7 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.heavy
 def test_an_export_replays_like_its_log_and_its_ids_differ_per_export(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     assert main(["trace", str(EXAMPLE), "--export", "mooncake", "-o", str(a), "-q"]) == 0

@@ -60,6 +60,7 @@ def test_rows_are_the_same_on_any_number_of_workers(tmp_path: Path) -> None:
     assert one[3]["described"] and one[3]["loaded_here"] == ["mistral:nemo"] and two[3]["loaded_here"] == []
 
 
+@pytest.mark.heavy
 def test_records_and_simulations_do_not_depend_on_workers(tmp_path: Path) -> None:
     docs = {}
     for w in (1, 2):

@@ -137,7 +137,7 @@ def find_candidates(
         UsageError: a parameter is out of range.
     """
     if block_size < 1:
-        raise UsageError(f"block size must be >= 1, got {block_size}")
+        raise UsageError(f"block size must be >= 1, got {block_size}", hint="vLLM uses 16, SGLang 1 (its page size)")
     if min_tokens < 1:
         raise UsageError(f"min_tokens must be >= 1, got {min_tokens}")
     if min_hits < 1:

@@ -93,7 +93,17 @@ def register(app: typer.Typer) -> None:
 
         top = 20 if top is None else top
         if top < 0:
-            raise UsageError("--top must be >= 0 (0 keeps every candidate)")
+            raise UsageError("--top must be >= 0 (0 keeps every candidate)", hint="e.g. --top 20")
+        to_stdout = [
+            flag
+            for flag, value in (("--json", json_out), ("--html", html_out), ("--markdown", markdown_out))
+            if value == "-"
+        ]
+        if len(to_stdout) > 1:
+            raise UsageError(
+                f"only one output can write to stdout, not {' and '.join(to_stdout)}",
+                hint="give all but one a file name",
+            )
         granularity = o.prefer(granularity, old_engine, "vllm")
         store = store if old_record is None else old_record
         source = common.source_options(
@@ -134,7 +144,7 @@ def register(app: typer.Typer) -> None:
             emit_recipes=str(emit_recipes) if emit_recipes else None,
             trace_out=str(trace_out) if trace_out else None,
         )
-        console = report_console(stderr=json_out == "-")
+        console = report_console(stderr=bool(to_stdout))  # stdout carries the one output written there
         from prefixplan.cli.progress import ConsoleProgress
 
         progress = ConsoleProgress(report_console(stderr=True), quiet=quiet)
@@ -156,6 +166,15 @@ def register(app: typer.Typer) -> None:
 def _capacity(text: str | None) -> float | None:
     if text is None:
         return None
+    from prefixplan.errors import UsageError
     from prefixplan.simulation.capacity import parse_capacity
 
-    return parse_capacity(text, None)
+    try:
+        return parse_capacity(text, None)
+    except UsageError as err:
+        if "in bytes" not in str(err):
+            raise
+        raise UsageError(
+            f"analyze takes --capacity in tokens (e.g. 2e6), not {text!r}: a byte size needs the model's KV size",
+            hint=f"prefixplan simulate LOG --capacity {text} --model NAME (or --model-config DIR) sizes it in bytes",
+        ) from None

@@ -40,7 +40,7 @@ def list_cmd(
     """List all versions (optionally of one status)."""
     from prefixplan.store import open_store
 
-    with open_store(str(db) if db else None) as store:
+    with open_store(str(db) if db else None, create=False) as store:
         records = store.list_keys(status)
     if json_out is not None:
         _emit_json(json_out, [r.to_dict() for r in records])
@@ -62,7 +62,7 @@ def show_cmd(
     from prefixplan.store import open_store
 
     name, version = parse_key_ref(key)
-    with open_store(str(db) if db else None) as store:
+    with open_store(str(db) if db else None, create=False) as store:
         rec = store.get(name, version)
     if rec is None:
         raise UsageError(f"no such key {key!r} in the store", hint="see `prefixplan keys list`")
@@ -87,8 +87,9 @@ def history_cmd(
     from prefixplan.keys import parse_key_ref
     from prefixplan.store import open_store
 
-    with open_store(str(db) if db else None) as store:
-        records = store.versions(parse_key_ref(name)[0])
+    key_name = parse_key_ref(name)[0]  # a malformed name is a usage error, store or not
+    with open_store(str(db) if db else None, create=False) as store:
+        records = store.versions(key_name)
     if not records:
         raise UsageError(f"no versions of {name!r} in the store", hint="see `prefixplan keys list`")
     if json_out is not None:
@@ -110,7 +111,7 @@ def expire_cmd(
     """Mark superseded versions past their retention as expired."""
     from prefixplan.store import open_store
 
-    with open_store(str(db) if db else None) as store:
+    with open_store(str(db) if db else None, create=False) as store:
         records = store.expire(now if now is not None else time.time())
     if json_out is not None:
         _emit_json(json_out, [r.to_dict() for r in records])
@@ -129,7 +130,7 @@ def gc_cmd(
     """Delete expired versions (dry run unless --yes)."""
     from prefixplan.store import open_store
 
-    with open_store(str(db) if db else None) as store:
+    with open_store(str(db) if db else None, create=False) as store:
         records = store.gc(dry_run=not yes)
     if json_out is not None:
         _emit_json(json_out, {"deleted": yes, "keys": [str(r.key) for r in records]})

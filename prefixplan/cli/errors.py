@@ -63,6 +63,21 @@ def usage_error(exc: Any) -> int:
     return report(message, f"see `{path} --help`", ExitCode.USAGE)
 
 
+STDOUT_CLOSED = 141
+"""Exit code when the reader of stdout went away (as a shell reports a SIGPIPE death)."""
+
+
+def _from_broken_pipe(exc: BaseException) -> bool:
+    seen: BaseException | None = exc.__context__
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, BrokenPipeError):
+            return True
+        seen = seen.__context__
+    return False
+
+
 def run_with_error_boundary(command: Any, argv: list[str]) -> int:
     """Run the command tree; known errors -> message + exit code, unknown -> traceback + exit 70."""
     try:
@@ -75,6 +90,14 @@ def run_with_error_boundary(command: Any, argv: list[str]) -> int:
     except typer.Abort:
         error_console().print("aborted")
         return 130
+    except SystemExit as exc:
+        # click and rich answer a closed stdout (`prefixplan ... | head`) with exit 1, the findings
+        # code (click swaps sys.stdout for its PacifyFlushWrapper, rich raises from the
+        # BrokenPipeError). Say what a shell would for a writer killed by SIGPIPE (128 + 13), so a
+        # CI gate never reads it as findings.
+        if type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper" or _from_broken_pipe(exc):
+            return STDOUT_CLOSED
+        raise
     except KeyboardInterrupt:
         error_console().print("interrupted")
         return 130

@@ -140,6 +140,7 @@ Top = Annotated[
     typer.Option(
         "--top",
         metavar="N",
+        min=0,
         help="How many top-ranked prefixes: analyze shows and records, report lists, warm sends, simulate pins them.",
     ),
 ]

@@ -65,7 +65,7 @@ def aligned(n: int, block: int) -> int:
         block: Engine granularity in tokens (vLLM block size, SGLang page size), >= 1.
     """
     if block < 1:
-        raise UsageError(f"block size must be >= 1, got {block}")
+        raise UsageError(f"block size must be >= 1, got {block}", hint="vLLM uses 16, SGLang 1 (its page size)")
     return (n // block) * block
 
 
@@ -129,7 +129,7 @@ def engine_granularity(engine: str, block_size: int | None = None) -> Granularit
         raise UsageError(f"unknown engine {engine!r}", hint="use vllm, sglang or lmcache")
     size = block_size if block_size is not None else ENGINE_BLOCK_SIZES.get(key, 16)
     if size < 1:
-        raise UsageError(f"block size must be >= 1, got {size}")
+        raise UsageError(f"block size must be >= 1, got {size}", hint="vLLM uses 16, SGLang 1 (its page size)")
     return Granularity(name=key, block_size=int(size))
 
 

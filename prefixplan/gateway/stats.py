@@ -13,7 +13,7 @@ def key_stats(db: str | None = None) -> list[dict[str, Any]]:
     TTFT, the replica's warm status of the key and the key's fleet status (``-`` = no key)."""
     from prefixplan.store import open_store
 
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         rows = store.key_stats()
         warm = {r.key: store.warm_state(r.key) for r in rows}
     out = []

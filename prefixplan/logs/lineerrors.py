@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +117,17 @@ class LineErrors:
         return f"{self.count} malformed {noun} ({kinds}); first: {first}"
 
 
+_SECRETISH = re.compile(rb"(?i)(bearer|basic|token|key|secret|password|passwd)([\s:=\"']+)\S+|[A-Za-z0-9_\-+/=.]{16,}")
+
+
+def _head(data: bytes) -> str:
+    """The first 40 characters of a line that is not JSON, enough to recognise a format (a
+    timestamp, a log level), with anything credential-like masked: a message may quote a header
+    (``Authorization: Bearer ...``) or a key, and error messages are printed and stored."""
+    masked = _SECRETISH.sub(lambda m: (m.group(1) + m.group(2) + b"***") if m.group(1) else b"***", data)
+    return masked.decode("utf-8", "replace").rstrip()[:40]
+
+
 def describe(data: Any) -> str:
     """The shape of one log line for messages: a JSON object's first keys, else its first characters."""
     obj = data
@@ -123,8 +135,7 @@ def describe(data: Any) -> str:
         try:
             obj = json.loads(data)
         except (ValueError, RecursionError):
-            text = bytes(data[:80]).decode("utf-8", "replace").rstrip()
-            return f"not JSON: {text!r}" + ("..." if len(data) > 80 else "")
+            return f"not JSON ({len(data)} bytes): {_head(bytes(data[:160]))!r}" + ("..." if len(data) > 40 else "")
     if isinstance(obj, dict):
         keys = list(obj)[:6]
         return "a JSON object with keys " + ", ".join(map(str, keys)) + (", ..." if len(obj) > 6 else "")

@@ -53,7 +53,9 @@ def expand_paths(specs: Sequence[str]) -> list[str]:
                 if not found:
                     raise InputError(f"no log files match {spec}", hint="check the pattern and quote it")
             else:
-                raise InputError(f"log file not found: {spec}")
+                raise InputError(
+                    f"log file not found: {spec}", hint="check the path; a folder, a glob or - (stdin) also work"
+                )
         for item in found:
             if item not in seen:
                 seen.add(item)

@@ -410,6 +410,28 @@ def iter_objects(
             yield obj
 
 
+def nothing_left_error(errors: LineErrors, inputs: Sequence[str], options: ReadOptions) -> InputError:
+    """The error for an input whose requests were all read and none was left to analyze: each
+    render failure is counted with its line, and a time window or a sample that left nothing is
+    named."""
+    where = ", ".join(inputs) or "the input"
+    renders = errors.by_reason.get("render", 0)
+    why = []
+    if renders:
+        first = next((s for s in errors.samples if s.reason.startswith("render")), None)
+        example = f" (first: {first.source}:{first.line_no}: {first.reason[:160]})" if first else ""
+        why.append(f"{renders} could not be rendered{example}")
+    if options.since is not None or options.until is not None:
+        why.append("the rest fell outside --since/--until" if renders else "none fell inside --since/--until")
+    if options.sample is not None and options.sample < 1:
+        why.append(f"--sample {options.sample:g} kept none")
+    return InputError(
+        f"no request left to analyze from {where}: {errors.requests_read} request(s) read; "
+        + ("; ".join(why) or "none was kept"),
+        hint="widen --since/--until or --sample, or fix the lines the report names (--strict stops at the first)",
+    )
+
+
 def no_requests_error(errors: LineErrors, inputs: Sequence[str]) -> InputError:
     """The error for a non-empty input that gave no request: which formats prefixplan reads, and
     what the first lines looked like."""

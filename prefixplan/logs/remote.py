@@ -147,7 +147,9 @@ def _failed(url: str, exc: BaseException) -> InputError:
     extra = SCHEMES.get(scheme_of(url) or "", "http")
     name = shown(url)
     if isinstance(exc, FileNotFoundError):
-        return InputError(f"log file not found: {name}")
+        return InputError(
+            f"log file not found: {name}", hint="check the URL; a prefix or a glob reads every file under it"
+        )
     if isinstance(exc, PermissionError):
         return InputError(f"access denied to {name}", hint=_ENV_HINT[extra])
     detail = _clean(str(exc).strip() or type(exc).__name__, url)

@@ -40,7 +40,10 @@ class MistralRenderer:
 
     def __init__(self, name: str = DEFAULT) -> None:
         if name not in MODELS:
-            raise TokenizerError(f"mistral:{name}: unknown; choose one of {', '.join(MODELS)}")
+            raise TokenizerError(
+                f"mistral:{name}: unknown; choose one of {', '.join(MODELS)}",
+                hint=f"e.g. --tokenizer mistral:{DEFAULT}",
+            )
         try:
             from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
             from mistral_common.tokens.tokenizers.mistral import MistralTokenizer

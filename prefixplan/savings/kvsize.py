@@ -119,9 +119,10 @@ def from_config(config: dict, name: str = "config.json", dtype_bytes: int | None
         layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or cfg["num_layers"])
         if dtype_bytes is None:
             dtype = str(cfg.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
-            # The KV cache takes the served dtype: with --dtype auto, vLLM and SGLang serve a
-            # float32 checkpoint in float16, so no checkpoint dtype gives more than 2 bytes.
-            dtype_bytes = min(DTYPE_BYTES.get(dtype.replace("torch.", ""), 2), 2)
+            # The checkpoint's dtype: the CPU build of vLLM serves a float32 model in float32 (its
+            # KV cache measured 4 bytes a value); a GPU server may cast it to 16 bits, which
+            # --kv-dtype-bytes 2 says.
+            dtype_bytes = DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
         if cfg.get("kv_lora_rank"):
             return KVShape(
                 name,

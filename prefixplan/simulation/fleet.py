@@ -67,7 +67,7 @@ def fleet_unsupported(
         flag
         for flag, on in (
             ("--provider", provider is not None),
-            ("pins (--pins-from / --auto-promote)", pinned_fraction > 0),
+            ("pins (--analysis / --auto-promote)", pinned_fraction > 0),
             ("--tier", bool(tiers)),
         )
         if on

@@ -41,7 +41,7 @@ def build_config(
 ) -> SimConfig:
     """Validate and convert options (capacities may be bytes when the KV size is known).
 
-    ``pins`` says that pinned prefixes will be supplied (``--pins-from``): the pinned
+    ``pins`` says that pinned prefixes will be supplied (``--analysis``): the pinned
     partition then defaults to 20% of the capacity, as with ``--auto-promote``.
     """
     kv: KVShape | None = None
@@ -65,7 +65,7 @@ def build_config(
     if auto_promote is not None:
         if pins:
             raise UsageError(
-                "--pins-from and --auto-promote both fill the pinned partition; choose one",
+                "--analysis pins and --auto-promote both fill the pinned partition; choose one",
                 hint="the eviction-risk table compares pins with auto-promotion either way",
             )
         if auto_promote < 1:
@@ -81,9 +81,9 @@ def build_config(
     elif pins:
         pinned_fraction = pinned_fraction or 0.2
     elif pinned_fraction:
-        raise UsageError("--pinned-fraction needs pins: --pins-from ANALYSIS.json or --auto-promote N")
+        raise UsageError("--pinned-fraction needs pins: --analysis ANALYSIS.json or --auto-promote N")
     if prewarm_pins and not pins:
-        raise UsageError("--prewarm-pins needs --pins-from")
+        raise UsageError("--prewarm-pins needs pins: --analysis ANALYSIS.json")
     if (pinned_fraction or running_fraction or tiers) and not caps:
         raise UsageError("pinned partitions, running shares and tiers need --capacity")
     fleet = None

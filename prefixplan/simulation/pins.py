@@ -1,6 +1,6 @@
 """Pinned and hot prefixes taken from an analysis record (``prefixplan analyze --json``).
 
-``prefixplan simulate LOG --pins-from ANALYSIS.json --pin-top N`` pins the token ids of the
+``prefixplan simulate LOG --analysis ANALYSIS.json --pin-top N`` pins the token ids of the
 top-N candidates (by ``rank``) in the pinned partition and uses them as the hot prefixes of
 the eviction-risk table. Candidates whose ``token_ids`` the privacy rule withheld
 (``null``) are skipped with a note. Token ids only mean something for the tokenizer that
@@ -78,9 +78,7 @@ def load_pins(path: str | Path, top: int) -> PinSelection:
     if top < 1:
         raise UsageError("--pin-top needs N >= 1")
     if not Path(path).is_file():
-        raise InputError(
-            f"--pins-from {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE"
-        )
+        raise InputError(f"--analysis {path}: file not found", hint="write one with prefixplan analyze LOG --json FILE")
     record = load_record(path)
     tokenizers = [t for t in record.tokenizers if t.fingerprint]
     fps = frozenset(str(t.fingerprint) for t in tokenizers)
@@ -113,7 +111,7 @@ def check_fingerprints(selection: PinSelection, renderers: RenderSet) -> None:
         renderer = renderers.for_model(prefix.model or None)
         if renderer.fingerprint not in selection.fingerprints:
             raise UsageError(
-                f"--pins-from {selection.source}: its token ids come from tokenizer "
+                f"--analysis {selection.source}: its token ids come from tokenizer "
                 f"{', '.join(selection.tokenizer_labels)}, but this simulation renders {prefix.model or 'the log'} "
                 f"with {renderer.spec} ({renderer.fingerprint}); pinned ids would never match",
                 hint="pass the same --tokenizer (and --tokenizer-map) as the analysis",

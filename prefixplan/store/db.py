@@ -59,14 +59,23 @@ class Store(VersionsMixin, AnalysesMixin, WarmRunsMixin, ProfilesMixin, GatewayM
             steps.apply(self.db)  # nested: runs in savepoints of our transaction
 
 
-def open_store(path: str | os.PathLike[str] | None = None, *, migrate: bool = True) -> Store:
+def open_store(path: str | os.PathLike[str] | None = None, *, migrate: bool = True, create: bool = True) -> Store:
     """Open (creating and migrating) the store at ``path`` / ``$PREFIXPLAN_DB`` / ``./prefixplan.db``.
 
+    ``create=False`` is for commands that only read or tidy a store: a mistyped ``--db`` is then
+    an error naming the path, not a new empty store (and folder) reported as having no rows.
+
     Raises:
-        StoreError: the file cannot be opened, put in WAL mode or migrated.
+        StoreError: the file cannot be opened, put in WAL mode or migrated, or (``create=False``)
+            does not exist.
     """
     db_path = resolve_db_path(path)
     created = not db_path.exists()
+    if created and not create:
+        raise StoreError(
+            f"no store at {db_path}",
+            hint="the store is made by analyze, lock, warm or the gateway; check --db / PREFIXPLAN_DB",
+        )
     try:
         if db_path.parent and not db_path.parent.exists():
             db_path.parent.mkdir(parents=True, exist_ok=True)

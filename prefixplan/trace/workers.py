@@ -30,7 +30,7 @@ from typing import Any
 from prefixplan.core.types import Prompt, Request, Segment, SegmentHash
 from prefixplan.errors import PrefixplanError, TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadMeter
-from prefixplan.logs.read import no_requests_error
+from prefixplan.logs.read import no_requests_error, nothing_left_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
 from prefixplan.trace.rows import RowMaker, TraceRow
@@ -138,9 +138,14 @@ def iter_rendered(
     else:
         jobs = _batch_jobs(source, errors, meter, block_size, routing, transform, job_text)
         rendered = _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard)
-    yield from rendered
+    produced = 0
+    for row in rendered:
+        produced += 1
+        yield row
     if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
         raise no_requests_error(errors, source.display)
+    if produced == 0 and errors.requests_read > 0:
+        raise nothing_left_error(errors, source.display, source.read)
 
 
 def failure_handler(

@@ -283,7 +283,7 @@ def plan_warm(
         raise UsageError(f"--top must be >= 1, got {top}")
     block = int(block_size or source.block_size or DEFAULT_BLOCK_SIZE)
     if block < 1:
-        raise UsageError(f"block size must be >= 1, got {block}")
+        raise UsageError(f"block size must be >= 1, got {block}", hint="vLLM uses 16, SGLang 1 (its page size)")
     kv_bpt = kv_bytes_per_token
     all_cands = {c.rank: c for c in source.candidates}
     parents = _parents(all_cands)

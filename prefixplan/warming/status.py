@@ -61,7 +61,7 @@ def keys_seen(endpoint: str, db: str | None = None) -> tuple[KeySeen, ...]:
     from prefixplan.store import open_store
 
     try:
-        with open_store(db) as store:
+        with open_store(db, create=False) as store:
             rows = [r for r in store.warm_runs() if r.get("endpoint") == endpoint]
     except PrefixplanError:
         return ()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lowest-versions stage: every lower bound in pyproject.toml is one the unit tests pass on.
 # Installs the lowest allowed version of each direct dependency (uv --resolution lowest-direct)
-# into .venv-lowest and runs the unit tests there.
+# into .venv-lowest and runs the unit tests there, less the slow end-to-end ones (marked heavy: they
+# exercise the same dependency code as faster tests; the unit stage runs them on current versions).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python -m pip install -q "uv>=0.5"
@@ -14,4 +15,4 @@ print("lowest:", ", ".join(f"{p} {version(p)}" for p in (
     "numpy", "isal", "httpx", "mistral-common", "starlette", "uvicorn", "pyarrow", "fsspec", "s3fs", "moto", "ray")))
 PY
 bash scripts/setup_redis.sh
-.venv-lowest/bin/python -m pytest -q -m "not live and not browser" -p no:cacheprovider
+.venv-lowest/bin/python -m pytest -q -m "not live and not browser and not heavy" -p no:cacheprovider
