@@ -246,3 +246,83 @@ def test_emit_then_lock_on_the_same_store_is_one_version(tmp_path):
             (only,) = store.versions(name)  # lock added no second version under the name
             assert f"{name}@v{only.version}" == c["key"] and only.content_hash == c["content_hash"]
             assert only.token_hash == c["token_hash"]  # the exact tokens stay with it, for warm
+
+
+def test_a_recurring_tool_result_counts_as_rag_out_of_history_not_user(qwen3_path) -> None:
+    """Recurring document chunks are moved to rag from the segment that holds them: a tool
+    result shared by several requests comes out of history, and no group goes negative."""
+    from prefixplan.api import analyze
+
+    doc = (
+        "Order 4411 shipped on Monday from the Leipzig warehouse with two parcels. "
+        "The carrier reports delivery within three working days to the given address. "
+        "Returns are accepted for thirty days; the label is printed from the customer account page. "
+        "Refunds reach the original payment method five to seven days after the parcel arrives."
+    )
+    requests = []
+    for i in range(4):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "lookup", "arguments": {"order": 4411}}}
+        requests.append(
+            {
+                "user": f"u{i}",
+                "messages": [
+                    {"role": "system", "content": "You are the shop's support assistant. Be brief."},
+                    {"role": "user", "content": f"Where is my order, question {i}?"},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{i}", "content": doc},
+                ],
+            }
+        )
+    kinds = analyze(requests, tokenizer=f"hf:{qwen3_path}", simulate=False).record.kinds
+    assert kinds["rag"]["tokens"] > 0
+    assert all(v["tokens"] >= 0 and v["reused"] >= 0 for v in kinds.values()), kinds
+    assert kinds["user"]["tokens"] > 0
+
+
+def test_tool_breakers_say_whether_order_keys_or_content_vary(qwen3_path) -> None:
+    from prefixplan.api import analyze
+
+    def tool(description: str, key_first: str = "description") -> dict:
+        fn = {"name": "get_weather", "description": description, "parameters": {"type": "object"}}
+        if key_first == "parameters":
+            fn = {"name": "get_weather", "parameters": fn["parameters"], "description": description}
+        return {"type": "function", "function": fn}
+
+    def log(tools: list[dict]) -> list[dict]:
+        return [
+            {"user": f"u{i}", "messages": [{"role": "user", "content": f"weather {i}?"}], "tools": [t]}
+            for i, t in enumerate(tools)
+        ]
+
+    def kinds(tools: list[dict]) -> list[str]:
+        record = analyze(log(tools), tokenizer=f"hf:{qwen3_path}", simulate=False, min_tenants=1).record
+        return [b["kind"] for b in record.breakers]
+
+    plan = "Current weather for a city, for customers on the {} plan."
+    assert kinds([tool(plan.format("free")), tool(plan.format("pro"))] * 2) == ["tool-content"]
+    assert kinds([tool(plan.format("free")), tool(plan.format("free"), "parameters")] * 2) == ["tool-key-order"]
+
+
+def test_a_trace_file_never_carries_tool_results_even_when_shown(tmp_path: Path, qwen3_path) -> None:
+    from prefixplan.cli.app import main
+
+    secret = "SSN 123-45-6789 belongs to Alice Example"
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    lines = []
+    for i in range(3):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "lookup", "arguments": {"q": i}}}
+        messages = [
+            {"role": "system", "content": "You are the records assistant."},
+            {"role": "user", "content": f"Look up person {i}."},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": secret},
+        ]
+        lines.append(json.dumps({"user": f"u{i}", "messages": messages, "tools": [tool]}))
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    trace = tmp_path / "t.parquet"
+    argv = ["analyze", str(log), "-t", f"hf:{qwen3_path}", "--no-store", "-q", "--show-user-text"]
+    assert main([*argv, "--trace-out", str(trace)]) == 0
+    data = trace.read_bytes()
+    assert b"You are the records assistant." in data and b"lookup" in data  # system text and tool names
+    assert secret.encode() not in data

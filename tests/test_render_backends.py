@@ -170,3 +170,35 @@ def test_vllm_renderer_tokenizes_through_the_server_and_hides_secrets(monkeypatc
         with pytest.raises((EndpointError, TokenizerError)) as info:
             renderer.render(_req(0, cases()[0]))
         assert secret not in str(info.value)
+
+
+def test_a_pre_tokenizer_marking_only_the_text_start_renders_whole_and_exact(tmp_path):
+    """Metaspace with prepend_scheme "first" (SentencePiece tokenizers converted with
+    legacy=False) adds "▁" only at offset 0: text after a special token, encoded alone, would
+    gain one. The renderer's probe sees it and encodes such prompts whole."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from prefixplan.core.types import Request
+    from prefixplan.render import load_renderer
+
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyz<>|/\n ") | {"▁"})
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for c in chars:
+        vocab.setdefault(c, len(vocab))
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tk.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<s>", "</s>")])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = (
+        "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + eos_token + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
+    )
+    fast.save_pretrained(tmp_path / "sp")
+    renderer = load_renderer(f"hf:{tmp_path / 'sp'}")
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    request = Request(source="t", line_no=1, id="1", format="openai-chat", messages=tuple(messages))
+    got = renderer.render(request).tokens.tolist()
+    text = fast.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert got == fast.encode(text, add_special_tokens=False)  # what the engine computes

@@ -132,3 +132,26 @@ def test_example_log_requests_equal_apply_chat_template(qwen3_path):
             return_dict=False,
         )
         assert prompt.tokens.tolist() == list(expected), f"line {req.line_no}"
+
+
+def test_list_contents_and_string_arguments_are_labelled(renderers) -> None:
+    """A list content reaches the template newline-joined (vLLM's normalisation) and a tool
+    call's string arguments as the parsed object: both are found and labelled, not template."""
+    fast, _ = renderers
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Zürich"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    prompt = fast.render(Request(source="t", line_no=1, id="1", format="openai-chat", messages=tuple(messages)))
+    kinds = {(s.kind, s.index) for s in prompt.segments}
+    assert ("user", 0) in kinds and ("assistant", 1) in kinds and ("tool_result", 2) in kinds
+    user = next(s for s in prompt.segments if s.kind == "user")
+    text = fast.tokenizer.decode(prompt.tokens[user.start : user.end].tolist())
+    assert text == "hello\nworld"

@@ -52,6 +52,7 @@ def kind_accounting(
     per_reuse = np.zeros(n_kinds)
     present = np.zeros(n_kinds, dtype=np.int64)
     rag = [0, 0]
+    rag_from = np.zeros((2, n_kinds))  # recurring chunks' tokens by the kind of their segment
     wanted = np.asarray(recurring, dtype=np.uint64) if len(recurring) else None
     for lo in range(0, len(store), rows_per_step):
         hi = min(len(store), lo + rows_per_step)
@@ -76,8 +77,21 @@ def kind_accounting(
         cscale = c["scale"][cowner][rec]
         cs, ce = c["chunk_start"][ca:cb][rec].astype(np.int64), c["chunk_end"][ca:cb][rec].astype(np.int64)
         cup = reused[cowner][rec] // np.maximum(cscale, 1)
-        rag[0] += int(((ce - cs) * cscale).sum())
-        rag[1] += int((np.maximum(0, np.minimum(ce, cup) - cs) * cscale).sum())
+        tok = (ce - cs) * cscale
+        reu = np.maximum(0, np.minimum(ce, cup) - cs) * cscale
+        rag[0] += int(tok.sum())
+        rag[1] += int(reu.sum())
+        # A chunk comes out of the segment holding it (a user message, a tool result, ...): find
+        # it by (row, start) among the block's segments, sorted the same way.
+        seg_key = (owner.astype(np.int64) << 32) | start
+        order = np.argsort(seg_key, kind="stable")
+        chunk_key = (cowner[rec].astype(np.int64) << 32) | cs
+        at = np.searchsorted(seg_key[order], chunk_key, side="right") - 1
+        seg = order[np.maximum(at, 0)]
+        inside = (at >= 0) & (owner[seg] == cowner[rec]) & (start[seg] <= cs) & (ce <= end[seg])
+        holder = np.where(inside, kinds[seg], SEGMENT_KINDS.index("user"))
+        rag_from[0] += np.bincount(holder, weights=tok, minlength=n_kinds)
+        rag_from[1] += np.bincount(holder, weights=reu, minlength=n_kinds)
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for k, name in enumerate(SEGMENT_KINDS):
         if present[k]:
@@ -87,6 +101,9 @@ def kind_accounting(
     if wanted is not None and len(store) and c["chunk_hash"].shape[0]:
         acc["rag"][0] += rag[0]
         acc["rag"][1] += rag[1]
-        acc["user"][0] -= rag[0]
-        acc["user"][1] -= rag[1]
+        for k, name in enumerate(SEGMENT_KINDS):
+            if rag_from[0, k] or rag_from[1, k]:
+                group = _KIND_GROUP.get(name, name)
+                acc[group][0] -= int(rag_from[0, k])
+                acc[group][1] -= int(rag_from[1, k])
     return {k: {"tokens": v[0], "reused": v[1]} for k, v in sorted(acc.items())}

@@ -61,7 +61,7 @@ def scan_system_text(text: str) -> tuple[tuple[tuple[str, int, int], ...], str |
 
 @dataclass(frozen=True, slots=True)
 class Breaker:
-    kind: str  # "dynamic-system" | "tool-order" | "tool-key-order"
+    kind: str  # "dynamic-system" | "tool-order" | "tool-content" | "tool-key-order"
     pattern: str  # a lint code ("date-time", "uuid", "request-id", "long-number") or "order"
     requests: int
     variants: int
@@ -87,6 +87,7 @@ class _Group:
     token_offsets: list[int] = field(default_factory=list)
     first: tuple[str, int, int, str] | None = None  # (kind, start, end, text)
     orders: set[tuple[str, ...]] = field(default_factory=set)  # tool-name orders seen
+    contents: set[str] = field(default_factory=set)  # the tool set's content, order and key order aside
     tenants: set[str] = field(default_factory=set)  # distinct users, kept up to min_tenants
 
 
@@ -141,6 +142,8 @@ class BreakerFinder:
             self._seen(group, tenant)
             group.variants[key] = group.variants.get(key, 0) + 1
             group.orders.add(order)
+            by_name = sorted(req.tools, key=lambda t: str((t.get("function") or t).get("name")))
+            group.contents.add(segment_hash(json.dumps(by_name, sort_keys=True, ensure_ascii=False)))
             first_tool = next((s.start for s in segments if s.kind == "tool"), None)
             if first_tool is not None:
                 group.tails.append(max(region_end - first_tool, 0) * token_scale)
@@ -162,6 +165,7 @@ class BreakerFinder:
                 if into.first is None:
                     into.first = group.first
                 into.orders.update(group.orders)
+                into.contents.update(group.contents)
                 for tenant in group.tenants:
                     self._seen(into, tenant)
 
@@ -204,8 +208,14 @@ class BreakerFinder:
             if len(group.variants) < 2 or group.first is None:
                 continue
             tail = int(statistics.median(group.tails)) if group.tails else 0
-            # same names, different serialisation: order of tools, or of keys inside them
-            kind = "tool-order" if len(group.orders) > 1 else "tool-key-order"
+            # same names, different serialisation: order of tools, other content (a description
+            # or schema that varies), or only the order of keys inside them
+            if len(group.orders) > 1:
+                kind = "tool-order"
+            elif len(group.contents) > 1:
+                kind = "tool-content"
+            else:
+                kind = "tool-key-order"
             out.append(
                 Breaker(
                     kind,

@@ -20,7 +20,6 @@ from prefixplan.analysis.previews import Previews
 from prefixplan.analysis.record import TokenizerInfo
 
 META_PART_BYTES = 8 * 2**20
-_SHAREABLE_ROLES = ("system", "developer", "tool")
 
 
 @dataclass
@@ -43,7 +42,10 @@ class TextFacts:
         spec_of: Mapping[str, str],
     ) -> dict[str, Any]:
         """The ``text`` section of a trace's metadata."""
-        shown = {h: p for h, p in previews.previews.items() if p[0] in _SHAREABLE_ROLES}
+        # System texts (they have a lineage head) and tool schemas (a name, no text length): a
+        # tool *result* shares the role "tool" and is a user's text, kept out of the file even
+        # when the analysis showed it (--show-user-text).
+        shown = {h: p for h, p in previews.previews.items() if h in previews.heads or (p[0] == "tool" and p[2] == 0)}
         parts: dict[str, str] = {}
         used = 0
         for h, data in previews.part_data.items():

@@ -121,7 +121,7 @@ class HFRenderer:
             tid: (as_token_ids(np.array([tid], dtype=np.uint32)), np.zeros(1, dtype=np.int64))
             for tid in self._added_ids.values()
         }
-        self.split_pieces = split_pieces and safe
+        self.split_pieces = split_pieces and safe and self._pieces_are_safe()
         self.fingerprint = self._fingerprint()
         self._byte_len = self._byte_lengths()
         self._paragraph_split = paragraph_split and self._paragraph_boundaries_are_safe()
@@ -269,6 +269,28 @@ class HFRenderer:
                 pos = end
         parts.append(piece[pos:])
         return parts
+
+    def _pieces_are_safe(self) -> bool:
+        """Probe: the text around an added token encodes alone as it does in the whole prompt.
+        Flags on the added tokens are not the whole story: a pre-tokenizer that marks only the
+        start of the text (Metaspace with ``prepend_scheme: first``) gives a piece a leading
+        ``▁`` it does not have mid-prompt. Any difference renders prompts whole (slower, exact)."""
+        if self._split_re is None:
+            return True
+        backend = self.backend
+        texts = ["\n", "hello", " hi there", "\nuser\n", "a\n\nb", "  x"]
+        for tok, tid in list(self._added_ids.items())[:64]:
+            for left in ("text", "x\n"):
+                for right in texts:
+                    whole = backend.encode(left + tok + right, add_special_tokens=False).ids
+                    parts = [
+                        *backend.encode(left, add_special_tokens=False).ids,
+                        tid,
+                        *backend.encode(right, add_special_tokens=False).ids,
+                    ]
+                    if whole != parts:
+                        return False
+        return True
 
     def _paragraph_boundaries_are_safe(self) -> bool:
         """Probe: encode(a + b) == encode(a) + encode(b) for paragraph ends ``a`` (ending in

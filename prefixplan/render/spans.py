@@ -69,6 +69,18 @@ class CharSpan:
     name: str | None = None
 
 
+def _text_parts(content: list[Any]) -> list[str]:
+    out = []
+    for part in content:
+        if isinstance(part, dict):
+            text = part.get("text")
+            if isinstance(text, str):
+                out.append(text)
+        elif isinstance(part, str):
+            out.append(part)
+    return out
+
+
 def message_text(content: Any) -> str:
     """The text of a message content: a string, or the text parts of a list of parts."""
     if content is None:
@@ -76,22 +88,22 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    out.append(text)
-            elif isinstance(part, str):
-                out.append(part)
-        return "".join(out)
+        return "".join(_text_parts(content))
     return str(content)
 
 
 def _content_variants(message: dict[str, Any]) -> list[str]:
-    """Texts a template may emit for a message, most specific first."""
-    text = message_text(message.get("content"))
-    variants = [text]
+    """Texts a template may emit for a message, most specific first. The text parts of a list
+    content reach a template joined by a newline (vLLM's normalisation), by a blank line
+    (mistral-common) or as they are."""
+    content = message.get("content")
+    parts = _text_parts(content) if isinstance(content, list) else []
+    if len(parts) > 1:
+        variants = ["\n".join(parts), "\n\n".join(parts), "".join(parts)]
+        text = variants[0]
+    else:
+        text = message_text(content)
+        variants = [text]
     if "</think>" in text:  # templates that drop earlier reasoning keep the answer part
         variants.append(text.split("</think>")[-1].lstrip("\n"))
     stripped = text.strip()
@@ -237,13 +249,13 @@ def locate(
             fn = call.get("function", call) if isinstance(call, dict) else None
             if not isinstance(fn, dict):
                 continue
-            args = fn.get("arguments")
-            needle = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            pos = _find_free(text, needle, taken) if needle else -1
-            if pos >= 0:
-                spans.append(CharSpan(kind, pos, pos + len(needle), segment_hash(needle), i))
-                taken.append((pos, pos + len(needle)))
-                cursor = max(cursor, pos + len(needle))
+            for needle in _argument_variants(fn.get("arguments")):
+                pos = _find_free(text, needle, taken)
+                if pos >= 0:
+                    spans.append(CharSpan(kind, pos, pos + len(needle), segment_hash(needle), i))
+                    taken.append((pos, pos + len(needle)))
+                    cursor = max(cursor, pos + len(needle))
+                    break
     taken.sort()
     for j, texts in enumerate(_tool_set_texts(tools, tools_key) if tools else ()):
         k = 0
@@ -257,6 +269,23 @@ def locate(
             k += 1
     spans.sort(key=lambda s: s.start)
     return spans
+
+
+def _argument_variants(args: Any) -> list[str]:
+    """Texts a template may emit for a tool call's arguments: as logged (a JSON string), and as
+    the object engines parse a string into before rendering (``tojson``)."""
+    out: list[str] = []
+    if isinstance(args, str):
+        out.append(args)
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            out.append(json.dumps(parsed, ensure_ascii=False))
+    elif args is not None:
+        out.append(json.dumps(args, ensure_ascii=False))
+    return [a for a in out if a]
 
 
 def _find_free(text: str, needle: str, taken: list[tuple[int, int]]) -> int:

@@ -190,6 +190,10 @@ def _breaker_actions(record: Mapping[str, Any], profile: PrefillProfile, price: 
             kind = "fix-breaker"
             if b.get("kind") == "tool-order":
                 title = "Fix the cache breaker: send the tools in one fixed order"
+            elif b.get("kind") == "tool-content":
+                title = (
+                    "Fix the cache breaker: send one fixed text for each tool schema (its content varies per request)"
+                )
             else:
                 title = "Fix the cache breaker: serialize every tool schema with one fixed key order (e.g. sorted keys)"
         if context:
