@@ -271,21 +271,21 @@ def locate(
     return spans
 
 
-def _argument_variants(args: Any) -> list[str]:
+def _argument_variants(args: Any) -> Iterator[str]:
     """Texts a template may emit for a tool call's arguments: as logged (a JSON string), and as
-    the object engines parse a string into before rendering (``tojson``)."""
-    out: list[str] = []
+    the object engines parse a string into before rendering (``tojson``); lazily, as the
+    logged form is usually found."""
     if isinstance(args, str):
-        out.append(args)
+        if args:
+            yield args
         try:
             parsed = json.loads(args)
         except ValueError:
-            parsed = None
+            return
         if isinstance(parsed, dict):
-            out.append(json.dumps(parsed, ensure_ascii=False))
+            yield json.dumps(parsed, ensure_ascii=False)
     elif args is not None:
-        out.append(json.dumps(args, ensure_ascii=False))
-    return [a for a in out if a]
+        yield json.dumps(args, ensure_ascii=False)
 
 
 def _find_free(text: str, needle: str, taken: list[tuple[int, int]]) -> int:
