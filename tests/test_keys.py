@@ -170,3 +170,13 @@ def test_every_key_parser_path_rejects_malformed_keys(
         capsys.readouterr()
         assert main([*argv, "--db", db]) == ExitCode.USAGE, argv
         assert "invalid" in capsys.readouterr().err, argv  # refused as malformed, not as unknown
+
+
+def test_content_hash_counts_bytes_of_any_memoryview() -> None:
+    from array import array
+
+    from prefixplan.keys import content_hash
+
+    data = array("I", [1, 2, 3])
+    want = content_hash([("system", bytes(data))])
+    assert content_hash([("system", memoryview(data))]) == want == content_hash([("system", bytearray(data))])

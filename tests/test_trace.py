@@ -199,3 +199,87 @@ def test_analyze_of_a_trace_equals_analyze_of_its_log(tmp_path: Path) -> None:
     moved.write_bytes(trace.read_bytes())
     meta_log = TraceFile(moved).meta["inputs"]["source"]["paths"]
     assert meta_log == [str(EXAMPLE)]
+
+
+def test_a_request_without_a_time_arrives_with_the_one_before_it(tmp_path: Path) -> None:
+    """One untimed line among epoch-timed ones must not replay first (as "time 3"): it arrives
+    with the request before it in the file, in simulation and in a Mooncake export."""
+    from prefixplan.simulation.source import simulate_source
+    from prefixplan.trace.export import export_mooncake
+
+    rows = [json.loads(line) for line in gzip.open(_chat_log(tmp_path / "a.jsonl.gz", 60, 3, shuffle=False), "rt")]
+    untimed = [dict(r) for r in rows]
+    del untimed[20]["timestamp"]
+    same = [dict(r) for r in rows]
+    same[20]["timestamp"] = same[19]["timestamp"]
+    paths = []
+    for name, data in (("untimed", untimed), ("same", same)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in data))
+        paths.append(path)
+    config = SimConfig(cache=CacheModel(policies=("lru",), capacities=(3e3,), ttl="20s"))
+    a, _ = simulate_source(SourceOptions(paths=(str(paths[0]),)), config)
+    b, _ = simulate_source(SourceOptions(paths=(str(paths[1]),)), config)
+    assert to_json(a)["runs"] == to_json(b)["runs"]
+    src = SourceOptions(paths=(str(paths[0]),))
+    maker = RowMaker(16)
+    trace_rows = [maker.row(p, i) for i, p in enumerate(iter_prompts(src, LineErrors(), src.renderers()))]
+    out = tmp_path / "mc.jsonl"
+    export_mooncake(trace_rows, out, block_size=16, salt=b"s")
+    stamps = [json.loads(line)["timestamp"] for line in out.read_text().splitlines()]
+    span_ms = (rows[-1]["timestamp"] - rows[0]["timestamp"]) * 1000
+    assert stamps[0] == 0 and max(stamps) <= span_ms + 1 and stamps == sorted(stamps)
+
+
+def test_a_trace_that_cannot_be_finished_leaves_no_file(tmp_path: Path, rows_and_file) -> None:
+    rows, _ = rows_and_file
+    writer = TraceWriter(tmp_path / "t.parquet", base_meta(16, {}))
+    for row in rows[:5]:
+        writer.write(row)
+    real = writer._writer
+
+    class DiskFull:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def close(self) -> None:
+            real.close()
+            raise OSError(28, "No space left on device")
+
+    writer._writer = DiskFull()
+    with pytest.raises(UsageError, match="No space left on device"):
+        writer.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", 2])
+def test_only_an_integer_version_1_is_read(tmp_path: Path, rows_and_file, version) -> None:
+    import pyarrow.parquet as pq
+
+    from prefixplan.trace.parquet import META_KEY
+
+    _, path = rows_and_file
+    source = pq.ParquetFile(path)
+    key = META_KEY.encode() if isinstance(META_KEY, str) else META_KEY
+    doc = json.loads(source.metadata.metadata[key])
+    doc["version"] = version
+    table = source.read()
+    other = tmp_path / "v.parquet"
+    with pq.ParquetWriter(other, table.schema) as out:
+        out.write_table(table)
+        out.add_key_value_metadata({key: json.dumps(doc).encode()})
+    with pytest.raises(InputError, match="trace version"):
+        TraceFile(other)
+
+
+def test_a_trace_with_an_even_block_key_is_refused_as_damaged(tmp_path: Path, rows_and_file) -> None:
+    rows, _ = rows_and_file
+    path = tmp_path / "even.parquet"
+    with TraceWriter(path, base_meta(16, {})) as writer:
+        for k, row in enumerate(rows[:6]):
+            keys = row.block_keys.copy()
+            if k == 5 and keys.size:
+                keys[0] = 0  # the index's empty-slot marker: it would alias another request's block
+            writer.write(dataclasses.replace(row, block_keys=keys))
+    with pytest.raises(InputError, match=r"even\.parquet: block_keys holds an even value"):
+        list(TraceFile(path).rows())

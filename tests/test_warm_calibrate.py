@@ -114,6 +114,20 @@ def test_calibrate_against_fake_with_known_timing(tmp_path: Path) -> None:
         assert prof.seconds(new, cached_) == pytest.approx(a + b * new + c * new * (cached_ + new / 2), rel=1e-6)
 
 
+def test_a_second_calibration_of_the_same_server_sends_new_ids(tmp_path: Path) -> None:
+    # The first run's prompts stay in the server's prefix cache: a second run with the same ids
+    # would time warm prefills as cold ones. Without --seed every run draws new ids.
+    clock = VirtualClock()
+    with FakeEngine("vllm", block_size=16, ttft_model=(0.002, 1.0e-4, 0.0), clock=clock) as fake:
+        runs = [
+            calibrate_endpoint(fake.url, lengths=[64, 256, 512], fractions=[0.0], repeats=1, clock=clock)[0]
+            for _ in range(2)
+        ]
+        sent = [tuple(b["prompt"]) for _, p, b, _ in fake.requests if p == "/v1/completions"]
+    assert [s.cached for r in runs for s in r.samples] == [0] * 6
+    assert len(set(sent)) == len(sent) == 6
+
+
 def test_fit_never_returns_a_negative_cost_and_says_what_it_cannot_separate() -> None:
     # Timings whose best unconstrained fit has b < 0 (a noisy, attention-heavy range).
     samples = [TimingSample(n, 0, 0.01 + 1e-8 * n * n / 2 - 2e-6 * n) for n in (128, 256, 512, 1024, 2048)]

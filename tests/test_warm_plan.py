@@ -198,3 +198,21 @@ def test_mla_model_config_budget_uses_the_latent_kv_size(tmp_path, capsys) -> No
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert code == 0 and plan["kv_bytes_per_token"] == 70_272
     assert [i["rank"] for i in plan["items"]] == [1] and plan["memory_bytes"] == 1024 * 70_272
+
+
+def test_a_budget_never_sends_an_ancestor_that_was_skipped() -> None:
+    """Under --budget the knapsack sees each usable prefix's ancestors (their blocks are needed),
+    but an ancestor that is not usable itself (withheld ids, shorter than a block) carries no
+    value: it is never sent alone."""
+    from prefixplan.warming.plan import WarmCandidate, WarmSource, plan_warm
+
+    ids = tuple(range(200))
+    child = WarmCandidate(rank=1, name="c", key=None, token_ids=ids, length=200, value=10, parent=2)
+    withheld = WarmCandidate(rank=2, name="p", key=None, token_ids=None, length=96, value=1000)
+    plan = plan_warm(WarmSource((child, withheld), block_size=16), top=1, budget_gb=2e-7, kv_bytes_per_token=2)
+    assert plan.items == () and [r for r, _ in plan.skipped] == [1]  # 200 tokens do not fit 100
+    short = WarmCandidate(rank=2, name="p", key=None, token_ids=ids[:8], length=8, value=1000)
+    plan = plan_warm(WarmSource((child, short), block_size=16), top=1, budget_gb=1e-6, kv_bytes_per_token=2)
+    assert [(i.rank, len(i.token_ids)) for i in plan.items] == [(1, 200)]
+    tight = plan_warm(WarmSource((child, short), block_size=16), top=1, budget_gb=2e-7, kv_bytes_per_token=2)
+    assert tight.items == ()

@@ -8,7 +8,8 @@ Scheme ``pp-prefix-1`` (stable across versions and machines; traces store these 
 * the prefix sum ``P_i = x_0 + ... + x_i`` (mod 2**64) plus the namespace seed ``S`` is
   finalised: ``key_i = f(P_i + S) | 1`` with ``f(z) = z ^ (z >> 33)``, ``* 0x94D049BB133111EB``,
   ``^ (z >> 33)``;
-* ``S`` is the first 8 bytes (little-endian) of ``blake2b(namespace + b"\\0" + scale + salt)``.
+* ``S`` is the first 8 bytes (little-endian) of
+  ``blake2b(namespace + b"\\0" + scale + b"\\0" + salt, digest_size=8)`` (``scale`` in decimal).
 
 ``key_i`` identifies ``tokens[:i+1]`` in its namespace: the key of a block covers its parent's
 prefix and its own tokens (chained, as vLLM's block hashes), and a whole prompt's keys cost one

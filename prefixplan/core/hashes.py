@@ -93,6 +93,8 @@ def content_hash(parts: Sequence[tuple[str, bytes]]) -> ContentHash:
     for kind, data in parts:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"part {kind!r}: data must be bytes, not {type(data).__name__}")
+        if isinstance(data, memoryview):
+            data = data.cast("B")  # its length in bytes, whatever the item size
         k = kind.encode("utf-8")
         h.update(struct.pack(">I", len(k)))
         h.update(k)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class SimRequest:
     """One request as the simulator sees it.
 
     Attributes:
-        time: arrival seconds (logs without times use the file index).
+        time: arrival seconds (logs without times use the file index; :func:`fill_times`).
         namespace: cache namespace (model, LoRA, salt); namespaces never share blocks.
         tokens: uint32 token ids. For Mooncake traces one pseudo-token per block hash id. None
             when the request comes from a trace file (``block_keys`` instead).
@@ -94,6 +94,7 @@ class SimRequest:
     boundaries: tuple[int, ...] = ()
     boundary_keys: tuple[int, ...] | None = None
     units: int | None = None
+    timed: bool = True  # False: the log gave no time (``time`` is then the index, see fill_times)
 
     @property
     def n_units(self) -> int:
@@ -112,10 +113,24 @@ class SimRequest:
         return self.n_units * max(1, int(self.block_scale))
 
 
+def fill_times(times: np.ndarray, untimed: np.ndarray) -> np.ndarray:
+    """Arrival times where some requests of a timed log have none: each such request arrives
+    with the request before it in the input (so replay keeps it right after that one), and those
+    before the first timed request with it. A log without any time replays in file order by
+    index; a lone untimed request must not become "time 3" among epoch seconds."""
+    n = times.shape[0]
+    known = np.where(~untimed, np.arange(n), -1)
+    np.maximum.accumulate(known, out=known)
+    first = int(np.argmax(~untimed))
+    known[known < 0] = first
+    return times[known]
+
+
 def request_of_row(row: TraceRow) -> SimRequest:
     """A trace row as simulation input (no tokens: its block keys and boundary keys)."""
     return SimRequest(
         time=float(row.time) if row.time is not None else float(row.index),
+        timed=row.time is not None,
         namespace=row.namespace,
         tokens=None,
         output_len=int(row.output_tokens),
@@ -247,6 +262,7 @@ class TraceBuilder:
         self._keys = RaggedU64(spill_bytes)
         self._observed: list[tuple[SimRequest, dict[int, int]]] = []
         self._times = array("d")
+        self._untimed = array("b")
         self._ns = array("i")
         self._prompt = array("q")
         self._out = array("q")
@@ -319,6 +335,7 @@ class TraceBuilder:
         if self.observer is not None:
             self._observed.append((req, at or {}))
         self._times.append(float(req.time))
+        self._untimed.append(0 if req.timed else 1)
         self._ns.append(ns)
         self._prompt.append(n_real)
         self._out.append(int(req.output_len))
@@ -342,6 +359,14 @@ class TraceBuilder:
             raise RuntimeError("TraceBuilder.finish called twice")
         self._finished = True
         times = _frozen(self._times, np.float64)
+        untimed = np.frombuffer(self._untimed, dtype=np.int8).astype(bool) if len(self._untimed) else None
+        if untimed is not None and untimed.any() and not untimed.all():
+            times = fill_times(times, untimed)
+            if self._observed:  # the Anthropic model reads each request's time
+                self._observed = [
+                    (replace(req, time=float(times[i])), at) if untimed[i] else (req, at)
+                    for i, (req, at) in enumerate(self._observed)
+                ]
         n = times.shape[0]
         order = np.lexsort((np.arange(n), times)) if n else np.zeros(0, dtype=np.int64)
         nb_in = self._keys.lengths()

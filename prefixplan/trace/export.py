@@ -29,6 +29,7 @@ import numpy as np
 
 from prefixplan.core.u64index import U64Index
 from prefixplan.errors import UsageError
+from prefixplan.trace.blocks import fill_times
 from prefixplan.trace.rows import TraceRow
 
 DEFAULT_BLOCK = 512
@@ -84,6 +85,7 @@ def export_mooncake(
     if out_path.is_dir():
         raise UsageError(f"cannot write {out_path}: it is a folder")
     times: list[float] = []
+    untimed: list[bool] = []
     offsets: list[tuple[int, int]] = []
     with tempfile.TemporaryFile(prefix="prefixplan-export-") as spill:
         # pass 1: each request's lengths and keys, spilled (the output is in arrival order)
@@ -94,8 +96,14 @@ def export_mooncake(
             offsets.append((spill.tell(), len(data)))
             spill.write(data)
             times.append(float(row.time) if row.time is not None else float(row.index))
+            untimed.append(row.time is None)
         spill.flush()
-        order = np.lexsort((np.arange(len(times)), np.asarray(times, dtype=np.float64))) if times else []
+        arrival = np.asarray(times, dtype=np.float64)
+        missing = np.asarray(untimed, dtype=bool)
+        if missing.any() and not missing.all():
+            arrival = fill_times(arrival, missing)
+        times = arrival.tolist()
+        order = np.lexsort((np.arange(len(times)), arrival)) if times else []
         t0 = min(times) if times else 0.0
         index = U64Index()
         tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")

@@ -11,6 +11,7 @@ streams the same way.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -273,10 +274,18 @@ class TraceWriter:
         """Finish the file with its metadata (``extra_meta`` merged in); returns :attr:`target`."""
         if self._closed:
             return self.target
-        self._flush()
-        meta = {**self.meta, **(extra_meta or {}), "requests": self.count}
-        self._writer.add_key_value_metadata({META_KEY: json.dumps(meta, ensure_ascii=False).encode()})
-        self._writer.close()
+        try:
+            self._flush()
+            meta = {**self.meta, **(extra_meta or {}), "requests": self.count}
+            self._writer.add_key_value_metadata({META_KEY: json.dumps(meta, ensure_ascii=False).encode()})
+            self._writer.close()
+        except BaseException as exc:
+            # a full disk, a size limit: no half-written trace is left, hidden or not
+            with contextlib.suppress(Exception):
+                self.abort()
+            if isinstance(exc, OSError):
+                raise UsageError(f"cannot write {self.target}: {exc.strerror or exc}") from exc
+            raise
         self._closed = True
         if self.url is not None:
             try:
@@ -352,7 +361,8 @@ class TraceFile:
             raise InputError(f"{self.path}: damaged trace metadata ({exc})") from exc
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise InputError(f"{self.path}: not a prefixplan trace")
-        if meta.get("version") != VERSION:
+        version = meta.get("version")
+        if type(version) is not int or version != VERSION:  # not True, not 1.0
             raise InputError(
                 f"{self.path}: trace version {meta.get('version')!r}; this prefixplan reads version {VERSION}",
                 hint="write the trace again with this version of prefixplan",
@@ -374,7 +384,14 @@ class TraceFile:
     def rows(self, batch_rows: int = BATCH_ROWS) -> Iterator[TraceRow]:
         """The rows in file order, streamed in batches."""
         for batch in iter_batches(self._file, batch_rows):
-            yield from batch_rows_of(batch)
+            try:
+                rows = batch_rows_of(batch)
+                first = next(rows, None)
+            except InputError as exc:
+                raise InputError(f"{self.path}: {exc}", hint="write the trace again from its log") from None
+            if first is not None:
+                yield first
+                yield from rows
 
 
 def _flat(arr: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -411,6 +428,11 @@ def batch_rows_of(batch: Any) -> Iterator[TraceRow]:
         )
     }
     flats = {name: _flat(cols[name], np.uint64) for name in _LISTS_U64}
+    for name in ("block_keys", "boundary_keys"):
+        keys = flats[name][1]
+        if keys.size and not bool(np.all(keys & np.uint64(1))):
+            # keys of the scheme are odd: an even one (0 marks an empty index slot) is damage
+            raise InputError(f"{name} holds an even value, which no key of scheme {SCHEME} is: a damaged trace")
     flats.update({name: _flat(cols[name], np.int32) for name in _LISTS_I32})
     flats["seg_kind"] = _flat(cols["seg_kind"], np.int8)
     flats["breakpoints"] = _flat(cols["breakpoints"], np.int64)

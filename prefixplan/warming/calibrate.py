@@ -225,12 +225,19 @@ def measure(
     lengths: Sequence[int] = DEFAULT_LENGTHS,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     repeats: int = 2,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> list[TimingSample]:
-    """Time streamed requests over ``lengths`` x ``fractions`` (x ``repeats``), fresh ids each."""
+    """Time streamed requests over ``lengths`` x ``fractions`` (x ``repeats``), fresh ids each.
+
+    ``seed`` None draws new ids on every run: a second calibration of the same server must not
+    hit what the first one left in its cache (its "cold" samples would be warm)."""
     info = adapter.server_info()
     block = info.block_size or 1
     limit = (info.max_model_len or 10**9) - 8
+    if seed is None:
+        import secrets
+
+        seed = secrets.randbits(64)
     rng = random.Random(seed)
     pool = _id_pool(adapter)
     out: list[TimingSample] = []
@@ -240,7 +247,7 @@ def measure(
                 continue
             for f in fractions:
                 ids = [rng.choice(pool) for _ in range(n)]
-                ids[0] = pool[(rep * 7919 + n * 31 + int(f * 100)) % len(pool)]
+                ids[0] = pool[(seed + rep * 7919 + n * 31 + int(f * 100)) % len(pool)]
                 target = (int(n * f) // block) * block
                 if target > 0:
                     adapter.complete_ids(ids[:target] + [ids[target - 1]], max_tokens=1, stream=True)
@@ -256,7 +263,7 @@ def calibrate(
     lengths: Sequence[int] = DEFAULT_LENGTHS,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     repeats: int = 2,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> Profile:
     """Measure and fit; returns the profile (not yet saved)."""
     from prefixplan.store import iso
@@ -338,7 +345,7 @@ def calibrate_endpoint(
     repeats: int = 2,
     timeout: float = 60.0,
     out: str | Path | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     name: str | None = None,
     store: bool = False,
     db: str | None = None,

@@ -319,6 +319,7 @@ def plan_warm(
         else:
             usable.append(r)
 
+    usable_set = set(usable)
     closure: set[int] = set(usable)
     for r in usable:
         closure.update(_ancestors(r, parents))
@@ -343,12 +344,15 @@ def plan_warm(
         budget_bytes = budget_gb * 1e9
         capacity_tokens = int(budget_bytes // float(kv_bpt))
         unit = block * max(1, math.ceil((capacity_tokens // block) / MAX_DP_UNITS))
-        values = {r: max(0, all_cands[r].value) for r in closure}
+        # An ancestor that is not usable itself (withheld ids, shorter than a block) is only
+        # taken along with a usable descendant: it carries no value of its own.
+        values = {r: max(0, all_cands[r].value) if r in usable_set else 0 for r in closure}
         costs = {r: -(-(aligned[r] - _parent_aligned(aligned, tparents.get(r))) // unit) for r in closure}
         chosen = select_within_budget(values, costs, tparents, capacity_tokens // unit)
-        for r in sorted(set(usable) - chosen):
+        for r in sorted(usable_set - chosen):
             skipped.append((r, f"over the KV budget of {budget_gb:g} GB"))
-        selected = chosen
+        # keep what a chosen usable prefix needs: itself and the ancestors it covers
+        selected = {a for r in chosen & usable_set for a in (r, *_ancestors(r, parents)) if a in chosen}
     else:
         selected = set(usable)
 
