@@ -42,6 +42,9 @@ def looks_anthropic(body: dict[str, Any], outer: dict[str, Any] | None = None) -
                 return True
     messages = body.get("messages")
     if isinstance(messages, list):
+        # OpenAI-compatible gateways (LiteLLM, OpenRouter) accept cache_control on OpenAI chat
+        # parts: it marks Anthropic only in a body without OpenAI-only shapes
+        openai = _openai_only(body, messages)
         for msg in messages:
             content = msg.get("content") if isinstance(msg, dict) else None
             if not isinstance(content, list):
@@ -49,11 +52,23 @@ def looks_anthropic(body: dict[str, Any], outer: dict[str, Any] | None = None) -
             for block in content:
                 if not isinstance(block, dict):
                     continue
-                if block.get("type") in ANTHROPIC_BLOCK_MARKERS or "cache_control" in block:
+                if block.get("type") in ANTHROPIC_BLOCK_MARKERS or ("cache_control" in block and not openai):
                     return True
                 if block.get("type") == "image" and "source" in block:
                     return True
     return False
+
+
+def _openai_only(body: dict[str, Any], messages: list[Any]) -> bool:
+    """Shapes the Anthropic Messages API does not have: function tools, system/developer/tool
+    roles among the messages, assistant ``tool_calls``."""
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools):
+        return True
+    return any(
+        isinstance(m, dict) and (m.get("role") in ("system", "developer", "tool") or "tool_calls" in m)
+        for m in messages
+    )
 
 
 def _ttl(block: dict[str, Any]) -> str | None:

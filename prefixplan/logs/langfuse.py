@@ -14,6 +14,7 @@ are taken along. A field outside both schemas is refused (the line is reported w
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +33,7 @@ V1_FIELDS = frozenset(
         "parentObservationId", "promptId", "usageDetails", "costDetails", "environment", "promptName",
         "promptVersion", "modelId", "inputPrice", "outputPrice", "totalPrice", "calculatedInputCost",
         "calculatedOutputCost", "calculatedTotalCost", "latency", "timeToFirstToken",
+        "unit", "promptTokens", "completionTokens", "totalTokens", "usagePricingTierId",
     }
 )  # fmt: skip
 V2_FIELDS = V1_FIELDS | frozenset(
@@ -67,6 +69,22 @@ def parse_langfuse(obj: dict[str, Any], ctx: LineContext) -> list[Request | BadL
     return out
 
 
+def _json_text(data: Any) -> Any:
+    """The v2 endpoint returns ``input`` as a raw string: chat messages (or ``{messages, tools}``)
+    arrive as their JSON text. Parsed when it is one of those shapes; other text stays a prompt."""
+    if not isinstance(data, str) or data[:1] not in ("[", "{"):
+        return data
+    try:
+        parsed = json.loads(data)
+    except (ValueError, RecursionError):
+        return data
+    if isinstance(parsed, list) and parsed and all(isinstance(m, dict) and "role" in m for m in parsed):
+        return parsed
+    if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
+        return parsed
+    return data
+
+
 def _observation(item: Any, ctx: LineContext) -> Request | None:
     if not isinstance(item, dict):
         raise BadLine(f"wrong type: observation is {jtype(item)}, expected object")
@@ -76,7 +94,7 @@ def _observation(item: Any, ctx: LineContext) -> Request | None:
         raise BadLine(f"unknown field: {names} not in {SCHEMA_VERSION}; not guessing what it holds")
     if item.get("type") != "GENERATION":
         return None
-    data = item.get("input")
+    data = _json_text(item.get("input"))
     body: dict[str, Any] = {"model": item.get("model")}
     if isinstance(data, list):
         body["messages"] = data

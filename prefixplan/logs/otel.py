@@ -177,7 +177,8 @@ def _decode(value: Any, what: str) -> Any:
     except ValueError:
         try:  # the 1.26 conventions' own example is a Python-style list
             return ast.literal_eval(value)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            # TypeError: a literal that cannot be built ({[1]: 2}, an unhashable key)
             raise BadLine(f"bad JSON: {what} is not JSON") from None
 
 
@@ -222,9 +223,11 @@ def _text(parts: Any, what: str) -> str:
     if not isinstance(parts, list):
         raise BadLine(f"wrong type: {what} is {jtype(parts)}, expected list of parts")
     texts = []
-    for part in parts:
+    for k, part in enumerate(parts):
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("content"), str):
-            raise BadLine(f"unsupported: {what} part {str(part)[:60]!r} is not text")
+            # the part's type, never its text (system instructions may hold anything)
+            shape = f"type {part.get('type')!r}" if isinstance(part, dict) else jtype(part)
+            raise BadLine(f"unsupported: {what} part {k} ({shape}) is not text")
         texts.append(part["content"])
     return "\n".join(texts)
 

@@ -106,7 +106,13 @@ def _clean(text: str, url: str) -> str:
     query = url.split("?", 1)[1] if "?" in url else ""
     if query:
         text = text.replace(query, "...")
+        # a library may print the URL re-encoded (aiohttp writes %2F as /): drop every query of
+        # any http(s) URL in the message, whatever its spelling (signatures live there)
+        text = _ANY_QUERY.sub(r"\1?...", text)
     return text
+
+
+_ANY_QUERY = re.compile(r"(https?://[^\s'\"?]+)\?[^\s'\")]+")
 
 
 def _extra(scheme: str) -> str:

@@ -187,6 +187,7 @@ class SGLangLogReader:
                 yield item
                 continue
             self._pending[item.id] = _Pending(item)
+        self.model = None  # an OpenAI body's model names only the request received right after it
         while len(self._pending) > _MAX_PENDING:
             _, old = self._pending.popitem(last=False)
             yield old.request
@@ -227,7 +228,9 @@ class SGLangLogReader:
             id=name,
             format=SGLANG_FORMAT,
             time=stamp,
-            model=self.model or self.served,
+            # one server, one model: the served name is the cache namespace, whatever name a
+            # client put in its OpenAI body ("default", an alias); that name only without it
+            model=self.served or self.model,
             prompt=text if prompt_ids is None else None,
             prompt_ids=prompt_ids,
             input_length=len(prompt_ids) if prompt_ids is not None else None,

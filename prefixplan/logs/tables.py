@@ -278,7 +278,7 @@ def iter_parquet(
     row_no = 0
     try:
         for batch in iter_batches(pf, BATCH_ROWS, needed):
-            data = {name: batch.column(name).to_pylist() for name in needed}
+            data = {name: _values(batch.column(name)) for name in needed}
             for i in range(batch.num_rows):
                 row_no += 1
                 try:
@@ -287,6 +287,16 @@ def iter_parquet(
                     yield row_no, exc
     except (OSError, ValueError) as exc:
         raise TableCorrupt(f"Parquet data damaged after row {row_no} ({str(exc)[:200]})") from None
+
+
+def _values(column: Any) -> list[Any]:
+    """A column's values; nanosecond timestamps as their integer count (Python's datetime holds
+    microseconds, and pyarrow refuses the conversion without pandas), read as epoch ns."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+        return column.cast(pa.int64()).to_pylist()
+    return column.to_pylist()
 
 
 def iter_csv(

@@ -18,8 +18,15 @@ TIME_FIELDS = ("timestamp", "time", "created", "created_at", "request_time", "st
 
 
 def epoch_seconds(value: float) -> float:
-    """Scale a numeric timestamp to seconds (ms / µs / ns are recognised by magnitude)."""
-    v = float(value)
+    """Scale a numeric timestamp to seconds (ms / µs / ns are recognised by magnitude).
+
+    Raises:
+        ValueError: not a finite number (an integer too large for a float included).
+    """
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"not a timestamp: a number of {len(str(value))} digits") from None
     if not math.isfinite(v):
         raise ValueError(f"not a finite number: {value!r}")
     a = abs(v)
