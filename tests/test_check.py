@@ -423,3 +423,19 @@ def test_lock_cleans_temp_files_a_killed_lock_left(repo: Path) -> None:
     os.utime(stale, (1_000_000_000, 1_000_000_000))
     lock_recipes("recipes", "prefixplan.lock")
     assert not stale.exists() and fresh.exists()
+
+
+def test_human_output_keeps_recipe_text_on_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline in a recipe's file name or a message quoting it would start a line where `::`
+    is a GitHub workflow command and a fence closes the Action's comment block."""
+    from prefixplan.gate.findings import CheckResult, Finding
+    from prefixplan.report.console_gate import render_check
+
+    hostile = "nope\n```\n</details> @octocat\n::add-mask::x"
+    finding = Finding(
+        code="recipe-invalid", severity="error", message=f"file not found: {hostile}", file=hostile, line=7
+    )
+    render_check(CheckResult((finding,), ExitCode.USAGE, (), None, "error"))
+    out = capsys.readouterr().out
+    assert not any(line.startswith(("::", "```", "</details>")) for line in out.splitlines())
+    assert "nope⏎```⏎</details> @octocat⏎::add-mask::x" in out

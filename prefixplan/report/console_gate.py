@@ -7,6 +7,13 @@ from typing import Any
 from rich.console import Console
 
 
+def _one_line(text: str) -> str:
+    """Recipe text (a file name, a message quoting it) on one line: a newline in it would start
+    a line of its own, where ``::`` is a GitHub workflow command and a fence closes a PR
+    comment's code block."""
+    return text.replace("\r\n", "⏎").replace("\r", "⏎").replace("\n", "⏎")
+
+
 def render_check(result: Any) -> None:
     from rich.markup import escape
 
@@ -15,8 +22,8 @@ def render_check(result: Any) -> None:
     findings = result.findings
     for f in findings:
         where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "")
-        con.print(f"[{style.get(f.severity, '')}]{f.severity}[/] [bold]{f.code}[/] {escape(where)}")
-        con.print(f"  {escape(f.message)}")
+        con.print(f"[{style.get(f.severity, '')}]{f.severity}[/] [bold]{f.code}[/] {escape(_one_line(where))}")
+        con.print(f"  {escape(_one_line(f.message))}")
         for d in f.diff:
             color = (
                 "green"
