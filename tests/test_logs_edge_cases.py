@@ -147,3 +147,21 @@ def test_a_signed_url_re_encoded_by_the_http_library_is_still_hidden() -> None:
     message = "ClientResponseError: 500, url='https://logs.example/a.jsonl?X-Amz-Credential=AKIA/2025&X-Amz-Signature=deadbeefcafe'"
     cleaned = _clean(message, url)
     assert "deadbeefcafe" not in cleaned and "AKIA" not in cleaned and "https://logs.example/a.jsonl?..." in cleaned
+
+
+def test_an_sglang_rid_received_twice_keeps_both_requests(tmp_path: Path) -> None:
+    def received(rid: str, text: str, stamp: str) -> str:
+        obj = {"rid": rid, "text": text, "sampling_params": {"max_new_tokens": 1}}
+        event = {"timestamp": stamp, "event": "request.received", "rid": rid, "obj": obj}
+        return "[2025-12-01 08:00:00] " + json.dumps(event)
+
+    lines = [
+        "[2025-12-01 08:00:00] server_args={'model_path': '/m', 'served_model_name': 'm'}",
+        received("same", "first question", "2025-12-01T08:00:00"),
+        received("same", "second question", "2025-12-01T08:00:01"),
+    ]
+    path = tmp_path / "sglang.log"
+    path.write_text("\n".join(lines) + "\n")
+    requests, errors = _read(path, format="sglang-log")
+    assert [r.prompt for r in requests] == ["first question", "second question"] and errors.count == 0
+    assert errors.sources[str(path)].counts["rid received again"] == 1

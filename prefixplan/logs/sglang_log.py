@@ -186,6 +186,10 @@ class SGLangLogReader:
             if isinstance(item, Problem):
                 yield item
                 continue
+            earlier = self._pending.pop(item.id, None)
+            if earlier is not None:  # a client reused the rid: the earlier request is read, not dropped
+                self.info.count("rid received again")
+                yield earlier.request
             self._pending[item.id] = _Pending(item)
         self.model = None  # an OpenAI body's model names only the request received right after it
         while len(self._pending) > _MAX_PENDING:
