@@ -20,6 +20,13 @@ def _read(path: Path, **kw) -> tuple[list, LineErrors]:
     return list(iter_requests([str(path)], ReadOptions(**kw), errors)), errors
 
 
+def _received(rid: str, text: str, stamp: str) -> str:
+    """An SGLang JSON-event log line receiving one text request."""
+    obj = {"rid": rid, "text": text, "sampling_params": {"max_new_tokens": 1}}
+    event = {"timestamp": stamp, "event": "request.received", "rid": rid, "obj": obj}
+    return "[2025-12-01 08:00:00] " + json.dumps(event)
+
+
 def _langfuse(**fields) -> dict:
     base = {"id": "o1", "traceId": "t1", "type": "GENERATION", "startTime": "2025-12-01T08:00:00Z", "model": "m"}
     return {**base, **fields}
@@ -119,20 +126,14 @@ def test_a_timestamp_past_float_range_is_a_bad_line(tmp_path: Path) -> None:
 
 
 def test_sglang_requests_take_the_served_model_not_a_previous_openai_body(tmp_path: Path) -> None:
-    def received(rid: str, stamp: str) -> str:
-        obj = {"rid": rid, "text": "hello there", "sampling_params": {"max_new_tokens": 1}}
-        return "[2025-12-01 08:00:00] " + json.dumps(
-            {"timestamp": stamp, "event": "request.received", "rid": rid, "obj": obj}
-        )
-
     openai = "[2025-12-01 08:00:01] " + json.dumps({"timestamp": "2025-12-01T08:00:01", "event": "request.received.openai",
                          "obj": {"model": "default", "messages": MESSAGES}})  # fmt: skip
     lines = [
         "[2025-12-01 08:00:00] server_args={'model_path': '/m', 'served_model_name': 'Qwen/Qwen3-8B'}",
-        received("a1", "2025-12-01T08:00:00"),
+        _received("a1", "hello there", "2025-12-01T08:00:00"),
         openai,
-        received("b2", "2025-12-01T08:00:01"),
-        received("c3", "2025-12-01T08:00:02"),
+        _received("b2", "hello there", "2025-12-01T08:00:01"),
+        _received("c3", "hello there", "2025-12-01T08:00:02"),
     ]
     path = tmp_path / "sglang.log"
     path.write_text("\n".join(lines) + "\n")
@@ -150,15 +151,10 @@ def test_a_signed_url_re_encoded_by_the_http_library_is_still_hidden() -> None:
 
 
 def test_an_sglang_rid_received_twice_keeps_both_requests(tmp_path: Path) -> None:
-    def received(rid: str, text: str, stamp: str) -> str:
-        obj = {"rid": rid, "text": text, "sampling_params": {"max_new_tokens": 1}}
-        event = {"timestamp": stamp, "event": "request.received", "rid": rid, "obj": obj}
-        return "[2025-12-01 08:00:00] " + json.dumps(event)
-
     lines = [
         "[2025-12-01 08:00:00] server_args={'model_path': '/m', 'served_model_name': 'm'}",
-        received("same", "first question", "2025-12-01T08:00:00"),
-        received("same", "second question", "2025-12-01T08:00:01"),
+        _received("same", "first question", "2025-12-01T08:00:00"),
+        _received("same", "second question", "2025-12-01T08:00:01"),
     ]
     path = tmp_path / "sglang.log"
     path.write_text("\n".join(lines) + "\n")

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT  # noqa: F401  (re-exported for adapters' callers)
 from prefixplan.core.urls import display_url
-from prefixplan.engines.fields import optional_count, secret_forms
+from prefixplan.engines.fields import optional_count, redact_forms, secret_forms
 from prefixplan.errors import EndpointError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,10 +197,7 @@ class EngineAdapter:
     def redact(self, text: str) -> str:
         """``text`` with every form of the credentials this adapter sends replaced by ``***``: the
         key itself, ``Bearer <key>``, and the base64 forms a server may echo back."""
-        for form in self._secret_forms:
-            if form in text:
-                text = text.replace(form, "***")
-        return text
+        return redact_forms(text, self._secret_forms)
 
     def _clean(self, value: Any) -> Any:
         """A decoded server answer with every string redacted (model names, error bodies, ...)."""

@@ -51,3 +51,11 @@ def secret_forms(secret: str | None) -> tuple[str, ...]:
             text = enc(raw.encode()).decode()
             forms.update({text, text.rstrip("=")})
     return tuple(sorted((f for f in forms if len(f) >= 4), key=len, reverse=True))
+
+
+def redact_forms(text: str, forms: tuple[str, ...]) -> str:
+    """``text`` with every form of :func:`secret_forms` replaced by ``***``."""
+    for form in forms:
+        if form in text:
+            text = text.replace(form, "***")
+    return text

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.engines.base import Endpoint
-from prefixplan.engines.fields import secret_forms
+from prefixplan.engines.fields import redact_forms, secret_forms
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx
@@ -86,9 +86,7 @@ class Upstreams:
     def redact(self, replica: int, text: str) -> str:
         """``text`` (an error body, an exception's words) without any form of ``replica``'s key: a
         proxy in front of a replica may echo the ``Authorization`` header back."""
-        for form in self._secrets[replica]:
-            text = text.replace(form, "***")
-        return text
+        return redact_forms(text, self._secrets[replica])
 
     async def send(self, replica: int, request: httpx.Request, *, stream: bool) -> httpx.Response | UpstreamFailure:
         """Send; a failure worth trying elsewhere comes back as :class:`UpstreamFailure` (the

@@ -167,14 +167,11 @@ class _Cache:
         blocks = self.blocks
         for b in reversed(path):
             last = blocks.get(b)
-            if last is not None:
-                blocks.move_to_end(b)
-                if finish > last:
-                    blocks[b] = finish
-            else:
+            if last is None or finish > last:
                 blocks[b] = finish
-            if self.ttl is not None and (last is None or finish > last):
-                heapq.heappush(self._expiry, (finish + self.ttl, b))
+                if self.ttl is not None:
+                    heapq.heappush(self._expiry, (finish + self.ttl, b))
+            blocks.move_to_end(b)
         if self.capacity is not None:
             while len(blocks) > self.capacity:
                 blocks.popitem(last=False)

@@ -117,7 +117,10 @@ def fill_times(times: np.ndarray, untimed: np.ndarray) -> np.ndarray:
     """Arrival times where some requests of a timed log have none: each such request arrives
     with the request before it in the input (so replay keeps it right after that one), and those
     before the first timed request with it. A log without any time replays in file order by
-    index; a lone untimed request must not become "time 3" among epoch seconds."""
+    index; a lone untimed request must not become "time 3" among epoch seconds. ``times`` comes
+    back as it is when every request, or none, has a time."""
+    if not untimed.any() or untimed.all():
+        return times
     n = times.shape[0]
     known = np.where(~untimed, np.arange(n), -1)
     np.maximum.accumulate(known, out=known)
@@ -359,9 +362,10 @@ class TraceBuilder:
             raise RuntimeError("TraceBuilder.finish called twice")
         self._finished = True
         times = _frozen(self._times, np.float64)
-        untimed = np.frombuffer(self._untimed, dtype=np.int8).astype(bool) if len(self._untimed) else None
-        if untimed is not None and untimed.any() and not untimed.all():
-            times = fill_times(times, untimed)
+        untimed = np.frombuffer(self._untimed, dtype=np.int8).astype(bool)
+        filled = fill_times(times, untimed)
+        if filled is not times:
+            times = filled
             if self._observed:  # the Anthropic model reads each request's time
                 self._observed = [
                     (replace(req, time=float(times[i])), at) if untimed[i] else (req, at)

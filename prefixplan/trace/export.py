@@ -98,10 +98,7 @@ def export_mooncake(
             times.append(float(row.time) if row.time is not None else float(row.index))
             untimed.append(row.time is None)
         spill.flush()
-        arrival = np.asarray(times, dtype=np.float64)
-        missing = np.asarray(untimed, dtype=bool)
-        if missing.any() and not missing.all():
-            arrival = fill_times(arrival, missing)
+        arrival = fill_times(np.asarray(times, dtype=np.float64), np.asarray(untimed, dtype=bool))
         times = arrival.tolist()
         order = np.lexsort((np.arange(len(times)), arrival)) if times else []
         t0 = min(times) if times else 0.0

@@ -385,13 +385,9 @@ class TraceFile:
         """The rows in file order, streamed in batches."""
         for batch in iter_batches(self._file, batch_rows):
             try:
-                rows = batch_rows_of(batch)
-                first = next(rows, None)
-            except InputError as exc:
+                yield from batch_rows_of(batch)
+            except InputError as exc:  # a damaged batch: say which file
                 raise InputError(f"{self.path}: {exc}", hint="write the trace again from its log") from None
-            if first is not None:
-                yield first
-                yield from rows
 
 
 def _flat(arr: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
