@@ -303,6 +303,39 @@ def test_tool_breakers_say_whether_order_keys_or_content_vary(qwen3_path) -> Non
     assert kinds([tool(plan.format("free")), tool(plan.format("free"), "parameters")] * 2) == ["tool-key-order"]
 
 
+def test_tool_breakers_are_the_same_when_the_tool_set_memo_starts_over(qwen3_path, monkeypatch) -> None:
+    """A finder serialises each rendered tool set once (a bounded memo); a memo that keeps
+    starting over gives the same breakers."""
+    from prefixplan.analysis import breakers
+    from prefixplan.api import analyze
+
+    def fn(name: str, desc: str) -> dict:
+        return {"type": "function", "function": {"name": name, "description": desc, "parameters": {"type": "object"}}}
+
+    sets = [
+        [fn("a", "first"), fn("b", "second")],
+        [fn("b", "second"), fn("a", "first")],
+        [fn("a", "first, changed"), fn("b", "second")],
+        [fn("c", "third")],
+    ]
+    log = [
+        {
+            "user": f"u{i % 3}",
+            "messages": [{"role": "user", "content": f"q {i}"}],
+            "tools": sets[(i * 7) % 4 if i % 5 else 0],
+        }
+        for i in range(24)
+    ]
+
+    def found() -> list[dict]:
+        return analyze(log, tokenizer=f"hf:{qwen3_path}", simulate=False, min_tenants=1).record.breakers
+
+    whole = found()
+    assert [(b["kind"], b["requests"], b["variants"]) for b in whole] == [("tool-order", 19, 3)]
+    monkeypatch.setattr(breakers, "TOOL_SET_MEMO", 1)
+    assert found() == whole
+
+
 def test_a_trace_file_never_carries_tool_results_even_when_shown(tmp_path: Path, qwen3_path) -> None:
     from prefixplan.cli.app import main
 

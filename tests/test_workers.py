@@ -4,6 +4,7 @@ and a request the tokenizer rejects is reported the same way."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,18 @@ def test_small_inputs_render_in_process(tmp_path: Path) -> None:
     assert default_workers(SourceOptions(paths=(str(small),))) == 1
     assert default_workers(SourceOptions(objects=[{"prompt": "x"}])) == 1
     assert main(["analyze", str(small), "--workers", "0", "--no-store", "-q"]) == 2
+
+
+def test_render_workers_share_the_cores_out_among_their_tokenizer_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each render process gives its tokenizer's thread pool its share of the cores (a process
+    per core: one thread each), unless the user sized the pool."""
+    from prefixplan.trace import shards
+
+    assert [shards.worker_threads(w, cores=2) for w in (1, 2, 3)] == [2, 1, 1]
+    assert shards.worker_threads(4, cores=16) == 4
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    shards._share_cores(3)
+    assert os.environ["RAYON_NUM_THREADS"] == "3"
+    monkeypatch.setenv("RAYON_NUM_THREADS", "7")
+    shards._share_cores(1)
+    assert os.environ["RAYON_NUM_THREADS"] == "7"

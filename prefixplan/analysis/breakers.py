@@ -91,6 +91,18 @@ class _Group:
     tenants: set[str] = field(default_factory=set)  # distinct users, kept up to min_tenants
 
 
+TOOL_SET_MEMO = 4096
+"""Distinct rendered tool sets whose names and content hash a finder remembers (then it starts over)."""
+
+
+def _tool_set(tools: Sequence[dict[str, Any]]) -> tuple[tuple[str, ...], frozenset[str], str]:
+    """A tool set's name order, its names, and the hash of its content (tools sorted by name,
+    keys sorted): what tells a tool-order breaker from a content or key-order one."""
+    order = tuple(str((t.get("function") or t).get("name")) for t in tools)
+    by_name = sorted(tools, key=lambda t: str((t.get("function") or t).get("name")))
+    return order, frozenset(order), segment_hash(json.dumps(by_name, sort_keys=True, ensure_ascii=False))
+
+
 class BreakerFinder:
     """Streams prompts; :meth:`results` lists breakers by cost."""
 
@@ -100,6 +112,9 @@ class BreakerFinder:
         self._anon_tag = secrets.token_hex(8)  # anonymous users of different finders never collide
         self._system: dict[str, _Group] = defaultdict(_Group)
         self._tools: dict[frozenset[str], _Group] = defaultdict(_Group)
+        # rendered tool serialisation -> (name order, names, content hash): the same tool set
+        # recurs in most requests and is serialised for its content hash once
+        self._tool_sets: dict[str, tuple[tuple[str, ...], frozenset[str], str]] = {}
 
     def add(self, prompt: Prompt) -> None:
         self.add_request(prompt.request, prompt.segments, len(prompt), prompt.token_scale)
@@ -130,20 +145,26 @@ class BreakerFinder:
                     if group.first is None:
                         group.first = (kind, a, b, text)
         if req.tools:
-            order = tuple(str((t.get("function") or t).get("name")) for t in req.tools)
-            names = frozenset(order)
             # the rendered tool segments' hashes identify the serialisation the engine saw
             tool_hashes = [s.text_hash for s in segments if s.kind == "tool"]
+            known = None
             if len(tool_hashes) == len(req.tools):
                 key = segment_hash("\0".join(tool_hashes))
+                known = self._tool_sets.get(key)
             else:
                 key = segment_hash(json.dumps(list(req.tools), ensure_ascii=False))
+            if known is None:
+                known = _tool_set(req.tools)
+                if len(tool_hashes) == len(req.tools):
+                    if len(self._tool_sets) >= TOOL_SET_MEMO:
+                        self._tool_sets.clear()
+                    self._tool_sets[key] = known
+            order, names, content = known
             group = self._tools[names]
             self._seen(group, tenant)
             group.variants[key] = group.variants.get(key, 0) + 1
             group.orders.add(order)
-            by_name = sorted(req.tools, key=lambda t: str((t.get("function") or t).get("name")))
-            group.contents.add(segment_hash(json.dumps(by_name, sort_keys=True, ensure_ascii=False)))
+            group.contents.add(content)
             first_tool = next((s.start for s in segments if s.kind == "tool"), None)
             if first_tool is not None:
                 group.tails.append(max(region_end - first_tool, 0) * token_scale)
