@@ -16,6 +16,9 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PREFIXPLAN_DB", str(tmp_path / "prefixplan.db"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # pytest-xdist's workers inherit COLUMNS=80: every test sees the terminal a plain run sees
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 def qwen3_dir() -> Path | None:

@@ -5,14 +5,12 @@
 # exercise the same dependency code as faster tests; the unit stage runs them on current versions).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-python -m pip install -q "uv>=0.5"
-uv venv -q --allow-existing --python "$(command -v python)" .venv-lowest
-uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e ".[test]"
+bash scripts/setup_lowest.sh
 .venv-lowest/bin/python - <<'PY'
 from importlib.metadata import version
 print("lowest:", ", ".join(f"{p} {version(p)}" for p in (
     "typer", "rich", "tiktoken", "transformers", "tokenizers", "openai", "pyyaml", "sqlite-utils",
-    "numpy", "isal", "httpx", "mistral-common", "starlette", "uvicorn", "pyarrow", "fsspec", "s3fs", "moto", "ray")))
+    "numpy", "isal", "httpx", "pytest", "pytest-xdist", "mistral-common", "starlette", "uvicorn", "pyarrow", "fsspec", "s3fs", "moto", "ray")))
 PY
 bash scripts/setup_redis.sh
-.venv-lowest/bin/python -m pytest -q -m "not live and not browser and not heavy" -p no:cacheprovider
+.venv-lowest/bin/python -m pytest -q -m "not live and not browser and not heavy" -p no:cacheprovider $(bash scripts/pytest_workers.sh)
