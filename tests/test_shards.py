@@ -244,3 +244,24 @@ def test_one_file_shared_by_two_workers_reads_like_one_reader(tmp_path: Path) ->
             outcomes.append(outcome)
     assert outcomes[0] == outcomes[2] and outcomes[1] == outcomes[3]
     assert outcomes[0][2].keys() >= {"bad JSON", "line too long", "render"}  # type: ignore[index]
+
+
+def test_a_worker_error_closes_the_pool_in_the_consumers_thread(tmp_path: Path) -> None:
+    """The strict error of a worker ends the run with no render pool left suspended: closed by
+    whoever met the error, not later by the garbage collector on some other thread (the pool's
+    own manager thread cannot join itself: "cannot join current thread")."""
+    import gc
+    import inspect
+
+    from prefixplan.trace import shards
+
+    split_example(tmp_path / "log")
+    gc.collect()
+    rc = main(["analyze", str(tmp_path / "log"), "--no-store", "-q", "--strict", "--workers", "2"])
+    assert rc == 2
+    left = [
+        o
+        for o in gc.get_objects()
+        if inspect.isgenerator(o) and o.gi_code is shards.run_local.__code__ and o.gi_frame is not None
+    ]
+    assert left == []

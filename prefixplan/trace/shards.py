@@ -245,7 +245,9 @@ def run_local(jobs: Iterable[ShardJob], workers: int) -> Iterator[ShardResult]:
     ctx = multiprocessing.get_context("spawn")  # tokenizer libraries start threads: never fork them
     window: deque[Future[ShardResult]] = deque()
     threads = worker_threads(workers)
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_share_cores, initargs=(threads,)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_share_cores, initargs=(threads,))
+    finished = False
+    try:
 
         def first() -> ShardResult:
             try:
@@ -262,3 +264,10 @@ def run_local(jobs: Iterable[ShardJob], workers: int) -> Iterator[ShardResult]:
                 yield first()
         while window:
             yield first()
+        finished = True
+    finally:
+        # Stopped early (an error, a consumer that left): queued jobs are cancelled and nothing
+        # waits for the running ones. A generator left suspended may also be closed by the
+        # garbage collector on any thread, the pool's manager thread included, which cannot
+        # join itself.
+        pool.shutdown(wait=finished, cancel_futures=True)

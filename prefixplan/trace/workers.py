@@ -241,21 +241,28 @@ def _merge_results(
     """Rows of the workers' results in job order; their errors, failures, statistics and text
     partials merged into the parent's."""
     index = 0
-    for result in results:
-        if result.error is not None:
-            raise result.error
-        errors.merge(result.errors)
-        if failures is not None:
-            failures.extend(result.failures)
-        merge_stats(renderers, result.stats)
-        for row in result.rows:
-            row.index = index  # indexes count rendered requests, as in-process
-            index += 1
-            yield Rendered(None, row)
-        if meter is not None and result.size:
-            meter.add_done(result.size)
-        if on_shard is not None:
-            on_shard(result)
+    try:
+        for result in results:
+            if result.error is not None:
+                raise result.error
+            errors.merge(result.errors)
+            if failures is not None:
+                failures.extend(result.failures)
+            merge_stats(renderers, result.stats)
+            for row in result.rows:
+                row.index = index  # indexes count rendered requests, as in-process
+                index += 1
+                yield Rendered(None, row)
+            if meter is not None and result.size:
+                meter.add_done(result.size)
+            if on_shard is not None:
+                on_shard(result)
+    finally:
+        # stopped early (an error, a consumer that left): the executor stops here, in this
+        # thread, not when the garbage collector finds it on another one
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
 
 
 def render_in_process(
