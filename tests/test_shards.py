@@ -266,3 +266,35 @@ def test_a_worker_error_closes_the_pool_in_the_consumers_thread(tmp_path: Path) 
         if type(o) is types.GeneratorType and o.gi_code is shards.run_local.__code__ and o.gi_frame is not None
     ]
     assert left == []
+
+
+@pytest.mark.parametrize("routing", [False, True])
+def test_a_shard_result_crosses_processes_as_columns_with_every_row_intact(tmp_path: Path, routing: bool) -> None:
+    """Rows travel as a few column buffers (pack_rows) and come back field for field: same
+    values, same types, arrays with their dtypes."""
+    import dataclasses
+    import pickle
+
+    import numpy as np
+
+    from prefixplan.trace.rows import TraceRow, pack_rows, unpack_rows
+
+    files = split_example(tmp_path / "log")
+    result = render_shard(ShardJob(4, str(files[4]), SourceOptions(paths=(str(tmp_path / "log"),)), 16, routing))
+    back = pickle.loads(pickle.dumps(result))
+    assert len(back.rows) == len(result.rows) > 10
+    assert back.errors.count == result.errors.count and back.failures == result.failures
+    for a, b in zip(result.rows, back.rows, strict=True):
+        for f in dataclasses.fields(TraceRow):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if isinstance(x, np.ndarray):
+                assert isinstance(y, np.ndarray) and y.dtype == x.dtype and np.array_equal(x, y), f.name
+            else:
+                assert type(y) is type(x) and y == x, f.name
+    assert (back.rows[0].route_units is not None) == routing
+    # arrays of one field with different dtypes travel as they are; no rows, no columns
+    rows = result.rows[:3]
+    rows[1] = dataclasses.replace(rows[1], seg_start=rows[1].seg_start.astype(np.int64))
+    again = unpack_rows(pickle.loads(pickle.dumps(pack_rows(rows))))
+    assert [r.seg_start.dtype for r in again] == [rows[0].seg_start.dtype, np.int64, rows[2].seg_start.dtype]
+    assert unpack_rows(pack_rows([])) == []

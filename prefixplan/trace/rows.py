@@ -9,7 +9,9 @@ send back, what ``--trace-out`` writes as Parquet (:mod:`prefixplan.trace.parque
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +87,46 @@ class TraceRow:
     gw_key_tokens: int
     exact: bool
     logged_cached_tokens: int | None
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(TraceRow))
+_ARRAY_FIELDS = frozenset(
+    ("block_keys", "seg_kind", "seg_start", "seg_end", "seg_index", "seg_hash")
+    + ("chunk_start", "chunk_end", "chunk_msg", "chunk_hash", "chunk_chars")
+)
+
+
+def pack_rows(rows: Sequence[TraceRow]) -> dict[str, Any]:
+    """Rows as columns, for sending between processes: each array field concatenated with the
+    rows' lengths, every other field a list. Pickling a row's eleven small arrays one by one
+    cost as much as a sixth of rendering the row; a batch's columns pickle as a few buffers."""
+    packed: dict[str, Any] = {"n": len(rows)}
+    if not rows:
+        return packed
+    for name in _ROW_FIELDS:
+        values = [getattr(r, name) for r in rows]
+        if name in _ARRAY_FIELDS and len({(v.dtype, v.ndim) for v in values}) == 1 and values[0].ndim == 1:
+            lengths = np.fromiter((v.shape[0] for v in values), dtype=np.int64, count=len(values))
+            packed[name] = ("flat", np.concatenate(values), lengths)
+        else:
+            packed[name] = ("list", values)
+    return packed
+
+
+def unpack_rows(packed: dict[str, Any]) -> list[TraceRow]:
+    """The rows :func:`pack_rows` packed (array fields as views of one buffer per field)."""
+    n = int(packed["n"])
+    if not n:
+        return []
+    columns: list[Sequence[Any]] = []
+    for name in _ROW_FIELDS:
+        kind, *data = packed[name]
+        if kind == "flat":
+            flat, lengths = data
+            columns.append(np.split(flat, np.cumsum(lengths)[:-1]))
+        else:
+            columns.append(data[0])
+    return [TraceRow(*values) for values in zip(*columns, strict=True)]
 
 
 def hash_u64(text_hash: str) -> int:

@@ -27,7 +27,7 @@ from prefixplan.logs import LineErrors
 from prefixplan.logs.read import LineBatch
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions
-from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.rows import TraceRow, pack_rows, unpack_rows
 
 IN_FLIGHT_PER_WORKER = 3
 """Jobs handed to each local worker ahead of the one being merged (bounds parent memory)."""
@@ -89,6 +89,16 @@ class ShardResult:
     worker: str = ""  # host:pid that rendered it (benchmarks, progress)
     peak_rss_mb: float = 0.0  # the worker process's peak RSS after this file
     seconds: float = 0.0  # time the worker spent on this file
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["rows"] = pack_rows(self.rows)  # a few buffers, not eleven arrays a row
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["rows"] = unpack_rows(state["rows"])
+        self.__dict__.update(state)
 
 
 # -- worker side -----------------------------------------------------------------------------
