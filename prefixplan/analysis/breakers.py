@@ -147,15 +147,15 @@ class BreakerFinder:
         if req.tools:
             # the rendered tool segments' hashes identify the serialisation the engine saw
             tool_hashes = [s.text_hash for s in segments if s.kind == "tool"]
-            known = None
-            if len(tool_hashes) == len(req.tools):
+            rendered = len(tool_hashes) == len(req.tools)
+            if rendered:
                 key = segment_hash("\0".join(tool_hashes))
-                known = self._tool_sets.get(key)
             else:
                 key = segment_hash(json.dumps(list(req.tools), ensure_ascii=False))
+            known = self._tool_sets.get(key) if rendered else None
             if known is None:
                 known = _tool_set(req.tools)
-                if len(tool_hashes) == len(req.tools):
+                if rendered:
                     if len(self._tool_sets) >= TOOL_SET_MEMO:
                         self._tool_sets.clear()
                     self._tool_sets[key] = known

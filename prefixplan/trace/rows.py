@@ -90,16 +90,14 @@ class TraceRow:
 
 
 _ROW_FIELDS = tuple(f.name for f in fields(TraceRow))
-_ARRAY_FIELDS = frozenset(
-    ("block_keys", "seg_kind", "seg_start", "seg_end", "seg_index", "seg_hash")
-    + ("chunk_start", "chunk_end", "chunk_msg", "chunk_hash", "chunk_chars")
-)
+_ARRAY_FIELDS = frozenset(f.name for f in fields(TraceRow) if f.type in ("np.ndarray", np.ndarray))
 
 
 def pack_rows(rows: Sequence[TraceRow]) -> dict[str, Any]:
-    """Rows as columns, for sending between processes: each array field concatenated with the
-    rows' lengths, every other field a list. Pickling a row's eleven small arrays one by one
-    cost as much as a sixth of rendering the row; a batch's columns pickle as a few buffers."""
+    """Rows as columns, for sending between processes: each array field (by its annotation)
+    concatenated with the rows' lengths when its arrays share a dtype, every other field a list.
+    Pickling a row's eleven small arrays one by one cost as much as a sixth of rendering the row;
+    a batch's columns pickle as a few buffers."""
     packed: dict[str, Any] = {"n": len(rows)}
     if not rows:
         return packed

@@ -96,9 +96,7 @@ class ShardResult:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        state["rows"] = unpack_rows(state["rows"])
-        self.__dict__.update(state)
+        self.__dict__.update(state, rows=unpack_rows(state["rows"]))
 
 
 # -- worker side -----------------------------------------------------------------------------
