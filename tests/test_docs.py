@@ -170,13 +170,16 @@ def scratch_checkout(where: Path) -> Path:
     return where
 
 
-def harness_env(tmp: Path) -> dict[str, str]:
+def harness_env(tmp: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The examples' environment, from ``environ`` (default: a copy of this process's). Pages run
+    in threads: they get a copy taken in the main thread, where pytest changes os.environ
+    (iterating it while it changes raised KeyError)."""
     bindir = Path(sys.executable).parent
     exe = shutil.which("prefixplan", path=str(bindir)) or shutil.which("prefixplan")
     assert exe, "the prefixplan entry point is not installed (pip install -e .)"
     env = {
         k: v
-        for k, v in os.environ.items()
+        for k, v in (dict(os.environ) if environ is None else environ).items()
         if not k.startswith("PREFIXPLAN_") or k in ("PREFIXPLAN_QWEN3_DIR", "PREFIXPLAN_TOKENIZER_DIR")
     }
     env.update(
@@ -194,11 +197,11 @@ def harness_env(tmp: Path) -> dict[str, str]:
 PAGES = doc_pages()
 
 
-def run_page(doc: Path, tmp: Path) -> list[str]:
+def run_page(doc: Path, tmp: Path, environ: dict[str, str] | None = None) -> list[str]:
     """Run one page's examples in order; return the failures (empty when the page is right)."""
     page = parse_page(doc.read_text(encoding="utf-8"), doc.relative_to(ROOT).as_posix())
     cwd = scratch_checkout(tmp / "repo")
-    env = harness_env(tmp)
+    env = harness_env(tmp, environ)
     failures = []
     for ex in page.examples:
         proc = subprocess.run(
@@ -233,7 +236,8 @@ def page_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     pages = [p for p in PAGES if p in selected and parse_page(p.read_text(encoding="utf-8")).examples]
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(pages), os.cpu_count() or 2)))
     request.addfinalizer(pool.shutdown)
-    return {p: pool.submit(run_page, p, tmp_path_factory.mktemp("docs")) for p in pages}
+    environ = dict(os.environ)  # here, in the thread where pytest changes it
+    return {p: pool.submit(run_page, p, tmp_path_factory.mktemp("docs"), environ) for p in pages}
 
 
 @pytest.mark.parametrize(

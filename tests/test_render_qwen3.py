@@ -155,3 +155,45 @@ def test_list_contents_and_string_arguments_are_labelled(renderers) -> None:
     user = next(s for s in prompt.segments if s.kind == "user")
     text = fast.tokenizer.decode(prompt.tokens[user.start : user.end].tolist())
     assert text == "hello\nworld"
+
+
+def test_tojson_memo_serialises_each_tool_once_per_batch(renderers, monkeypatch) -> None:
+    """A batch that shares its tools serialises each tool once; every text is still what
+    ``apply_chat_template`` gives the conversation alone."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    from prefixplan.render import tojson_memo
+
+    split, _ = renderers
+    filters = _compile_jinja_template(split.tokenizer.chat_template).environment.filters
+    assert getattr(filters["tojson"], "__prefixplan_memo__", False)
+    original = filters["tojson"].__wrapped__
+    calls: list[object] = []
+
+    def counting(x, *args, **kwargs):
+        calls.append(x)
+        return original(x, *args, **kwargs)
+
+    monkeypatch.setitem(filters, "tojson", tojson_memo._memoised(counting))
+    tools = next(c["tools"] for c in CASES if c["tools"] and len(c["tools"]) >= 2)
+    reqs = [_request(i, {"messages": c["messages"], "tools": tools}) for i, c in enumerate(CASES[:20])]
+
+    def tool_calls() -> int:  # transformers may pass copies of the tools: compare values
+        return sum(any(x == t for t in tools) for x in calls)
+
+    texts = split._render_texts(reqs, range(len(reqs)))
+    assert tool_calls() == len(tools)
+    for i, req in enumerate(reqs):
+        alone = split.tokenizer.apply_chat_template(
+            list(req.messages or ()), tools=list(tools), add_generation_prompt=True, tokenize=False
+        )
+        assert texts[i] == alone
+
+    calls.clear()  # outside a memo scope every conversation serialises every tool again
+    split.tokenizer.apply_chat_template(
+        [list(r.messages or ()) for r in reqs],
+        tools=list(reqs[0].tools or ()),
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert tool_calls() == len(tools) * len(reqs)

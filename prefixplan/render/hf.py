@@ -33,6 +33,8 @@ from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.chatnorm import engine_messages
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
+from prefixplan.render.tojson_memo import install as install_tojson_memo
+from prefixplan.render.tojson_memo import tojson_memo
 
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
 PARAGRAPH_SPLIT_MIN_CHARS = 1024
@@ -123,6 +125,10 @@ class HFRenderer:
         }
         self.split_pieces = split_pieces and safe and self._pieces_are_safe()
         self.fingerprint = self._fingerprint()
+        templates = self.tokenizer.chat_template
+        for template in templates.values() if isinstance(templates, dict) else (templates,):
+            if isinstance(template, str):
+                install_tojson_memo(template)
         self._byte_len = self._byte_lengths()
         self._paragraph_split = paragraph_split and self._paragraph_boundaries_are_safe()
 
@@ -228,13 +234,14 @@ class HFRenderer:
                 continue
             tools = requests[idxs[0]].tools
             try:
-                texts = self.tokenizer.apply_chat_template(
-                    [engine_messages(requests[i].messages or ()) for i in idxs],
-                    tools=list(tools) if tools else None,
-                    add_generation_prompt=True,
-                    tokenize=False,
-                    **self.template_kwargs,
-                )
+                with tojson_memo():  # each tool serialised once for the batch, not per conversation
+                    texts = self.tokenizer.apply_chat_template(
+                        [engine_messages(requests[i].messages or ()) for i in idxs],
+                        tools=list(tools) if tools else None,
+                        add_generation_prompt=True,
+                        tokenize=False,
+                        **self.template_kwargs,
+                    )
             except Exception:  # the failing request is found (and named) alone below
                 texts = None
             if not isinstance(texts, list) or len(texts) != len(idxs):
