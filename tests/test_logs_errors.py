@@ -71,6 +71,7 @@ CASES = [
     ("[" * 100_000 + "]" * 100_000, "nesting too deep: JSON nested deeper than the parser allows"),
     (b"\x00\x01\xfe\xff garbage", "invalid UTF-8: byte 0xfe at offset 2"),
     (b'{"prompt": "caf\xe9"}', "invalid UTF-8: byte 0xe9 at offset 15"),
+    (b'{"prompt": "\xed\xa0\x80"}', "invalid UTF-8: byte 0xed at offset 12"),  # an encoded surrogate
     (b"\x00\x01\x02", "bad JSON: Expecting value at column 1"),
 ]
 

@@ -88,25 +88,28 @@ _NOT_PARSED = object()
 def _decode(data: bytes, ctx: LineContext, fmt: str) -> Parsed:
     if ctx.line_no == 1 and data.startswith(_BOM):
         data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadLine(f"invalid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
-    try:
-        # orjson is ~2x faster on big request lines; anything it refuses (NaN, huge ints, bad
-        # JSON) goes through the standard parser, which also words the error message.
-        obj = _fast_loads(data) if _fast_loads is not None else json.loads(text)
-    except (ValueError, RecursionError):
-        obj = _NOT_PARSED
-    try:
-        if obj is _NOT_PARSED:
+    obj: Any = _NOT_PARSED
+    if _fast_loads is not None:
+        # orjson is ~2x faster on big request lines and checks the UTF-8 itself (the bytes are
+        # not decoded to a str first); anything it refuses (NaN, huge ints, bad JSON or UTF-8)
+        # goes through the standard parser, which also words the error message.
+        try:
+            obj = _fast_loads(data)
+        except (ValueError, RecursionError):
+            obj = _NOT_PARSED
+    if obj is _NOT_PARSED:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"invalid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
+        try:
             obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadLine(f"bad JSON: {exc.msg} at column {exc.colno}") from None
-    except ValueError as exc:  # an integer literal past Python's digit limit (4300 digits)
-        raise BadLine(f"bad JSON: {str(exc)[:200]}") from None
-    except RecursionError:
-        raise BadLine("nesting too deep: JSON nested deeper than the parser allows") from None
+        except json.JSONDecodeError as exc:
+            raise BadLine(f"bad JSON: {exc.msg} at column {exc.colno}") from None
+        except ValueError as exc:  # an integer literal past Python's digit limit (4300 digits)
+            raise BadLine(f"bad JSON: {str(exc)[:200]}") from None
+        except RecursionError:
+            raise BadLine("nesting too deep: JSON nested deeper than the parser allows") from None
     try:
         return parse_line(obj, ctx, fmt)
     except BadLine:

@@ -12,6 +12,7 @@ contains the first character of the token's text. Text not attributed to a messa
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -226,7 +227,7 @@ def locate(
     attributed and its tokens count as ``template``.
     """
     spans: list[CharSpan] = []
-    taken: list[tuple[int, int]] = []
+    taken: list[tuple[int, int]] = []  # found spans: disjoint, sorted by start
     cursor = 0
     for i, msg in enumerate(messages or ()):
         kind = ROLE_KIND.get(str(msg.get("role")), "user")
@@ -234,13 +235,13 @@ def locate(
             # Templates emit turns in order, but some move the system text (Mistral v3 puts it
             # in the last user turn): system texts and misses are searched anywhere free.
             pos = -1 if kind == "system" else text.find(variant, cursor)
-            if pos >= 0 and any(a < pos + len(variant) and pos < b for a, b in taken):
+            if pos >= 0 and _overlaps(taken, pos, pos + len(variant)):
                 pos = -1
             if pos < 0:
                 pos = _find_free(text, variant, taken)
             if pos >= 0:
                 spans.append(CharSpan(kind, pos, pos + len(variant), segment_hash(variant), i))
-                taken.append((pos, pos + len(variant)))
+                bisect.insort(taken, (pos, pos + len(variant)))
                 if kind != "system":
                     cursor = pos + len(variant)
                 break
@@ -253,18 +254,16 @@ def locate(
                 pos = _find_free(text, needle, taken)
                 if pos >= 0:
                     spans.append(CharSpan(kind, pos, pos + len(needle), segment_hash(needle), i))
-                    taken.append((pos, pos + len(needle)))
+                    bisect.insort(taken, (pos, pos + len(needle)))
                     cursor = max(cursor, pos + len(needle))
                     break
-    taken.sort()
     for j, texts in enumerate(_tool_set_texts(tools, tools_key) if tools else ()):
         k = 0
         while (schema := texts.variant(k)) is not None:
             pos = _find_free(text, schema, taken)
             if pos >= 0:
                 spans.append(CharSpan("tool", pos, pos + len(schema), texts.hashes[k], j, texts.name))
-                taken.append((pos, pos + len(schema)))
-                taken.sort()
+                bisect.insort(taken, (pos, pos + len(schema)))
                 break
             k += 1
     spans.sort(key=lambda s: s.start)
@@ -272,30 +271,41 @@ def locate(
 
 
 def _argument_variants(args: Any) -> Iterator[str]:
-    """Texts a template may emit for a tool call's arguments: as logged (a JSON string), and as
-    the object engines parse a string into before rendering (``tojson``); lazily, as the
-    logged form is usually found."""
+    """Texts a template may emit for a tool call's arguments: the object engines parse a JSON
+    string into before rendering (``tojson``, :mod:`prefixplan.render.chatnorm`), then the
+    string as logged; lazily. The engine's form comes first because it is the one usually
+    found: a form that is missing costs a search of the whole prompt."""
     if isinstance(args, str):
-        if args:
-            yield args
         try:
             parsed = json.loads(args)
         except ValueError:
-            return
+            parsed = None
         if isinstance(parsed, dict):
-            yield json.dumps(parsed, ensure_ascii=False)
+            dumped = json.dumps(parsed, ensure_ascii=False)
+            yield dumped
+            if args and args != dumped:
+                yield args
+        elif args:
+            yield args
     elif args is not None:
         yield json.dumps(args, ensure_ascii=False)
 
 
+def _overlaps(taken: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether ``[start, end)`` overlaps a span of ``taken`` (disjoint, sorted): only the last
+    span starting before ``end`` can (the ends of disjoint sorted spans increase)."""
+    j = bisect.bisect_left(taken, (end,)) - 1
+    return j >= 0 and taken[j][1] > start
+
+
 def _find_free(text: str, needle: str, taken: list[tuple[int, int]]) -> int:
+    """The first position of ``needle`` in ``text`` that overlaps no span of ``taken``."""
     start = 0
     while True:
         pos = text.find(needle, start)
         if pos < 0:
             return -1
-        end = pos + len(needle)
-        if not any(a < end and pos < b for a, b in taken):
+        if not _overlaps(taken, pos, pos + len(needle)):
             return pos
         start = pos + 1
 

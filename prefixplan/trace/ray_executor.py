@@ -26,6 +26,11 @@ from prefixplan.trace.shards import ShardJob, ShardResult, render_shard
 class _ShardActor:
     """A Ray Data actor: renders the files of its batches (tokenizers stay loaded between them)."""
 
+    def __init__(self) -> None:
+        from prefixplan.core.gcpolicy import relax_for_process
+
+        relax_for_process()  # the actor's process renders logs and nothing else
+
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from prefixplan.core.gcpolicy import relax_for_process
 from prefixplan.core.types import Request
 from prefixplan.errors import PrefixplanError
 from prefixplan.logs import LineErrors
@@ -238,8 +239,10 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
 
 def _share_cores(threads: int) -> None:
     """Render worker start: the tokenizer's thread pool (Rust rayon, sized when first used) takes
-    ``threads`` threads unless the user set RAYON_NUM_THREADS."""
+    ``threads`` threads unless the user set RAYON_NUM_THREADS; the garbage collector runs less
+    often (:mod:`prefixplan.core.gcpolicy`)."""
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    relax_for_process()
 
 
 def run_local(jobs: Iterable[ShardJob], workers: int) -> Iterator[ShardResult]:
