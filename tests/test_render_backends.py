@@ -202,3 +202,28 @@ def test_a_pre_tokenizer_marking_only_the_text_start_renders_whole_and_exact(tmp
     got = renderer.render(request).tokens.tolist()
     text = fast.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert got == fast.encode(text, add_special_tokens=False)  # what the engine computes
+
+
+def test_tool_spans_are_found_after_each_other_and_anywhere_else():
+    """Tools are looked for right after the previous one first, then anywhere free: a tool
+    listed twice gets two spans, a tool behind a long header is still found, and a tool call's
+    arguments are found in the engine's JSON or as logged."""
+    import json
+
+    from prefixplan.render.spans import TOOL_GAP_CHARS, locate
+
+    a = {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}
+    b = {"type": "function", "function": {"name": "b", "description": "bee"}}
+    ja, jb = json.dumps(a, ensure_ascii=False), json.dumps(b, ensure_ascii=False)
+    header = "#" * (TOOL_GAP_CHARS + 50)
+    user = {"role": "user", "content": "question"}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "a", "arguments": '{"x":1}'}}]}
+    text = f"<s>{ja}\n{jb}\n{header}{ja}</s><u>question</u><a>{json.dumps({'x': 1})}</a>"
+    spans = locate(text, [user, call], [a, b, a])
+    tools = [(s.index, s.start) for s in spans if s.kind == "tool"]
+    assert tools == [(0, 3), (1, 4 + len(ja)), (2, 5 + len(ja) + len(jb) + len(header))]
+    (args,) = [s for s in spans if s.kind == "assistant"]
+    assert text[args.start : args.end] == '{"x": 1}'
+    logged = text.replace('{"x": 1}', '{"x":1}')  # a template that writes the string as logged
+    (args,) = [s for s in locate(logged, [user, call], [a, b, a]) if s.kind == "assistant"]
+    assert logged[args.start : args.end] == '{"x":1}'

@@ -96,3 +96,16 @@ def test_render_workers_share_the_cores_out_among_their_tokenizer_threads(monkey
     monkeypatch.setenv("RAYON_NUM_THREADS", "7")
     shards._share_cores(1)
     assert os.environ["RAYON_NUM_THREADS"] == "7"
+
+
+def test_segments_rendered_here_are_those_a_row_rebuilds() -> None:
+    """The text pass takes the segments of requests rendered in this process as the renderer
+    gave them, and those of a worker's or a trace's rows rebuilt from the row: the same."""
+    from prefixplan.trace.workers import row_segments
+
+    source = SourceOptions(paths=(str(EXAMPLE),))
+    rendered = list(iter_rendered(source, LineErrors(), source.renderers(), block_size=16, workers=1))
+    assert rendered and all(r.segments is not None for r in rendered)
+    assert sum(len(r.segments or ()) for r in rendered) > 10 * len(rendered)
+    for r in rendered:
+        assert r.segments == row_segments(r.row)

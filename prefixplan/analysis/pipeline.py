@@ -135,8 +135,11 @@ class TextPass:
         self.previews = Previews(user_text=self.show_user_text)
         self.finder = BreakerFinder(min_tenants=self.min_tenants)
 
-    def add(self, request: Request, row: TraceRow) -> None:
-        segments = row_segments(row)
+    def add(self, request: Request, row: TraceRow, segments: tuple[Segment, ...] | None = None) -> None:
+        """Take in one request; ``segments``: its spans when the caller has them (else rebuilt
+        from the row)."""
+        if segments is None:
+            segments = row_segments(row)
         self.previews.remember(request, segments)
         self.finder.add_request(request, segments, int(row.units), int(row.token_scale))
 
@@ -173,7 +176,7 @@ class _FirstPass:
         row = rendered.row
         self.add_row(row)
         if rendered.request is not None:  # else the text pass of its file comes with the file's rows
-            self.text.add(rendered.request, row)
+            self.text.add(rendered.request, row, rendered.segments)
         return row
 
     def add_shard(self, result: ShardResult) -> None:

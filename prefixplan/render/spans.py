@@ -36,6 +36,8 @@ ROLE_KIND = {
 
 # Paragraphs shorter than this are not RAG-chunk candidates (too small to matter for caching).
 MIN_CHUNK_CHARS = 200
+TOOL_GAP_CHARS = 256
+"""How far after the previous tool the next one is looked for first (separators, a header)."""
 _PARA_SPLIT = re.compile(r"\n[ \t]*\n+")
 
 
@@ -257,13 +259,21 @@ def locate(
                     bisect.insort(taken, (pos, pos + len(needle)))
                     cursor = max(cursor, pos + len(needle))
                     break
+    after = -1  # end of the last tool found: templates write the tools one after another
     for j, texts in enumerate(_tool_set_texts(tools, tools_key) if tools else ()):
         k = 0
         while (schema := texts.variant(k)) is not None:
-            pos = _find_free(text, schema, taken)
+            pos = -1
+            if after >= 0:  # right after the previous tool (a few separator chars), else anywhere
+                pos = text.find(schema, after, after + len(schema) + TOOL_GAP_CHARS)
+                if pos >= 0 and _overlaps(taken, pos, pos + len(schema)):
+                    pos = -1
+            if pos < 0:
+                pos = _find_free(text, schema, taken)
             if pos >= 0:
                 spans.append(CharSpan("tool", pos, pos + len(schema), texts.hashes[k], j, texts.name))
                 bisect.insort(taken, (pos, pos + len(schema)))
+                after = pos + len(schema)
                 break
             k += 1
     spans.sort(key=lambda s: s.start)

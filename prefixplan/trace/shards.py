@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from prefixplan.core.gcpolicy import relax_for_process
-from prefixplan.core.types import Request
+from prefixplan.core.types import Request, Segment
 from prefixplan.errors import PrefixplanError
 from prefixplan.logs import LineErrors
 from prefixplan.logs.read import LineBatch
@@ -37,7 +37,7 @@ IN_FLIGHT_PER_WORKER = 3
 class TextPartial(Protocol):
     """What the text-level analysis keeps of a shard's requests (analysis provides it)."""
 
-    def add(self, request: Request, row: TraceRow) -> None: ...
+    def add(self, request: Request, row: TraceRow, segments: tuple[Segment, ...] | None = None) -> None: ...
 
     def merge(self, other: Any) -> None: ...
 
@@ -152,7 +152,7 @@ def render_shard(job: ShardJob) -> ShardResult:
         for one in _render(job, renderers, result):
             result.rows.append(one.row)
             if text is not None and one.request is not None:
-                text.add(one.request, one.row)
+                text.add(one.request, one.row, one.segments)
     except PrefixplanError as exc:
         result.error = exc
     if text is not None and job.run:

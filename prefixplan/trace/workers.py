@@ -58,10 +58,12 @@ def default_workers(source: SourceOptions) -> int:
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """One rendered request: its row, and the request itself for text-level analysis (None when
-    a worker kept the text: :mod:`prefixplan.trace.shards`)."""
+    a worker kept the text: :mod:`prefixplan.trace.shards`) with its segments when rendered in
+    this process (else :func:`row_segments` rebuilds them from the row)."""
 
     request: Request | None
     row: TraceRow
+    segments: tuple[Segment, ...] | None = None
 
 
 def row_segments(row: TraceRow) -> tuple[Segment, ...]:
@@ -284,7 +286,7 @@ def render_in_process(
         nonlocal index
         for req, result in zip(pending, renderers.render_batch(pending), strict=True):
             if isinstance(result, Prompt):
-                yield Rendered(req, maker.row(result, index))
+                yield Rendered(req, maker.row(result, index), tuple(result.segments))
                 index += 1
             else:
                 failed(req, str(result))
