@@ -32,8 +32,11 @@ def pinned_log(requests: int) -> Path:
 
 
 def run_child(script: str, *args: str) -> dict:
-    """Run ``script --child ARGS`` and return the JSON object its last output line holds."""
-    out = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True)
+    """Run ``script --child ARGS`` and return the JSON object its last output line holds. The
+    child keeps compiled bytecode even where PYTHONDONTWRITEBYTECODE is set (else each process,
+    and each render worker, compiles transformers from source again: seconds per process)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True, env=env)
     if out.returncode:
         sys.stderr.write(out.stderr[-4000:])
         raise SystemExit(f"child {args} failed ({out.returncode})")

