@@ -147,18 +147,16 @@ class BreakerFinder:
         if req.tools:
             # the rendered tool segments' hashes identify the serialisation the engine saw
             tool_hashes = [s.text_hash for s in segments if s.kind == "tool"]
-            rendered = len(tool_hashes) == len(req.tools)
-            if rendered:
+            if len(tool_hashes) == len(req.tools):  # every tool rendered: memo by what was rendered
                 key = segment_hash("\0".join(tool_hashes))
-            else:
-                key = segment_hash(json.dumps(list(req.tools), ensure_ascii=False))
-            known = self._tool_sets.get(key) if rendered else None
-            if known is None:
-                known = _tool_set(req.tools)
-                if rendered:
+                known = self._tool_sets.get(key)
+                if known is None:
                     if len(self._tool_sets) >= TOOL_SET_MEMO:
                         self._tool_sets.clear()
-                    self._tool_sets[key] = known
+                    known = self._tool_sets[key] = _tool_set(req.tools)
+            else:
+                key = segment_hash(json.dumps(list(req.tools), ensure_ascii=False))
+                known = _tool_set(req.tools)
             order, names, content = known
             group = self._tools[names]
             self._seen(group, tenant)

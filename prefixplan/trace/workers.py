@@ -286,7 +286,7 @@ def render_in_process(
         nonlocal index
         for req, result in zip(pending, renderers.render_batch(pending), strict=True):
             if isinstance(result, Prompt):
-                yield Rendered(req, maker.row(result, index), tuple(result.segments))
+                yield Rendered(req, maker.row(result, index), result.segments)
                 index += 1
             else:
                 failed(req, str(result))
