@@ -227,3 +227,25 @@ def test_tool_spans_are_found_after_each_other_and_anywhere_else():
     logged = text.replace('{"x": 1}', '{"x":1}')  # a template that writes the string as logged
     (args,) = [s for s in locate(logged, [user, call], [a, b, a]) if s.kind == "assistant"]
     assert logged[args.start : args.end] == '{"x":1}'
+
+
+def test_a_preloaded_renderer_is_the_one_used_and_counts_nothing(qwen3_path):
+    from prefixplan.render import RenderSet
+
+    renderers = RenderSet(default_spec=f"hf:{qwen3_path}")
+    renderers.preload("m")
+    renderers.preload("m")  # a second call starts nothing more
+    assert renderers.models_by_spec == {}  # loading is not rendering
+    r = renderers.for_model("m")
+    assert r.spec == f"hf:{qwen3_path}"
+    assert renderers.for_model("other") is r  # same spec: loaded once
+    assert renderers.models_by_spec == {f"hf:{qwen3_path}": {"m", "other"}}
+
+
+def test_a_preload_that_fails_raises_where_the_renderer_is_asked_for(tmp_path):
+    from prefixplan.render import RenderSet
+
+    renderers = RenderSet(default_spec=f"hf:{tmp_path / 'missing'}")
+    renderers.preload(None)  # the background load fails quietly
+    with pytest.raises((TokenizerError, UsageError)):
+        renderers.for_model(None)

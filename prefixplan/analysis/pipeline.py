@@ -247,6 +247,7 @@ def analyze(
             meter=meter,
             text=functools.partial(TextPass, options.min_tenants, options.show_user_text),
             on_shard=first.add_shard,
+            preload=True,  # the shown candidates' token ids are rendered here at the end
         )
         try:
             i = -1

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -192,6 +193,7 @@ class RenderSet:
     engine_ids: dict[str, int] = field(default_factory=dict)
     reported: dict[str, RendererFacts] = field(default_factory=dict)  # from workers, by spec
     _facts: dict[str, RendererFacts] = field(default_factory=dict)
+    _preloads: dict[str, Future[Renderer]] = field(default_factory=dict)
 
     def facts(self) -> list[RendererFacts]:
         """The tokenizers that rendered this run: those loaded here, then those only workers
@@ -226,12 +228,44 @@ class RenderSet:
         self.models_by_spec.setdefault(spec, set()).add(model or "-")
         renderer = self._loaded.get(spec)
         if renderer is None:
-            if spec.startswith("hf:"):
-                renderer = load_renderer(spec, chat_template=self.chat_template, template_kwargs=self.template_kwargs)
-            else:
-                renderer = load_renderer(spec)
+            pending = self._preloads.pop(spec, None)
+            if pending is not None:
+                try:
+                    renderer = pending.result()
+                except Exception:  # loaded again below, where the error is raised
+                    renderer = None
+            if renderer is None:
+                renderer = self._load(spec)
             self._loaded[spec] = renderer
         return renderer
+
+    def _load(self, spec: str) -> Renderer:
+        if spec.startswith("hf:"):
+            return load_renderer(spec, chat_template=self.chat_template, template_kwargs=self.template_kwargs)
+        return load_renderer(spec)
+
+    def preload(self, model: str | None) -> None:
+        """Start loading ``model``'s renderer on a background thread; :meth:`for_model` takes it
+        when it is needed (waiting for the load to finish). While worker processes render, the
+        parent's own renderer (for the few requests it re-renders at the end: the shown
+        candidates' token ids) then loads in the time it spends waiting for them, not after.
+        Counts nothing as rendered; a load that fails here is tried again by :meth:`for_model`,
+        which raises its error."""
+        spec = self.spec_for(model)
+        if spec in self._loaded or spec in self._preloads:
+            return
+        import threading
+
+        pending: Future[Renderer] = Future()
+
+        def load() -> None:
+            try:
+                pending.set_result(self._load(spec))
+            except BaseException as exc:  # handed to for_model
+                pending.set_exception(exc)
+
+        self._preloads[spec] = pending
+        threading.Thread(target=load, name=f"prefixplan-preload-{spec}", daemon=True).start()
 
     @property
     def loaded(self) -> list[Renderer]:

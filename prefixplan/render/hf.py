@@ -148,18 +148,16 @@ class HFRenderer:
 
         With it, token start offsets come from a cumulative sum instead of the tokenizer's
         per-token offset tuples, which are slow to fetch from Python."""
-        try:
-            spec = json.loads(self.backend.to_str())
-        except ValueError:
-            return None
-        decoder = spec.get("decoder") or {}
-        if decoder.get("type") != "ByteLevel":
+        from tokenizers.decoders import ByteLevel
+
+        if not isinstance(self.backend.decoder, ByteLevel):
             return None
         vocab = self.backend.get_vocab(with_added_tokens=False)
-        size = max(self.backend.get_vocab_size(with_added_tokens=True), max(vocab.values(), default=0) + 1)
+        ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+        top = int(ids.max()) + 1 if ids.shape[0] else 0
+        size = max(self.backend.get_vocab_size(with_added_tokens=True), top)
         lengths = np.zeros(size, dtype=np.int64)
-        for tok, tid in vocab.items():
-            lengths[tid] = len(tok)
+        lengths[ids] = np.fromiter(map(len, vocab), dtype=np.int64, count=len(vocab))
         for tid, added in self.backend.get_added_tokens_decoder().items():
             if tid < size:
                 lengths[tid] = len(added.content.encode("utf-8"))

@@ -101,6 +101,7 @@ def iter_rendered(
     meter: ReadMeter | None = None,
     text: Callable[[], TextPartial] | None = None,
     on_shard: Callable[[ShardResult], None] | None = None,
+    preload: bool = False,
 ) -> Iterator[Rendered]:
     """Read ``source`` and render it into rows at ``block_size`` tokens, in input order, on
     ``workers`` processes (None: ``source.workers``, else :func:`default_workers`). Render failures are counted in
@@ -109,6 +110,8 @@ def iter_rendered(
     With more than one worker (or ``--executor ray``) the work goes out as jobs (module
     docstring); each job's text-level partial (``text``) and outcome reach ``on_shard`` in input
     order and rows come without their request. In this process, rows come with their request.
+    ``preload``: the caller renders a few requests itself afterwards; with workers, the first
+    row's renderer loads here meanwhile (:meth:`RenderSet.preload`).
     """
     if workers is None:
         workers = source.workers
@@ -129,7 +132,7 @@ def iter_rendered(
             results = run_ray(jobs, source.ray_address, asked)
         else:
             results = run_local(jobs, n)
-        rendered = _merge_results(results, errors, renderers, failures, meter, on_shard)
+        rendered = _merge_results(results, errors, renderers, failures, meter, on_shard, preload)
     elif n <= 1:
         requests: Iterator[Request] = iter_source_requests(source, errors, meter)
         if transform is not None:
@@ -140,7 +143,7 @@ def iter_rendered(
         )
     else:
         jobs = _batch_jobs(source, errors, meter, block_size, routing, transform, job_text)
-        rendered = _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard)
+        rendered = _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard, preload)
     produced = 0
     with relaxed_gc():  # reading makes garbage by the million, and almost no cycles
         for row in rendered:
@@ -241,14 +244,18 @@ def _merge_results(
     failures: list[RenderFailure] | None,
     meter: ReadMeter | None,
     on_shard: Callable[[ShardResult], None] | None,
+    preload: bool = False,
 ) -> Iterator[Rendered]:
     """Rows of the workers' results in job order; their errors, failures, statistics and text
-    partials merged into the parent's."""
+    partials merged into the parent's (``preload``: :func:`iter_rendered`)."""
     index = 0
     try:
         for result in results:
             if result.error is not None:
                 raise result.error
+            if preload and result.rows:
+                preload = False
+                renderers.preload(result.rows[0].model)
             errors.merge(result.errors)
             if failures is not None:
                 failures.extend(result.failures)
