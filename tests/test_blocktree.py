@@ -65,27 +65,32 @@ def _arrays(trace):  # type: ignore[no-untyped-def]
 def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block, bits) -> None:  # type: ignore[no-untyped-def]
     """Leaving blocks seen once out of the index (the twice-filter; 2**2 slots makes most single
     keys false positives, 2**16 almost none) gives the same block trace, and every prefix that
-    two requests share still resolves to the same ids."""
+    two requests share still resolves to the same ids; so do keys and index kept on disk."""
     from unittest import mock
 
     import prefixplan.core.twice as twice
 
     gran = engine_granularity("custom", block)
     built = []
-    for singletons in (True, False):
-        builder = TraceBuilder(gran, index_singletons=singletons)
+    for singletons, spill in ((True, 1 << 24), (False, 1 << 24), (False, 0)):
+        builder = TraceBuilder(gran, index_singletons=singletons, spill_bytes=spill)
         for i, (t, ns, toks, _) in enumerate(stream):
             builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
         with mock.patch.object(twice, "slot_bits", lambda _n: bits):
             built.append(builder.finish())
-    full, lean = built
-    assert _arrays(lean) == _arrays(full)
+    full, lean, spilled = built
+    assert _arrays(lean) == _arrays(full) == _arrays(spilled)
     hits = np.zeros(full.n_distinct_blocks, dtype=np.int64)
+    first: dict[int, int] = {}
     for r in range(full.n_requests):
         hits[full.path_blocks(r)] += 1
+        for b in full.path_blocks(r):
+            first.setdefault(b, r)  # rows are arrivals: the first row through a block brought it
+    assert full.block_first_row.tolist() == [first[b] for b in range(full.n_distinct_blocks)]
     for _, ns, toks, _ in stream:
         want = [b for b in full.resolve(toks, ns) if hits[b] >= 2]
         assert lean.resolve(toks, ns)[: len(want)] == want
+        assert spilled.resolve(toks, ns) == lean.resolve(toks, ns)
 
 
 def test_twice_filter_never_misses_a_repeated_key() -> None:

@@ -82,7 +82,8 @@ class BlockTree:
         lo, hi = int(t.block_tokens.min()), int(t.block_tokens.max())
         if lo == hi:
             return lo
-        return t.block_tokens[t.block_first_row].astype(np.int32)
+        brought = np.diff(np.append(t.block_start, t.n_distinct_blocks))  # blocks each row brought
+        return np.repeat(t.block_tokens.astype(np.int32), brought)
 
     def levels(self) -> list[np.ndarray]:
         """Block ids of each depth, shallowest first (views of ``by_depth``)."""
@@ -146,7 +147,7 @@ class BlockTree:
 
     def namespace(self, b: int) -> str:
         t = self.trace
-        return t.namespaces[int(t.ns[int(t.block_first_row[b])])]
+        return t.namespaces[int(t.ns[int(t.first_rows(np.array([b]))[0])])]
 
 
 def stable_order(values: np.ndarray, step: int = 1 << 22) -> np.ndarray:
@@ -226,7 +227,7 @@ def rank_blocks(
     has_up = parent_cand >= 0
     l_parent[has_up] = tree.lengths(parent_cand[has_up])
     marginal = (tree.hits[cands].astype(np.int64) - 1) * (clen - l_parent)
-    first_row = trace.block_first_row[cands]
+    first_row = trace.first_rows(cands)
     first_seen = trace.times[first_row]
     order = np.lexsort((cands, first_seen, -clen, -marginal))
     total_marginal = int(marginal.sum())

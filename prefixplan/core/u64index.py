@@ -1,17 +1,28 @@
 """A compact map from 64-bit keys to dense ids (0, 1, 2, ... in insertion order).
 
-Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32``), kept at
-most half full: 24 to 48 bytes per key, with no Python object per key (a ``dict`` of ints costs
-~100 bytes per key, which is what made block traces of large logs run out of memory). Lookups
+Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32``) of a
+power-of-two size, kept at most :data:`MAX_LOAD` full: 17 to 35 bytes per key (24 to 48 at most
+half full), with no Python object per key (a ``dict`` of ints costs ~100 bytes per key, which is what made block traces of large logs run out of memory). Lookups
 and inserts take whole arrays of keys at once. Key 0 is reserved for empty slots; block keys
 (:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
 """
 
 from __future__ import annotations
 
+from typing import IO
+
 import numpy as np
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
+MAX_LOAD = 0.7
+"""Most keys per slot before the table doubles (linear probing: about 2 probes per hit, 6 per
+miss at this load)."""
+
+
+def _table_size(keys: int) -> int:
+    """The power of two that holds ``keys`` keys at most :data:`MAX_LOAD` full."""
+    need = int(keys / MAX_LOAD) + 1
+    return 1 << max(4, (need - 1).bit_length())
 
 
 class U64Index:
@@ -19,12 +30,13 @@ class U64Index:
     sorted order (12 bytes per key, lookups by binary search)."""
 
     def __init__(self, capacity: int = 1 << 12) -> None:
-        size = 1 << max(4, int(2 * max(capacity, 8) - 1).bit_length())
+        size = _table_size(max(capacity, 8))
         self._keys = np.zeros(size, dtype=np.uint64)
         self._ids = np.zeros(size, dtype=np.int32)
         self._shift = np.uint64(64 - (size.bit_length() - 1))
         self._mask = size - 1
         self.size = 0
+        self._file: IO[bytes] | None = None  # where spilled keys and ids are mapped from
 
     def __len__(self) -> int:
         return self.size
@@ -50,6 +62,26 @@ class U64Index:
         del keys
         self._ids = ids[order]
         self._mask = -1
+
+    def spill(self, budget_bytes: int) -> bool:
+        """After :meth:`freeze`, move the sorted keys and ids to an unlinked temporary file when
+        they take more than ``budget_bytes``, and read them from there (memory-mapped): a lookup
+        touches a few pages per key, so the index costs next to no memory while a later stage
+        runs (the analysis's per-block counts of a large log). Returns whether it did."""
+        if self._mask >= 0:
+            raise RuntimeError("U64Index.spill before freeze")
+        if self.nbytes <= budget_bytes or self._file is not None:
+            return False
+        import tempfile
+
+        self._file = tempfile.TemporaryFile(prefix="prefixplan-index-")  # noqa: SIM115 - lives with the index
+        n = int(self._keys.shape[0])
+        self._file.write(self._keys.tobytes())
+        self._file.write(self._ids.tobytes())
+        self._file.flush()
+        self._keys = np.memmap(self._file, dtype=np.uint64, mode="r", shape=(n,))
+        self._ids = np.memmap(self._file, dtype=np.int32, mode="r", offset=8 * n, shape=(n,))
+        return True
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Ids of ``keys`` (-1 where absent)."""
@@ -94,7 +126,7 @@ class U64Index:
             return
         if self._mask < 0:
             raise RuntimeError("U64Index.insert after freeze")
-        if 2 * (self.size + n) > self._keys.shape[0]:
+        if self.size + n > MAX_LOAD * self._keys.shape[0]:
             self._grow(self.size + n)
         self._place(keys, np.asarray(ids).astype(np.int32))
         self.size += n
@@ -121,7 +153,7 @@ class U64Index:
     def _grow(self, need: int) -> None:
         old_keys, old_ids = self._keys, self._ids
         used = old_keys != 0
-        size = 1 << int(2 * need - 1).bit_length()
+        size = _table_size(need)
         self._keys = np.zeros(size, dtype=np.uint64)
         self._ids = np.zeros(size, dtype=np.int32)
         self._shift = np.uint64(64 - (size.bit_length() - 1))

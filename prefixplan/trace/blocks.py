@@ -17,7 +17,7 @@ trace file). Distinct keys get dense ids in order of first arrival, so a block's
 has a smaller id and the blocks a request adds form a consecutive id range. Because identities
 are chained, the blocks seen before form a prefix-closed set and a request is fully described by
 its deepest block id (``end_block``) and its block count. Ids come from a
-:class:`~prefixplan.core.u64index.U64Index` (24-48 bytes per indexed block) and the keys wait
+:class:`~prefixplan.core.u64index.U64Index` (17-35 bytes per indexed block) and the keys wait
 for the sort in a :class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory budget.
 
 Blocks seen once. Most distinct blocks of a real log occur in one request only (the unique tail
@@ -180,7 +180,10 @@ class BlockTrace:
         namespaces: namespace names; ``ns`` indexes them per request.
         unit_tokens: real tokens per unit of each row (Mooncake hash ids: the trace block size).
         block_depth: depth of each block id (1 for a namespace's first block).
-        block_first_row: the row (arrival) that brought each block first.
+        block_start: per row, the id of the first block it brought: ids are handed out in
+            arrival order, so row ``r`` brought ids ``block_start[r]`` up to
+            ``block_start[r + 1]`` (a block's first row is found by a binary search here, not
+            kept per block: :meth:`first_rows`).
     """
 
     granularity: Granularity
@@ -199,7 +202,7 @@ class BlockTrace:
     index: TraceBuilder
     unit_tokens: np.ndarray
     block_depth: np.ndarray
-    block_first_row: np.ndarray
+    block_start: np.ndarray
 
     @property
     def n_requests(self) -> int:
@@ -208,6 +211,15 @@ class BlockTrace:
     @property
     def n_distinct_blocks(self) -> int:
         return int(self.parent.shape[0])
+
+    def first_rows(self, blocks: np.ndarray) -> np.ndarray:
+        """The row (arrival) that brought each of ``blocks`` first."""
+        return np.searchsorted(self.block_start, np.asarray(blocks, dtype=np.int64), side="right") - 1
+
+    @property
+    def block_first_row(self) -> np.ndarray:
+        """:meth:`first_rows` of every block id (8 bytes per block: for small traces and tests)."""
+        return self.first_rows(np.arange(self.n_distinct_blocks, dtype=np.int64))
 
     def rows_of_inputs(self) -> np.ndarray:
         """Row of each input position (the inverse of ``order``)."""
@@ -380,20 +392,21 @@ class TraceBuilder:
             self._index = U64Index(capacity=int(1.05 * self._twice.twice_slots()) + 1024)
         end = np.full(n, -1, dtype=np.int64)
         known = np.zeros(n, dtype=np.int64)
+        start = np.zeros(n, dtype=np.int64)
         # per new block, appended in id order; int32 arrays that grow in place (no list of parts
         # to concatenate: a million-request log has tens of millions of blocks)
-        parents, depths, firsts = array("i"), array("i"), array("i")
+        parents, depths = array("i"), array("i")
         batch: list[int] = []
         batch_keys = 0
         for row, i in enumerate(order.tolist()):
             batch.append(row)
             batch_keys += int(nb_in[i])
             if len(batch) >= 512 or batch_keys >= 1 << 18:
-                for out, part in zip((parents, depths, firsts), self._assign(order, batch, end, known), strict=True):
+                for out, part in zip((parents, depths), self._assign(order, batch, end, known, start), strict=True):
                     out.frombytes(part.tobytes())
                 batch, batch_keys = [], 0
         if batch:
-            for out, part in zip((parents, depths, firsts), self._assign(order, batch, end, known), strict=True):
+            for out, part in zip((parents, depths), self._assign(order, batch, end, known, start), strict=True):
                 out.frombytes(part.tobytes())
         if self.observer is not None:
             for i in order.tolist():
@@ -403,9 +416,9 @@ class TraceBuilder:
         self._keys.close()
         self._twice = None
         self._index.freeze()
+        self._index.spill(self._keys.budget)  # read from disk by resolve(): the pins, a few keys
         parent = _view(parents, np.int32)
         depth = _view(depths, np.int32)
-        first = _view(firsts, np.int32)
         trace = BlockTrace(
             granularity=self.granularity,
             times=times[order],
@@ -423,7 +436,7 @@ class TraceBuilder:
             index=self,
             unit_tokens=_frozen(self._scale, np.int32).astype(np.int64)[order],
             block_depth=depth,
-            block_first_row=first,
+            block_start=start,
         )
         self._release_rows()
         return trace
@@ -435,15 +448,18 @@ class TraceBuilder:
             setattr(self, name, array(a.typecode))
 
     def _assign(
-        self, order: np.ndarray, rows: list[int], end: np.ndarray, known: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self, order: np.ndarray, rows: list[int], end: np.ndarray, known: np.ndarray, start: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Block ids for the rows ``rows`` (consecutive arrivals) as if added one by one: a key is
-        known to a request when an earlier arrival brought it. Fills ``end`` and ``known``;
-        returns the parents, depths and first rows of the new blocks (in id order)."""
+        known to a request when an earlier arrival brought it. Fills ``end``, ``known`` and
+        ``start`` (the first id each row brings); returns the parents and depths of the new
+        blocks (in id order)."""
         arrays = [self._keys.get(int(order[r])) for r in rows]
         lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         total = int(lengths.sum())
-        none = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+        none = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+        rows_arr = np.asarray(rows, dtype=np.int64)
+        start[rows_arr] = self._next_id
         if total == 0:
             return none
         keys = np.concatenate(arrays)
@@ -465,8 +481,7 @@ class TraceBuilder:
             ids[indexed] = self._index.lookup(keys[indexed])
         absent = np.flatnonzero(ids < 0)
         present = ids >= 0
-        new_parents, new_depths, new_firsts = none
-        rows_arr = np.asarray(rows, dtype=np.int64)
+        new_parents, new_depths = none
         if absent.shape[0]:
             uniq, first, inverse = np.unique(keys[absent], return_index=True, return_inverse=True)
             first_at = absent[first]  # where each absent key first occurs in the batch
@@ -474,6 +489,10 @@ class TraceBuilder:
             by_pos = np.argsort(first_at, kind="stable")  # new ids in order of first arrival
             new_at = first_at[by_pos]
             new_ids = np.arange(self._next_id, self._next_id + new_at.shape[0], dtype=np.int64)
+            # new ids go row after row (positions are row-major): each row's first is the ids
+            # handed to the rows before it in the batch
+            brought = np.bincount(owner[new_at], minlength=len(rows))
+            start[rows_arr] = self._next_id + np.cumsum(brought) - brought
             self._next_id += int(new_at.shape[0])
             if indexed is None:
                 self._index.insert(keys[new_at], new_ids)
@@ -486,13 +505,12 @@ class TraceBuilder:
             prev = np.where(pos[new_at] > 0, new_at - 1, -1)
             new_parents = np.where(prev >= 0, ids[np.maximum(prev, 0)], -1).astype(np.int32)
             new_depths = (pos[new_at] + 1).astype(np.int32)
-            new_firsts = rows_arr[owner[new_at]].astype(np.int32)
         # leading run of keys known on arrival, per request
         not_known = np.where(present, lengths[owner], pos)
         first_unknown = np.minimum.reduceat(not_known, starts[has]) if has.any() else np.zeros(0, dtype=np.int64)
         known[rows_arr[has]] = np.minimum(first_unknown, lengths[has])
         end[rows_arr[has]] = ids[starts[has] + lengths[has] - 1]
-        return new_parents, new_depths, new_firsts
+        return new_parents, new_depths
 
 
 def _view(a: array, dtype: type) -> np.ndarray:
