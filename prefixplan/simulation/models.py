@@ -144,7 +144,7 @@ def run_model(
             tree = build_tree(trace, extra_ends=pins)
             pinned_nodes = np.zeros(tree.n_nodes, dtype=bool)
             if pins:
-                pinned_nodes[np.unique(tree.node_of_block[np.asarray(pins, dtype=np.int64)])] = True
+                pinned_nodes[np.unique(tree.nodes_of(np.asarray(pins, dtype=np.int64)))] = True
             stack = cache[key] = LRUStack(trace, tree, pinned_nodes, ttl_s=spec.ttl_s, service_s=service_s)
         _, per_tier, evictions = stack.evaluate(reg_cap, tier_caps, spec.prewarm_pins)
         present = sum(per_tier)

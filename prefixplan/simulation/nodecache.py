@@ -56,7 +56,7 @@ class NodeCache:
         self.tree = tree if tree is not None and not pins else build_tree(trace, extra_ends=pins)
         n = self.tree.n_nodes
         self.pinned = [False] * n
-        for v in set(self.tree.node_of_block[np.asarray(pins, dtype=np.int64)].tolist()) if pins else ():
+        for v in set(self.tree.nodes_of(np.asarray(pins, dtype=np.int64)).tolist()) if pins else ():
             self.pinned[v] = True
         self.prewarm = prewarm_pins
         self.service_s = service_s

@@ -32,7 +32,7 @@ def prefix_users(
 ) -> np.ndarray:
     """Boolean mask of requests whose path contains ``last_block``."""
     tin, tout = intervals if intervals is not None else tree.dfs_intervals()
-    u = int(tree.node_of_block[last_block])
+    u = int(tree.nodes_of(np.array([last_block]))[0])
     ends = tree.req_node
     valid = ends >= 0
     t = np.where(valid, tin[np.where(valid, ends, 0)], -1)

@@ -21,14 +21,12 @@ class NodeTree:
     """Compressed trie over a :class:`BlockTrace`.
 
     Attributes:
-        node_of_block: node id of each block id.
         first_block: first (shallowest) block id of each node.
         weight: blocks per node.
         node_parent: parent node id (-1 at a namespace root).
         req_node: deepest node of each request (-1 when it has no full block).
     """
 
-    node_of_block: np.ndarray
     first_block: np.ndarray
     weight: np.ndarray
     node_parent: np.ndarray
@@ -37,6 +35,17 @@ class NodeTree:
     @property
     def n_nodes(self) -> int:
         return int(self.weight.shape[0])
+
+    def nodes_of(self, blocks: np.ndarray) -> np.ndarray:
+        """Node id of each of ``blocks`` (a node is a run of consecutive ids from its first
+        block: a binary search, no node id kept per block)."""
+        return np.searchsorted(self.first_block, np.asarray(blocks, dtype=np.int64), side="right") - 1
+
+    @property
+    def node_of_block(self) -> np.ndarray:
+        """:meth:`nodes_of` every block id (8 bytes per block: for small trees and tests)."""
+        n = int(self.first_block[-1] + self.weight[-1]) if self.first_block.shape[0] else 0
+        return self.nodes_of(np.arange(n, dtype=np.int64))
 
     def path(self, r: int) -> list[int]:
         """Node ids of request ``r``, root first."""
@@ -88,7 +97,7 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     d = parent.shape[0]
     if d == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return NodeTree(empty, empty, empty, empty, np.full(trace.n_requests, -1, dtype=np.int64))
+        return NodeTree(empty, empty, empty, np.full(trace.n_requests, -1, dtype=np.int64))
     is_end = np.zeros(d, dtype=bool)
     is_end[trace.end_block[trace.end_block >= 0]] = True
     member = np.zeros(d, dtype=bool)
@@ -116,12 +125,12 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
         safe = np.where(has, up, 0)
         start[lo : lo + step] = ~has | ~only_child[safe] | is_end[safe] | (member[lo : lo + step] != member[safe])
     del only_child, is_end, member
-    node_of_block = np.cumsum(start, dtype=np.int32)
-    node_of_block -= 1
     first_block = np.flatnonzero(start).astype(np.int64)
     del start
     weight = np.diff(np.append(first_block, d)).astype(np.int64)
-    pf = parent[first_block]
-    node_parent = np.where(pf >= 0, node_of_block[np.where(pf >= 0, pf, 0)], -1).astype(np.int64)
-    req_node = np.where(trace.end_block >= 0, node_of_block[np.where(trace.end_block >= 0, trace.end_block, 0)], -1)
-    return NodeTree(node_of_block, first_block, weight, node_parent, req_node.astype(np.int64))
+    tree = NodeTree(first_block, weight, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    pf = parent[first_block].astype(np.int64)
+    tree.node_parent = np.where(pf >= 0, tree.nodes_of(np.maximum(pf, 0)), -1).astype(np.int64)
+    end = trace.end_block
+    tree.req_node = np.where(end >= 0, tree.nodes_of(np.maximum(end, 0)), -1).astype(np.int64)
+    return tree
