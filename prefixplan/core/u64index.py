@@ -2,8 +2,9 @@
 
 Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32``) of a
 power-of-two size, kept at most :data:`MAX_LOAD` full: 17 to 35 bytes per key (24 to 48 at most
-half full), with no Python object per key (a ``dict`` of ints costs ~100 bytes per key, which is what made block traces of large logs run out of memory). Lookups
-and inserts take whole arrays of keys at once. Key 0 is reserved for empty slots; block keys
+half full), with no Python object per key (a ``dict`` of ints costs ~100 bytes per key, which is
+what made block traces of large logs run out of memory). Lookups and inserts take whole arrays
+of keys at once. Key 0 is reserved for empty slots; block keys
 (:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
 """
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixplan.simulation.trace import BlockTrace
+from prefixplan.trace.blocks import runs_of
 
 
 @dataclass(slots=True)
@@ -39,7 +40,7 @@ class NodeTree:
     def nodes_of(self, blocks: np.ndarray) -> np.ndarray:
         """Node id of each of ``blocks`` (a node is a run of consecutive ids from its first
         block: a binary search, no node id kept per block)."""
-        return np.searchsorted(self.first_block, np.asarray(blocks, dtype=np.int64), side="right") - 1
+        return runs_of(self.first_block, blocks)
 
     @property
     def node_of_block(self) -> np.ndarray:
@@ -128,9 +129,8 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     first_block = np.flatnonzero(start).astype(np.int64)
     del start
     weight = np.diff(np.append(first_block, d)).astype(np.int64)
-    tree = NodeTree(first_block, weight, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     pf = parent[first_block].astype(np.int64)
-    tree.node_parent = np.where(pf >= 0, tree.nodes_of(np.maximum(pf, 0)), -1).astype(np.int64)
+    node_parent = np.where(pf >= 0, runs_of(first_block, np.maximum(pf, 0)), -1).astype(np.int64)
     end = trace.end_block
-    tree.req_node = np.where(end >= 0, tree.nodes_of(np.maximum(end, 0)), -1).astype(np.int64)
-    return tree
+    req_node = np.where(end >= 0, runs_of(first_block, np.maximum(end, 0)), -1).astype(np.int64)
+    return NodeTree(first_block, weight, node_parent, req_node)

@@ -214,7 +214,7 @@ class BlockTrace:
 
     def first_rows(self, blocks: np.ndarray) -> np.ndarray:
         """The row (arrival) that brought each of ``blocks`` first."""
-        return np.searchsorted(self.block_start, np.asarray(blocks, dtype=np.int64), side="right") - 1
+        return runs_of(self.block_start, blocks)
 
     @property
     def block_first_row(self) -> np.ndarray:
@@ -511,6 +511,12 @@ class TraceBuilder:
         known[rows_arr[has]] = np.minimum(first_unknown, lengths[has])
         end[rows_arr[has]] = ids[starts[has] + lengths[has] - 1]
         return new_parents, new_depths
+
+
+def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Which run each of ``ids`` falls in, for consecutive runs of ids beginning at ``starts``
+    (non-decreasing; an empty run shares its start with the next one, which wins)."""
+    return np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right") - 1
 
 
 def _view(a: array, dtype: type) -> np.ndarray:
