@@ -110,3 +110,35 @@ def test_withheld_candidates_are_never_pinned():
         )
     ]
     assert "pinned" not in sim.section(1600.0, cands)
+
+
+def test_a_sweep_on_disk_gives_the_same_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large logs keep each sweep run's per-request tokens on disk (the headline's in memory):
+    the section, every run and every per-request array are the same as with all of them in memory."""
+    import prefixplan.simulation.api as api
+    from prefixplan.core.spill import ShelvedArray
+
+    reqs, systems = _requests()
+    cands = [
+        CandidateRecord(
+            rank=i + 1, namespace="m", label="system", length=800, hits=20, reusable_tokens=0,
+            marginal_tokens=0, tenants=5, token_ids=tuple(int(t) for t in s),
+        )
+        for i, s in enumerate(systems)
+    ]  # fmt: skip
+    out = []
+    for shelve_from in (len(reqs) + 1, len(reqs)):
+        monkeypatch.setattr(api, "SHELVE_FROM_REQUESTS", shelve_from)
+        sim = headline_simulation(configured_capacity=1600.0)
+        for r in reqs:
+            sim.add(r)
+        sec = sim.section(1600.0, cands)
+        res = sim.result()
+        shelved = {r.label for r in res.runs if isinstance(r.per_request, ShelvedArray)}
+        out.append((sec, [(r.label, r.hit_tokens, r.cached.tolist()) for r in res.runs], shelved, res))
+    (in_memory, runs, none_shelved, _), (on_disk, runs_disk, shelved, res) = out
+    assert not none_shelved
+    assert shelved and res.headline not in shelved and res.persistent not in shelved
+    assert len(shelved) == len([r for r in res.runs if r.capacity_tokens is not None]) - 1
+    assert on_disk == in_memory and runs_disk == runs
+    assert "pinned" in on_disk and on_disk["savings_curve"]["lru"]

@@ -624,3 +624,35 @@ def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prew
     slow = GenericCache(trace, policy, cap, pinned_capacity=pin_cap, **kw).run()
     assert fast.hit_blocks.tolist() == slow.hit_blocks.tolist()
     assert (fast.evictions, fast.pinned_blocks) == (slow.evictions, slow.pinned_blocks)
+
+
+@SETTINGS
+@given(traces(), st.integers(1, 2), st.integers(0, 8), st.integers(0, 6), st.booleans(), st.data())
+def test_the_lru_stack_evaluates_the_same_in_steps(reqs, block, gpu, cpu, prewarm, data):
+    """Touches are evaluated a bounded step at a time, cut between requests: every step size gives
+    the per-request results and evictions of one step, with pins and a lower tier."""
+    import prefixplan.simulation.lru as lru
+
+    pins = tuple(
+        (reqs[i].namespace, reqs[i].tokens[: data.draw(st.integers(0, len(reqs[i].tokens)))])
+        for i in data.draw(st.lists(st.integers(0, len(reqs) - 1), min_size=0, max_size=2))
+    )
+    frac = 0.5 if pins and gpu else 0.0
+    spec = CacheSpec("lru", gpu * block, None, frac, pins, tiers=(Tier("cpu", cpu * block),), prewarm_pins=prewarm)
+    trace = _trace(reqs, block)
+    saved = lru.TOUCHES_PER_STEP
+    outs = []
+    try:
+        for step in (1 << 20, 1, 2, 5):
+            lru.TOUCHES_PER_STEP = step
+            out = run_model(trace, spec)
+            outs.append((out.hit_blocks.tolist(), {k: v.tolist() for k, v in out.tier_blocks.items()}, out.evictions))
+    finally:
+        lru.TOUCHES_PER_STEP = saved
+    assert all(o == outs[0] for o in outs)
+    t_req = np.repeat(np.arange(6), [3, 0, 1, 4, 2, 1]).astype(np.int32)
+    for step in (1, 2, 3, 100):
+        cuts = lru._request_steps(t_req, step)
+        assert cuts[0][0] == 0 and cuts[-1][1] == t_req.shape[0]
+        assert all(a < b and b == c for (a, b), (c, _) in zip(cuts, cuts[1:] + [(cuts[-1][1], 0)], strict=True))
+        assert all(b == t_req.shape[0] or t_req[b - 1] != t_req[b] for _, b in cuts)

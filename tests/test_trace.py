@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from prefixplan.cli.app import main
+from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, iter_prompts
@@ -283,3 +284,49 @@ def test_a_trace_with_an_even_block_key_is_refused_as_damaged(tmp_path: Path, ro
             writer.write(dataclasses.replace(row, block_keys=keys))
     with pytest.raises(InputError, match=r"even\.parquet: block_keys holds an even value"):
         list(TraceFile(path).rows())
+
+
+def test_the_row_store_reads_the_same_from_disk_and_in_steps(rows_and_file: tuple[list[TraceRow], Path]) -> None:
+    """Segments and chunks wait on disk past a budget and the passes over them go a slice of
+    requests at a time: every answer is the one of a store held in memory in one step."""
+    from prefixplan.analysis.accounting import kind_accounting
+    from prefixplan.analysis.rag import chunk_request_counts, rag_report
+    from prefixplan.analysis.rowstore import RowStore
+
+    rows, _ = rows_and_file
+    memory, disk = RowStore(), RowStore(ragged_budget=0)
+    for row in rows:
+        memory.add(row)
+        disk.add(row)
+    assert disk.nbytes() < memory.nbytes()
+    for i in range(len(rows)):
+        assert disk.segments(i) == memory.segments(i)
+        assert disk.chunks(i) == memory.chunks(i)
+        assert [s.kind for s in memory.segments(i)] == [SEGMENT_KINDS[k] for k in rows[i].seg_kind.tolist()]
+        assert [c.start for c in memory.chunks(i)] == rows[i].chunk_start.tolist()
+    rng = np.random.default_rng(5)
+    prompt = memory.columns()["prompt"]
+    reused = (rng.random(prompt.shape[0]) * (prompt + 1)).astype(np.int64)
+    base_counts = [a.tolist() for a in chunk_request_counts(memory, rows_per_step=1 << 20)]
+    base_report, base_recurring = rag_report(memory, reused, rows_per_step=1 << 20)
+    base_kinds = kind_accounting(memory, reused, base_recurring, rows_per_step=1 << 20)
+    assert base_report["recurring_chunks"] > 0 and base_report["top"] and "rag" in base_kinds
+    for store in (memory, disk):
+        for step in (1, 7, 1 << 20):
+            assert [a.tolist() for a in chunk_request_counts(store, rows_per_step=step)] == base_counts
+            report, recurring = rag_report(store, reused, rows_per_step=step)
+            assert report == base_report and recurring.tolist() == base_recurring.tolist()
+            assert kind_accounting(store, reused, recurring, rows_per_step=step) == base_kinds
+
+
+def test_analyze_is_the_same_with_the_row_store_on_disk(
+    tmp_path: Path, rows_and_file: tuple[list[TraceRow], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import prefixplan.analysis.rowstore as rowstore
+
+    _, trace = rows_and_file
+    a, b = tmp_path / "memory.json", tmp_path / "disk.json"
+    assert main(["analyze", str(trace), "--no-store", "-q", "--json", str(a)]) == 0
+    monkeypatch.setattr(rowstore, "RAGGED_BUDGET", 0)
+    assert main(["analyze", str(trace), "--no-store", "-q", "--json", str(b)]) == 0
+    assert _record_without_clock(a) == _record_without_clock(b)

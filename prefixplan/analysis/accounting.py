@@ -61,8 +61,9 @@ def kind_accounting(
         a, b = int(off[0]), int(off[-1])
         scale = c["scale"][owner]
         upto = reused[owner] // np.maximum(scale, 1)  # reused tokens in units of the row
-        start, end = c["seg_start"][a:b].astype(np.int64), c["seg_end"][a:b].astype(np.int64)
-        kinds = c["seg_kind"][a:b].astype(np.int64)
+        start = store.ragged("seg_start", a, b).astype(np.int64)
+        end = store.ragged("seg_end", a, b).astype(np.int64)
+        kinds = store.ragged("seg_kind", a, b).astype(np.int64)
         present += np.bincount(kinds, minlength=n_kinds)
         per_tok += np.bincount(kinds, weights=(end - start) * scale, minlength=n_kinds)
         per_reuse += np.bincount(kinds, weights=np.maximum(0, np.minimum(end, upto) - start) * scale, minlength=n_kinds)
@@ -73,9 +74,10 @@ def kind_accounting(
         if ca == cb:
             continue
         cowner = np.repeat(np.arange(lo, hi), np.diff(coff))
-        rec = np.isin(c["chunk_hash"][ca:cb], wanted)
+        rec = np.isin(store.ragged("chunk_hash", ca, cb), wanted)
         cscale = c["scale"][cowner][rec]
-        cs, ce = c["chunk_start"][ca:cb][rec].astype(np.int64), c["chunk_end"][ca:cb][rec].astype(np.int64)
+        cs = store.ragged("chunk_start", ca, cb)[rec].astype(np.int64)
+        ce = store.ragged("chunk_end", ca, cb)[rec].astype(np.int64)
         cup = reused[cowner][rec] // np.maximum(cscale, 1)
         tok = (ce - cs) * cscale
         reu = np.maximum(0, np.minimum(ce, cup) - cs) * cscale
@@ -98,7 +100,7 @@ def kind_accounting(
             group = _KIND_GROUP.get(name, name)
             acc[group][0] += int(per_tok[k])
             acc[group][1] += int(per_reuse[k])
-    if wanted is not None and len(store) and c["chunk_hash"].shape[0]:
+    if wanted is not None and len(store) and store.ragged_size("chunk_hash"):
         acc["rag"][0] += rag[0]
         acc["rag"][1] += rag[1]
         for k, name in enumerate(SEGMENT_KINDS):

@@ -15,7 +15,7 @@ writes the reordered log with it), so the prediction can be checked against a re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -101,44 +101,81 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
     return replace(request, messages=tuple(messages)) if changed else None
 
 
-def chunk_request_counts(store: RowStore) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(first row, end row, first chunk, end chunk)`` of each step of ``rows_per_step``
+    requests that holds chunks (bounded temporaries: the chunk columns may be on disk)."""
+    off = store.columns()["chunk_off"]
+    n = len(store)
+    for lo in range(0, n, max(1, rows_per_step)):
+        hi = min(n, lo + rows_per_step)
+        a, b = int(off[lo]), int(off[hi])
+        if a < b:
+            yield lo, hi, a, b
+
+
+def _owners(store: RowStore, lo: int, hi: int) -> np.ndarray:
+    """The row of each chunk of rows ``lo`` up to ``hi``."""
+    off = store.columns()["chunk_off"]
+    return np.repeat(np.arange(lo, hi), np.diff(off[lo : hi + 1]))
+
+
+def chunk_request_counts(store: RowStore, rows_per_step: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(hashes, requests, tokens)`` of every distinct document chunk: the distinct requests
-    that hold it and its length in tokens (first occurrence)."""
-    c = store.columns()
-    hashes = c["chunk_hash"]
-    if not hashes.shape[0]:
-        empty = np.zeros(0, dtype=np.int64)
-        return np.zeros(0, dtype=np.uint64), empty, empty
-    owner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
-    uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    pairs = np.unique(inverse.astype(np.int64) * max(1, len(store)) + owner)  # (chunk, request) once each
-    requests = np.bincount(pairs // max(1, len(store)), minlength=uniq.shape[0])
-    tokens = (c["chunk_end"] - c["chunk_start"])[first]
-    return uniq, requests.astype(np.int64), tokens.astype(np.int64)
+    that hold it and its length in tokens (first occurrence); ``rows_per_step`` requests at a
+    time (a request's chunks are all in one step, so its pairs are counted once)."""
+    uniq = np.zeros(0, dtype=np.uint64)
+    requests = np.zeros(0, dtype=np.int64)
+    tokens = np.zeros(0, dtype=np.int64)
+    for lo, hi, a, b in _row_steps(store, rows_per_step):
+        hashes = store.ragged("chunk_hash", a, b)
+        owner = _owners(store, lo, hi) - lo
+        step_uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        rows = hi - lo
+        pairs = np.unique(inverse.astype(np.int64).reshape(-1) * rows + owner)  # (chunk, request) once each
+        step_requests = np.bincount(pairs // rows, minlength=step_uniq.shape[0])
+        length = store.ragged("chunk_end", a, b).astype(np.int64) - store.ragged("chunk_start", a, b)
+        merged = np.union1d(uniq, step_uniq)
+        merged_requests = np.zeros(merged.shape[0], dtype=np.int64)
+        merged_tokens = np.zeros(merged.shape[0], dtype=np.int64)
+        old = np.searchsorted(merged, uniq)
+        merged_requests[old] = requests
+        merged_tokens[old] = tokens
+        at = np.searchsorted(merged, step_uniq)
+        merged_requests[at] += step_requests
+        new = ~np.isin(step_uniq, uniq, assume_unique=True)  # first seen in this step: its length
+        merged_tokens[at[new]] = length[first[new]]
+        uniq, requests, tokens = merged, merged_requests, merged_tokens
+    return uniq, requests, tokens
 
 
-def rag_report(store: RowStore, reused: np.ndarray, min_requests: int = 2) -> tuple[dict[str, Any], np.ndarray]:
+def rag_report(
+    store: RowStore, reused: np.ndarray, min_requests: int = 2, rows_per_step: int = 1 << 16
+) -> tuple[dict[str, Any], np.ndarray]:
     """Recurring chunks, how many tokens of them are prefilled again in the current layout, and
     the 20 costliest (the ``rag`` section of the record, before the what-if); and the recurring
     chunk hashes (sorted uint64). ``reused``: reusable tokens of each request, input order."""
-    uniq, requests, tokens = chunk_request_counts(store)
+    uniq, requests, tokens = chunk_request_counts(store, rows_per_step)
     keep = requests >= min_requests
     recurring = uniq[keep]
-    c = store.columns()
-    hashes = c["chunk_hash"]
     out: dict[str, Any] = {"recurring_chunks": int(keep.sum()), "occurrences": int(requests[keep].sum())}
-    if not hashes.shape[0] or not keep.any():
+    if not uniq.shape[0] or not keep.any():
         return {**out, "prefill_tokens_now": 0, "top": []}, recurring
-    owner = np.repeat(np.arange(len(store)), np.diff(c["chunk_off"]))
-    idx = np.searchsorted(uniq, hashes)
-    rec = keep[idx]
-    units = c["scale"][owner]
-    start, end = c["chunk_start"].astype(np.int64), c["chunk_end"].astype(np.int64)
-    prefilled = np.maximum(0, end - np.maximum(start, reused[owner] // np.maximum(units, 1)))
-    per_chunk = np.bincount(idx[rec], weights=prefilled[rec], minlength=uniq.shape[0]).astype(np.int64)
-    span = int(start.max()) + 1 if start.shape[0] else 1
-    pos_pairs = np.unique(idx[rec] * span + start[rec])  # (chunk, start) once each
-    positions = np.bincount(pos_pairs // span, minlength=uniq.shape[0])
+    scale = store.columns()["scale"]
+    per_chunk = np.zeros(uniq.shape[0], dtype=np.int64)
+    pos_pairs = np.zeros(0, dtype=np.int64)  # (chunk, start) once each
+    for lo, hi, a, b in _row_steps(store, rows_per_step):
+        owner = _owners(store, lo, hi)
+        idx = np.searchsorted(uniq, store.ragged("chunk_hash", a, b))
+        rec = keep[idx]
+        if not rec.any():
+            continue
+        units = scale[owner]
+        start = store.ragged("chunk_start", a, b).astype(np.int64)
+        end = store.ragged("chunk_end", a, b).astype(np.int64)
+        prefilled = np.maximum(0, end - np.maximum(start, reused[owner] // np.maximum(units, 1)))
+        per_chunk += np.bincount(idx[rec], weights=prefilled[rec], minlength=uniq.shape[0]).astype(np.int64)
+        pos_pairs = np.union1d(pos_pairs, (idx[rec].astype(np.int64) << 32) | start[rec])
+    positions = np.bincount(pos_pairs >> 32, minlength=uniq.shape[0])
     cand = np.flatnonzero(keep)
     # costliest first, ties by hash (the hex form sorts as the number does)
     order = cand[np.lexsort((uniq[cand], -per_chunk[cand]))[:20]]

@@ -1,12 +1,17 @@
 """What the analysis keeps of every request between its first pass and the ranking: compact
 columns (numpy-backed arrays, strings interned), never one Python object per request.
 
-Per request: arrival time, namespace, model, format, source and line, tenant (as a 64-bit hash;
-anonymous requests have none), prompt tokens, units and scale, exactness, the logged cached
-tokens; and flat arrays of its segment spans and document chunks with per-request offsets.
-Each segment's hash, message index and name are read back only for the requests a record shows,
-so they are kept in a :class:`~prefixplan.core.spill.RaggedU64` (on disk past 16 MiB): per
-segment in memory, 9 bytes (kind, start, end) instead of 25.
+Per request, in memory: arrival time, namespace, model, format, source and line, tenant (as a
+64-bit hash; anonymous requests have none), prompt tokens, units and scale, exactness, the logged
+cached tokens, and where its segments and document chunks begin in their flat columns (about 90
+bytes a request).
+
+The segments and chunks themselves (18 and 4 a request on the benchmark log, about 260 bytes) are
+read in two ways only: all of them once, a slice of requests at a time (the token accounting, the
+document report), and a few requests' worth for the candidates a record shows. So they live in
+:class:`~prefixplan.core.spill.SpillColumn` columns that move to temporary files past a small
+budget, and each segment's hash, message index and name in a
+:class:`~prefixplan.core.spill.RaggedU64`: memory for them stays the same whatever the log's size.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from array import array
 
 import numpy as np
 
-from prefixplan.core.spill import RaggedU64
+from prefixplan.core.spill import RaggedU64, SpillColumn
 from prefixplan.core.types import SEGMENT_KINDS, Chunk, Segment, SegmentHash
 from prefixplan.trace.rows import TraceRow
 
@@ -66,22 +71,29 @@ _COLUMNS: dict[str, tuple[type, type]] = {
     "exact": (np.int8, np.int8),
     "cached": (np.int64, np.int64),
     "seg_off": (np.int64, np.int64),
-    "seg_kind": (np.int8, np.int8),
-    "seg_start": (np.int32, np.int32),
-    "seg_end": (np.int32, np.int32),
     "chunk_off": (np.int64, np.int64),
-    "chunk_start": (np.int32, np.int32),
-    "chunk_end": (np.int32, np.int32),
-    "chunk_msg": (np.int32, np.int32),
-    "chunk_hash": (np.uint64, np.uint64),
-    "chunk_chars": (np.int32, np.int32),
 }
+
+RAGGED: dict[str, type] = {
+    # flat columns of every request's segments (seg_off) and document chunks (chunk_off)
+    "seg_kind": np.int8,
+    "seg_start": np.int32,
+    "seg_end": np.int32,
+    "chunk_start": np.int32,
+    "chunk_end": np.int32,
+    "chunk_msg": np.int32,
+    "chunk_hash": np.uint64,
+    "chunk_chars": np.int32,
+}
+RAGGED_BUDGET = 4 * 2**20  # bytes of each ragged column kept in memory before it moves to disk
 
 
 class RowStore:
     """Columns of the rows seen so far (module docstring), in input order."""
 
-    def __init__(self) -> None:
+    def __init__(self, ragged_budget: int | None = None) -> None:
+        if ragged_budget is None:
+            ragged_budget = RAGGED_BUDGET
         self.namespaces = Interned()
         self.models = Interned()
         self.formats = Interned()
@@ -101,18 +113,11 @@ class RowStore:
         self._exact = array("b")
         self._cached = array("q")
         self._seg_off = array("q", [0])
-        self._seg_kind = array("b")
-        self._seg_start = array("i")
-        self._seg_end = array("i")
+        self._chunk_off = array("q", [0])
+        self._ragged = {name: SpillColumn(dtype, ragged_budget) for name, dtype in RAGGED.items()}
         # hash, message index and name of each segment: read back only for the few requests shown
         # (a candidate's representative), so they wait on disk past a small budget
         self._seg_detail = RaggedU64(16 * 2**20)
-        self._chunk_off = array("q", [0])
-        self._chunk_start = array("i")
-        self._chunk_end = array("i")
-        self._chunk_msg = array("i")
-        self._chunk_hash = array("Q")
-        self._chunk_chars = array("i")
         self._frozen: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -134,9 +139,9 @@ class RowStore:
         self._units.append(int(row.units))
         self._exact.append(bool(row.exact))
         self._cached.append(-1 if row.logged_cached_tokens is None else int(row.logged_cached_tokens))
-        self._seg_kind.frombytes(np.ascontiguousarray(row.seg_kind, dtype=np.int8).tobytes())
-        self._seg_start.frombytes(np.ascontiguousarray(row.seg_start, dtype=np.int32).tobytes())
-        self._seg_end.frombytes(np.ascontiguousarray(row.seg_end, dtype=np.int32).tobytes())
+        ragged = self._ragged
+        for name in ("seg_kind", "seg_start", "seg_end"):
+            ragged[name].append(getattr(row, name))
         n_segs = len(row.seg_names)
         detail = np.empty(2 * n_segs, dtype=np.uint64)
         detail[0::2] = np.asarray(row.seg_hash, dtype=np.uint64)
@@ -144,16 +149,24 @@ class RowStore:
         names = np.fromiter((0 if n is None else self.names.id(n) + 1 for n in row.seg_names), np.uint64, n_segs)
         detail[1::2] = (index << np.uint64(32)) | names
         self._seg_detail.append(detail)
-        self._seg_off.append(len(self._seg_kind))
-        self._chunk_start.frombytes(np.ascontiguousarray(row.chunk_start, dtype=np.int32).tobytes())
-        self._chunk_end.frombytes(np.ascontiguousarray(row.chunk_end, dtype=np.int32).tobytes())
-        self._chunk_msg.frombytes(np.ascontiguousarray(row.chunk_msg, dtype=np.int32).tobytes())
-        self._chunk_hash.frombytes(np.ascontiguousarray(row.chunk_hash, dtype=np.uint64).tobytes())
-        self._chunk_chars.frombytes(np.ascontiguousarray(row.chunk_chars, dtype=np.int32).tobytes())
-        self._chunk_off.append(len(self._chunk_start))
+        self._seg_off.append(len(ragged["seg_kind"]))
+        if row.chunk_start.shape[0]:
+            for name in ("chunk_start", "chunk_end", "chunk_msg", "chunk_hash", "chunk_chars"):
+                ragged[name].append(getattr(row, name))
+        self._chunk_off.append(len(ragged["chunk_start"]))
+
+    def ragged(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Entries ``start`` up to ``stop`` of the flat column ``name`` (one of :data:`RAGGED`;
+        request ``i``'s segments are ``seg_off[i]`` up to ``seg_off[i + 1]``, its chunks the same
+        by ``chunk_off``)."""
+        return self._ragged[name].read(start, stop)
+
+    def ragged_size(self, name: str) -> int:
+        """Entries in the flat column ``name``."""
+        return len(self._ragged[name])
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Every column as a numpy array. The columns move into numpy (no second copy is kept);
+        """Every per-request column as a numpy array. The columns move into numpy (no second copy is kept);
         a later :meth:`add` moves them back."""
         if self._frozen is None:
             frozen: dict[str, np.ndarray] = {}
@@ -180,6 +193,7 @@ class RowStore:
         """The segments of request ``i`` (input order) as :class:`Segment` records."""
         c = self.columns()
         a, b = int(c["seg_off"][i]), int(c["seg_off"][i + 1])
+        kinds, starts, ends = (self.ragged(name, a, b).tolist() for name in ("seg_kind", "seg_start", "seg_end"))
         names = self.names.names
         detail = self._seg_detail.get(i)
         hashes = detail[0::2].tolist()
@@ -187,33 +201,33 @@ class RowStore:
         name_ids = (detail[1::2] & np.uint64(0xFFFFFFFF)).astype(np.int64).tolist()
         return tuple(
             Segment(
-                SEGMENT_KINDS[int(c["seg_kind"][j])],
-                int(c["seg_start"][j]),
-                int(c["seg_end"][j]),
+                SEGMENT_KINDS[kinds[k]],
+                starts[k],
+                ends[k],
                 SegmentHash(f"{hashes[k]:016x}"),
                 index[k],
                 names[name_ids[k] - 1] if name_ids[k] else None,
             )
-            for k, j in enumerate(range(a, b))
+            for k in range(b - a)
         )
 
     def chunks(self, i: int) -> tuple[Chunk, ...]:
         """The document chunks of request ``i``."""
         c = self.columns()
         a, b = int(c["chunk_off"][i]), int(c["chunk_off"][i + 1])
+        if a == b:
+            return ()
+        hashes, starts, ends, msgs, chars = (
+            self.ragged(name, a, b).tolist()
+            for name in ("chunk_hash", "chunk_start", "chunk_end", "chunk_msg", "chunk_chars")
+        )
         return tuple(
-            Chunk(
-                SegmentHash(f"{int(c['chunk_hash'][j]):016x}"),
-                int(c["chunk_start"][j]),
-                int(c["chunk_end"][j]),
-                int(c["chunk_msg"][j]),
-                int(c["chunk_chars"][j]),
-            )
-            for j in range(a, b)
+            Chunk(SegmentHash(f"{hashes[k]:016x}"), starts[k], ends[k], msgs[k], chars[k]) for k in range(b - a)
         )
 
     def nbytes(self) -> int:
-        """Bytes in memory (segment details on disk not counted)."""
+        """Bytes in memory (what waits on disk not counted)."""
+        ragged = sum(col.nbytes for col in self._ragged.values())
         if self._frozen is not None:
-            return sum(int(v.nbytes) for v in self._frozen.values())
-        return sum(a.buffer_info()[1] * a.itemsize for a in vars(self).values() if isinstance(a, array))
+            return ragged + sum(int(v.nbytes) for v in self._frozen.values())
+        return ragged + sum(a.buffer_info()[1] * a.itemsize for a in vars(self).values() if isinstance(a, array))

@@ -4,6 +4,14 @@
 pass can read them again in another order (arrival time instead of file order) without holding
 them all in memory: past ``budget_bytes`` the arrays go to a temporary file and only their
 offsets stay in memory (16 bytes per request).
+
+:class:`SpillColumn` is one flat column of fixed-size values (a request's segment offsets, its
+chunks' hashes, ...) that the same way stays in memory up to a budget and then goes to a
+temporary file; it is read back by element range, a few rows for a record or a slice of rows at
+a time for a pass over all of them.
+
+:class:`ArrayShelf` puts whole arrays aside in one temporary file (a capacity sweep's per-request
+results, one array per capacity) and reads each back when it is asked for.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import os
 import tempfile
 from array import array
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
@@ -103,3 +112,126 @@ class RaggedU64:
             self._file.close()
             self._file = None
         self._mem.clear()
+
+
+class SpillColumn:
+    """A flat column of one dtype: append arrays, read ranges back (module docstring).
+
+    Up to ``budget_bytes`` everything stays in memory; past it the column moves to a temporary
+    file and only a write buffer of at most ``buffer_bytes`` stays in memory (default: 1 MiB,
+    and never more than the budget).
+    """
+
+    def __init__(
+        self, dtype: type | np.dtype, budget_bytes: int = DEFAULT_BUDGET, buffer_bytes: int | None = None
+    ) -> None:
+        self.dtype = np.dtype(dtype)
+        self.budget = int(budget_bytes)
+        if buffer_bytes is None:
+            buffer_bytes = min(1 << 20, self.budget)
+        self._buffer_bytes = max(int(buffer_bytes), self.dtype.itemsize)
+        self._buf = bytearray()
+        self._file: IO[bytes] | None = None
+        self._on_disk = 0  # values in the file (they come before the buffer's)
+
+    def __len__(self) -> int:
+        return self._on_disk + len(self._buf) // self.dtype.itemsize
+
+    @property
+    def spilled(self) -> bool:
+        return self._file is not None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in memory."""
+        return len(self._buf)
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.asarray(values)
+        if not values.shape[0]:
+            return
+        self._buf += np.ascontiguousarray(values, dtype=self.dtype).tobytes()
+        if self._file is None and len(self._buf) > self.budget:
+            self._file = tempfile.TemporaryFile(prefix="prefixplan-column-")  # noqa: SIM115 - closed in close()
+        if self._file is not None and len(self._buf) >= self._buffer_bytes:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        assert self._file is not None
+        self._file.write(self._buf)
+        self._file.flush()
+        self._on_disk += len(self._buf) // self.dtype.itemsize
+        self._buf = bytearray()
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Values ``start`` up to ``stop`` (a copy: it does not change as the column grows)."""
+        start, stop = max(0, int(start)), min(len(self), int(stop))
+        if stop <= start:
+            return np.zeros(0, dtype=self.dtype)
+        size = self.dtype.itemsize
+        parts: list[bytes] = []
+        if start < self._on_disk:
+            assert self._file is not None
+            upto = min(stop, self._on_disk)
+            parts.append(os.pread(self._file.fileno(), (upto - start) * size, start * size))
+        if stop > self._on_disk:
+            lo = max(start, self._on_disk) - self._on_disk
+            parts.append(bytes(self._buf[lo * size : (stop - self._on_disk) * size]))
+        return np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), dtype=self.dtype)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._buf = bytearray()
+        self._on_disk = 0
+
+
+class ArrayShelf:
+    """Arrays put aside on disk, each read back whole (module docstring)."""
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] | None = None
+        self._size = 0
+
+    def put(self, values: np.ndarray) -> ShelvedArray:
+        """Write ``values`` (one-dimensional) to the shelf's file; the handle reads them back."""
+        values = np.ascontiguousarray(values)
+        if values.ndim != 1:
+            raise ValueError("only one-dimensional arrays are shelved")
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="prefixplan-shelf-")  # noqa: SIM115 - closed with the shelf
+        self._file.write(values.tobytes())
+        self._file.flush()
+        at = self._size
+        self._size += values.nbytes
+        return ShelvedArray(self, at, values.dtype.str, int(values.shape[0]))
+
+    def read(self, offset: int, nbytes: int) -> bytes:
+        assert self._file is not None
+        fd = self._file.fileno()
+        parts: list[bytes] = []
+        while nbytes > 0:  # a single read returns at most about 2 GiB
+            part = os.pread(fd, nbytes, offset)
+            if not part:
+                raise OSError("the shelf's temporary file is shorter than what was put on it")
+            parts.append(part)
+            offset += len(part)
+            nbytes -= len(part)
+        return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ShelvedArray:
+    """An array on an :class:`ArrayShelf`; :meth:`load` reads it back (a new array each time)."""
+
+    shelf: ArrayShelf
+    offset: int
+    dtype: str
+    length: int
+
+    def load(self) -> np.ndarray:
+        dtype = np.dtype(self.dtype)
+        if not self.length:
+            return np.zeros(0, dtype=dtype)
+        return np.frombuffer(self.shelf.read(self.offset, self.length * dtype.itemsize), dtype=dtype)

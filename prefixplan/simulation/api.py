@@ -18,6 +18,7 @@ import numpy as np
 from prefixplan.core.granularity import (
     Granularity,
 )
+from prefixplan.core.spill import ArrayShelf, ShelvedArray
 from prefixplan.errors import UsageError
 from prefixplan.savings.prefill import (
     load_profile,
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 from prefixplan.simulation.result import CacheRun, SimResult
 
 TRACE_BLOCK = 16
+SHELVE_FROM_REQUESTS = 1 << 16
+"""Logs of at least this many requests keep a sweep's per-request results on disk, run by run."""
 """Block size of the block trace under Anthropic's breakpoint cache (blocks are not used there)."""
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
 
@@ -302,6 +305,8 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
         headline = persistent
         stacks: dict = {}
         tier_hits: dict[str, dict[str, np.ndarray]] = {}
+        # a sweep keeps one per-request array per run: on disk for large logs (the headline's comes back)
+        shelf = ArrayShelf() if trace.n_requests >= SHELVE_FROM_REQUESTS else None
         prios = _default_priorities(trace, config) if "priority" in config.cache.policies else None
         for pol in config.cache.policies:
             curve = []
@@ -330,6 +335,8 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                 run = replace(run, partition=_partition_json(trace, config, pol, float(cap), res.pinned_blocks))
                 if res.tier_blocks:
                     tier_hits[label] = res.tier_blocks
+                if shelf is not None:
+                    run = replace(run, per_request=shelf.put(run.cached))
                 runs.append(run)
                 curve.append((float(cap), run.hit_rate_tokens, run.hit_rate_requests))
                 if config.headline_capacity is not None:
@@ -339,7 +346,10 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                     headline = run.label
             if curve:
                 curves[pol] = curve
-    head = next(r for r in runs if r.label == headline)
+    at = next(i for i, r in enumerate(runs) if r.label == headline)
+    if isinstance(runs[at].per_request, ShelvedArray):
+        runs[at] = replace(runs[at], per_request=runs[at].cached)
+    head = runs[at]
     if config.cache.pins and config.cache.pinned_fraction and head.partition and config.cache.auto_promote is None:
         from prefixplan.simulation.models import choose_pins
 

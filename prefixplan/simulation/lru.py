@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import pairwise
 
 import numpy as np
 
@@ -26,6 +27,25 @@ def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | 
         return True
     finish = finish_times(trace, service_s)
     return bool(np.all(finish[1:] >= finish[:-1]))
+
+
+TOUCHES_PER_STEP = 1 << 20
+
+
+def _request_steps(t_req: np.ndarray, step: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` touch ranges of about ``step`` touches that never cut a request's touches
+    (``t_req`` is non-decreasing)."""
+    out: list[tuple[int, int]] = []
+    n = int(t_req.shape[0])
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + max(1, step))
+        if hi < n:
+            cut = int(np.searchsorted(t_req, t_req[hi], side="left"))  # the first touch of that request
+            hi = cut if cut > lo else int(np.searchsorted(t_req, t_req[lo], side="right"))
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
 class LRUStack:
@@ -70,8 +90,10 @@ class LRUStack:
         exp: list[tuple[float, int]] = []  # (last use, node); stale entries skipped
         e_above: list[float] = []  # per expiry: regular blocks above the node, and its weight
         e_w: list[int] = []
-        t_req = np.zeros(total_touch, dtype=np.int64)
-        t_node = np.zeros(total_touch, dtype=np.int64)
+        # per touch: 16 bytes (a million-request log has millions of touches); a touch's weight
+        # and pin flag are its node's, looked up as evaluate() goes
+        t_req = np.zeros(total_touch, dtype=np.int32)
+        t_node = np.zeros(total_touch, dtype=np.int32)
         t_above = np.zeros(total_touch, dtype=np.float64)
         m_reg = np.zeros(trace.n_requests, dtype=np.int64)
         inf = math.inf
@@ -153,11 +175,11 @@ class LRUStack:
                 if ttl is not None and f > last_use[v]:
                     last_use[v] = f
                     heapq.heappush(exp, (f, v))
-        self.t_req = t_req[:k]
+        self.t_req = t_req[:k]  # non-decreasing: touches come request after request
         self.t_node = t_node[:k]
         self.t_above = t_above[:k]
-        self.t_w = tree.weight[self.t_node]
-        self.t_pin = pinned[self.t_node]
+        self.node_weight = tree.weight
+        self.node_pinned = pinned
         self.m_reg = m_reg
         self.e_above = np.asarray(e_above, dtype=np.float64)
         self.e_w = np.asarray(e_w, dtype=np.float64)
@@ -169,30 +191,41 @@ class LRUStack:
         tier_blocks: tuple[float, ...] = (),
         prewarm_pins: bool = False,
     ) -> tuple[np.ndarray, list[np.ndarray], int]:
-        """Present blocks per request (uncapped): (total, per tier incl. GPU first, evictions)."""
+        """Present blocks per request (uncapped): (total, per tier incl. GPU first, evictions).
+
+        Touches are evaluated ``TOUCHES_PER_STEP`` at a time, cut between requests (temporaries
+        stay bounded; each request's sums are the same as in one step)."""
         nreq = self.trace.n_requests
-        w = self.t_w.astype(np.float64)
-        above = self.t_above
-        pin_present = np.where(self.t_pin, w if prewarm_pins else np.where(above < 0, w, 0.0), 0.0)
         bounds = [float(cap_blocks)]  # the same bound for every touch: scalars, not arrays
         acc = float(cap_blocks)
         for extra in tier_blocks:
             acc = acc + extra
             bounds.append(acc)
-        per_tier: list[np.ndarray] = []
-        prev_present = np.zeros(nreq, dtype=np.int64)
-        for bound in bounds:
-            with np.errstate(invalid="ignore"):
-                present = np.where(self.t_pin | np.isinf(above), 0.0, np.clip(bound - above, 0.0, w))
-            # Pinned blocks sit on the GPU: they are present within every bound, so the difference
-            # of two cumulative totals (a lower tier's share) never counts them.
-            present = present + pin_present
-            cum = np.bincount(self.t_req, weights=present, minlength=nreq).astype(np.int64)
-            per_tier.append(cum - prev_present)
-            prev_present = cum
+        cums = [np.zeros(nreq, dtype=np.int64) for _ in bounds]
+        pinned_present = np.zeros(nreq, dtype=np.int64)
+        for lo, hi in _request_steps(self.t_req, TOUCHES_PER_STEP):
+            node = self.t_node[lo:hi]
+            req = self.t_req[lo:hi]
+            r0, r1 = int(req[0]), int(req[-1]) + 1
+            local = req - r0
+            w = self.node_weight[node].astype(np.float64)
+            pin = self.node_pinned[node]
+            above = self.t_above[lo:hi]
+            pin_present = np.where(pin, w if prewarm_pins else np.where(above < 0, w, 0.0), 0.0)
+            unplaced = pin | np.isinf(above)
+            for cum, bound in zip(cums, bounds, strict=True):
+                with np.errstate(invalid="ignore"):
+                    present = np.where(unplaced, 0.0, np.clip(bound - above, 0.0, w))
+                # Pinned blocks sit on the GPU: they are present within every bound, so the
+                # difference of two cumulative totals (a lower tier's share) never counts them.
+                present += pin_present
+                cum[r0:r1] += np.bincount(local, weights=present, minlength=r1 - r0).astype(np.int64)
+            pinned_present[r0:r1] += np.bincount(local, weights=pin_present, minlength=r1 - r0).astype(np.int64)
+        per_tier = [cums[0], *(b - a for a, b in pairwise(cums))]
+        prev_present = cums[-1]
         if math.isinf(cap_blocks):
             return prev_present, per_tier, 0
-        gpu_reg = per_tier[0] - np.bincount(self.t_req, weights=pin_present, minlength=nreq).astype(np.int64)
+        gpu_reg = per_tier[0] - pinned_present
         inserted = int((self.m_reg - gpu_reg).sum())
         # blocks leave the GPU cache by eviction, by expiry while cached, or stay to the end
         expired = int(np.clip(float(cap_blocks) - self.e_above, 0.0, self.e_w).sum()) if self.e_w.size else 0

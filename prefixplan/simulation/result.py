@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from prefixplan.core.spill import ShelvedArray
 from prefixplan.savings.prefill import (
     TimeSavings,
 )
@@ -35,10 +36,17 @@ class CacheRun:
     requests: int
     requests_hit: int
     evictions: int
-    cached: np.ndarray  # per-request reused prefix tokens
+    # per-request reused prefix tokens (:attr:`cached`); a sweep's other runs keep theirs on disk
+    per_request: np.ndarray | ShelvedArray
     loaded: dict[str, int] = field(default_factory=dict)  # lower tier -> tokens loaded
     write_tokens: int = 0  # Anthropic cache writes
     partition: dict[str, Any] | None = None  # tokens per share of the capacity (pinned / policy / running)
+
+    @property
+    def cached(self) -> np.ndarray:
+        """Reused prefix tokens of each request (replay order)."""
+        values = self.per_request
+        return values.load() if isinstance(values, ShelvedArray) else values
 
     @property
     def computed_tokens(self) -> int:
