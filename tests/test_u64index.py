@@ -31,7 +31,7 @@ def test_lookups_are_the_same_growing_frozen_and_spilled(capacity: int) -> None:
     assert np.array_equal(index.lookup(probe), want)
     assert not index.spill(budget_bytes=index.nbytes)  # within the budget: stays in memory
     assert index.spill(budget_bytes=0)
-    assert isinstance(index._keys, np.memmap)
+    assert index.nbytes < 8 * keys.shape[0] // 100  # a key per page stays in memory
     assert np.array_equal(index.lookup(probe), want)
     assert not index.spill(budget_bytes=0)  # once
 

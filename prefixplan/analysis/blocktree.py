@@ -60,16 +60,16 @@ class BlockTree:
             if not keep.any():
                 continue
             np.add.at(hits, up[keep], hits[level[keep]])
-        max_child = np.zeros(n, dtype=np.int32)
+        # a branch or end point: no child has all of the block's hits (a child never has more),
+        # marked a slice of ids at a time: a bool per block, no index array of every block
+        full_child = np.zeros(n, dtype=bool)
         step = 1 << 22
-        for lo in range(0, n, step):  # a slice of ids at a time: no index array of every block
+        for lo in range(0, n, step):
             up = parent[lo : lo + step]
             has = up >= 0
-            np.maximum.at(max_child, up[has], hits[lo : lo + step][has])
-        # a branch or end point: no child has all of the block's hits (all the rule needs of
-        # max_child: a bool per block instead of an int32)
-        self.branch = max_child < hits
-        del max_child
+            up = up[has]
+            full_child[up[hits[lo : lo + step][has] == hits[up]]] = True
+        self.branch = np.logical_not(full_child, out=full_child)
         self.hits = hits
         self.block_tokens: np.ndarray | int = self._block_tokens()
 

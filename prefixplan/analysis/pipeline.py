@@ -303,6 +303,7 @@ def _rank_and_record(
     """Everything after the first pass: block counts, candidates, the record."""
     source = options.source
     store = first.store
+    release_free_memory()  # what reading freed (a trace file's batches, parsed lines)
     trace = first.builder.finish()
     release_free_memory()  # what building the block trace freed (key batches, the twice filter)
     tree = BlockTree(trace)

@@ -10,6 +10,7 @@ of keys at once. Key 0 is reserved for empty slots; block keys
 
 from __future__ import annotations
 
+import os
 from typing import IO
 
 import numpy as np
@@ -18,6 +19,10 @@ _MUL = np.uint64(0x9E3779B97F4A7C15)
 MAX_LOAD = 0.7
 """Most keys per slot before the table doubles (linear probing: about 2 probes per hit, 6 per
 miss at this load)."""
+
+
+SPILL_PAGE = 512
+"""Keys per page of a spilled index (4 KiB): one key in memory per page."""
 
 
 def _table_size(keys: int) -> int:
@@ -37,13 +42,18 @@ class U64Index:
         self._shift = np.uint64(64 - (size.bit_length() - 1))
         self._mask = size - 1
         self.size = 0
-        self._file: IO[bytes] | None = None  # where spilled keys and ids are mapped from
+        self._file: IO[bytes] | None = None  # where spilled keys and ids are read from
+        self._fence = np.zeros(0, dtype=np.uint64)  # of a spilled index: its first key of each page
+        self._spilled_n = 0
 
     def __len__(self) -> int:
         return self.size
 
     @property
     def nbytes(self) -> int:
+        """Bytes in memory (of a spilled index: its page fence)."""
+        if self._file is not None:
+            return int(self._fence.nbytes)
         return int(self._keys.nbytes + self._ids.nbytes)
 
     def _slots(self, keys: np.ndarray) -> np.ndarray:
@@ -66,9 +76,11 @@ class U64Index:
 
     def spill(self, budget_bytes: int) -> bool:
         """After :meth:`freeze`, move the sorted keys and ids to an unlinked temporary file when
-        they take more than ``budget_bytes``, and read them from there (memory-mapped): a lookup
-        touches a few pages per key, so the index costs next to no memory while a later stage
-        runs (the analysis's per-block counts of a large log). Returns whether it did."""
+        they take more than ``budget_bytes``. Only every :data:`SPILL_PAGE`-th key stays in
+        memory; a lookup finds a key's page there and reads that page of keys (and an id) with
+        positioned reads, so the index costs next to no memory while a later stage runs (the
+        analysis's per-block counts of a large log) and lookups leave no mapped pages behind.
+        Returns whether it did."""
         if self._mask >= 0:
             raise RuntimeError("U64Index.spill before freeze")
         if self.nbytes <= budget_bytes or self._file is not None:
@@ -80,9 +92,28 @@ class U64Index:
         self._file.write(self._keys.tobytes())
         self._file.write(self._ids.tobytes())
         self._file.flush()
-        self._keys = np.memmap(self._file, dtype=np.uint64, mode="r", shape=(n,))
-        self._ids = np.memmap(self._file, dtype=np.int32, mode="r", offset=8 * n, shape=(n,))
+        self._fence = self._keys[::SPILL_PAGE].copy()
+        self._spilled_n = n
+        self._keys = np.zeros(0, dtype=np.uint64)
+        self._ids = np.zeros(0, dtype=np.int32)
         return True
+
+    def _lookup_spilled(self, keys: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """:meth:`lookup` on a spilled index: one read of a page of keys per page the keys fall in."""
+        assert self._file is not None
+        fd, n = self._file.fileno(), self._spilled_n
+        page = np.searchsorted(self._fence, keys, side="right") - 1  # -1: below every key
+        for p in np.unique(page[page >= 0]).tolist():
+            lo = p * SPILL_PAGE
+            hi = min(n, lo + SPILL_PAGE)
+            stored = np.frombuffer(os.pread(fd, 8 * (hi - lo), 8 * lo), dtype=np.uint64)
+            mine = np.flatnonzero(page == p)
+            at = np.minimum(np.searchsorted(stored, keys[mine]), stored.shape[0] - 1)
+            hit = stored[at] == keys[mine]
+            if hit.any():
+                ids = np.frombuffer(os.pread(fd, 4 * (hi - lo), 8 * n + 4 * lo), dtype=np.int32)
+                out[mine[hit]] = ids[at[hit]]
+        return out
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Ids of ``keys`` (-1 where absent)."""
@@ -90,6 +121,8 @@ class U64Index:
         out = np.full(keys.shape[0], -1, dtype=np.int64)
         if not keys.shape[0]:
             return out
+        if self._file is not None:
+            return self._lookup_spilled(keys, out)
         if self._mask < 0:  # frozen: sorted keys
             if not self._keys.shape[0]:
                 return out
