@@ -148,3 +148,20 @@ def test_stable_order_is_a_stable_argsort(values, step) -> None:  # type: ignore
 
     a = np.asarray(values, dtype=np.int32)
     assert stable_order(a, step=step).tolist() == np.argsort(a, kind="stable").tolist()
+
+
+def test_depths_past_two_bytes_keep_their_lengths() -> None:
+    """Depths are kept in two bytes while every prompt has fewer than 65,536 blocks, in four
+    past that: candidates are as long either way."""
+    rng = np.random.default_rng(1)
+    for n_tokens, dtype in ((300, np.uint16), (70_000, np.int32)):
+        shared = rng.integers(0, 50_000, n_tokens, dtype=np.uint32)
+        builder = TraceBuilder(engine_granularity("custom", 1))
+        for i in range(3):
+            tail = np.asarray([60_000 + i, 60_100 + i], dtype=np.uint32)
+            builder.add(SimRequest(time=float(i), namespace="m", tokens=np.concatenate([shared, tail]), index=i))
+        trace = builder.finish()
+        assert trace.block_depth.dtype == dtype
+        assert int(trace.block_depth.max()) == n_tokens + 2
+        got = find_block_candidates(BlockTree(trace), min_tokens=1, min_hits=2)
+        assert [(c.length, c.hits) for c in got] == [(n_tokens, 3)]

@@ -179,7 +179,8 @@ class BlockTrace:
         parent: parent block id of each block id (-1 for a namespace's first block), int32.
         namespaces: namespace names; ``ns`` indexes them per request.
         unit_tokens: real tokens per unit of each row (Mooncake hash ids: the trace block size).
-        block_depth: depth of each block id (1 for a namespace's first block).
+        block_depth: depth of each block id (1 for a namespace's first block); uint16 when
+            every depth fits, else int32.
         block_start: per row, the id of the first block it brought: ids are handed out in
             arrival order, so row ``r`` brought ids ``block_start[r]`` up to
             ``block_start[r + 1]`` (a block's first row is found by a binary search here, not
@@ -419,6 +420,9 @@ class TraceBuilder:
         self._index.spill(self._keys.budget)  # read from disk by resolve(): the pins, a few keys
         parent = _view(parents, np.int32)
         depth = _view(depths, np.int32)
+        if depth.shape[0] and int(depth.max()) < 2**16:
+            depth = depth.astype(np.uint16)  # 2 bytes per block: prompts under 65,536 blocks
+            depths = array("i")
         trace = BlockTrace(
             granularity=self.granularity,
             times=times[order],
