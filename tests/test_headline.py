@@ -142,3 +142,12 @@ def test_a_sweep_on_disk_gives_the_same_section(monkeypatch: pytest.MonkeyPatch)
     assert len(shelved) == len([r for r in res.runs if r.capacity_tokens is not None]) - 1
     assert on_disk == in_memory and runs_disk == runs
     assert "pinned" in on_disk and on_disk["savings_curve"]["lru"]
+    # a shelved run pickles and copies as its array (the shelf's file stays here), writable
+    import copy
+    import pickle
+
+    run = next(r for r in res.runs if isinstance(r.per_request, ShelvedArray))
+    assert run.cached.flags.writeable
+    for clone in (pickle.loads(pickle.dumps(run)), copy.deepcopy(run)):
+        assert isinstance(clone.per_request, np.ndarray)
+        assert clone.cached.tolist() == run.cached.tolist() and clone.label == run.label

@@ -45,3 +45,4 @@ def test_ragged_arrays_read_back_by_position_in_memory_and_on_disk() -> None:
         assert np.concatenate(list(ragged.iter_chunks(max_keys=7))).tolist() == np.concatenate(arrays).tolist()
         assert ragged.lengths().tolist() == [a.shape[0] for a in arrays]
         ragged.close()
+        assert len(ragged) == 0 and not ragged.spilled and ragged.lengths().shape == (0,)

@@ -311,6 +311,8 @@ def test_the_row_store_reads_the_same_from_disk_and_in_steps(rows_and_file: tupl
     base_report, base_recurring = rag_report(memory, reused, rows_per_step=1 << 20)
     base_kinds = kind_accounting(memory, reused, base_recurring, rows_per_step=1 << 20)
     assert base_report["recurring_chunks"] > 0 and base_report["top"] and "rag" in base_kinds
+    with pytest.raises(ValueError, match="rows_per_step"):
+        rag_report(memory, reused, rows_per_step=0)
     for store in (memory, disk):
         for step in (1, 7, 1 << 20):
             assert [a.tolist() for a in chunk_request_counts(store, rows_per_step=step)] == base_counts

@@ -104,9 +104,11 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
 def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, int, int]]:
     """``(first row, end row, first chunk, end chunk)`` of each step of ``rows_per_step``
     requests that holds chunks (bounded temporaries: the chunk columns may be on disk)."""
+    if rows_per_step < 1:
+        raise ValueError(f"rows_per_step must be >= 1, got {rows_per_step}")
     off = store.columns()["chunk_off"]
     n = len(store)
-    for lo in range(0, n, max(1, rows_per_step)):
+    for lo in range(0, n, rows_per_step):
         hi = min(n, lo + rows_per_step)
         a, b = int(off[lo]), int(off[hi])
         if a < b:

@@ -21,11 +21,24 @@ import tempfile
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
 DEFAULT_BUDGET = 16 * 2**20
+
+
+def pread_all(fd: int, nbytes: int, offset: int) -> bytes:
+    """``nbytes`` bytes at ``offset`` of ``fd`` (one read returns at most about 2 GiB)."""
+    parts: list[bytes] = []
+    while nbytes > 0:
+        part = os.pread(fd, nbytes, offset)
+        if not part:
+            raise OSError("a temporary file is shorter than what was written to it")
+        parts.append(part)
+        offset += len(part)
+        nbytes -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class RaggedU64:
@@ -81,9 +94,7 @@ class RaggedU64:
         if self._dirty:
             self._file.flush()
             self._dirty = False
-        fd = self._file.fileno()
-        data = os.pread(fd, 8 * n, 8 * self._offsets[i])
-        return np.frombuffer(data, dtype=np.uint64)
+        return np.frombuffer(pread_all(self._file.fileno(), 8 * n, 8 * self._offsets[i]), dtype=np.uint64)
 
     def iter_chunks(self, max_keys: int = 1 << 22) -> Iterator[np.ndarray]:
         """Every key, in storage order (not per array), in chunks of about ``max_keys``."""
@@ -105,13 +116,20 @@ class RaggedU64:
         fd = self._file.fileno()
         for start in range(0, self._written, max_keys):
             n = min(max_keys, self._written - start)
-            yield np.frombuffer(os.pread(fd, 8 * n, 8 * start), dtype=np.uint64)
+            yield np.frombuffer(pread_all(fd, 8 * n, 8 * start), dtype=np.uint64)
 
     def close(self) -> None:
+        """Drop every array (the file, and the offsets: 16 bytes per array)."""
         if self._file is not None:
             self._file.close()
             self._file = None
         self._mem.clear()
+        self._mem_bytes = 0
+        self._offsets = array("q")
+        self._lengths = array("q")
+        self._spilled_from = -1
+        self._written = 0
+        self._dirty = False
 
 
 class SpillColumn:
@@ -173,7 +191,7 @@ class SpillColumn:
         if start < self._on_disk:
             assert self._file is not None
             upto = min(stop, self._on_disk)
-            parts.append(os.pread(self._file.fileno(), (upto - start) * size, start * size))
+            parts.append(pread_all(self._file.fileno(), (upto - start) * size, start * size))
         if stop > self._on_disk:
             lo = max(start, self._on_disk) - self._on_disk
             parts.append(bytes(self._buf[lo * size : (stop - self._on_disk) * size]))
@@ -209,16 +227,7 @@ class ArrayShelf:
 
     def read(self, offset: int, nbytes: int) -> bytes:
         assert self._file is not None
-        fd = self._file.fileno()
-        parts: list[bytes] = []
-        while nbytes > 0:  # a single read returns at most about 2 GiB
-            part = os.pread(fd, nbytes, offset)
-            if not part:
-                raise OSError("the shelf's temporary file is shorter than what was put on it")
-            parts.append(part)
-            offset += len(part)
-            nbytes -= len(part)
-        return b"".join(parts)
+        return pread_all(self._file.fileno(), nbytes, offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +240,16 @@ class ShelvedArray:
     length: int
 
     def load(self) -> np.ndarray:
+        """The array (writable, a new one each time)."""
         dtype = np.dtype(self.dtype)
         if not self.length:
             return np.zeros(0, dtype=dtype)
-        return np.frombuffer(self.shelf.read(self.offset, self.length * dtype.itemsize), dtype=dtype)
+        return np.frombuffer(bytearray(self.shelf.read(self.offset, self.length * dtype.itemsize)), dtype=dtype)
+
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        """Pickled (and deep-copied) as the array itself: the shelf's file stays in this process."""
+        return (_same, (self.load(),))
+
+
+def _same(values: np.ndarray) -> np.ndarray:
+    return values

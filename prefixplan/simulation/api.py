@@ -52,9 +52,9 @@ if TYPE_CHECKING:
 from prefixplan.simulation.result import CacheRun, SimResult
 
 TRACE_BLOCK = 16
+"""Block size of the block trace under Anthropic's breakpoint cache (blocks are not used there)."""
 SHELVE_FROM_REQUESTS = 1 << 16
 """Logs of at least this many requests keep a sweep's per-request results on disk, run by run."""
-"""Block size of the block trace under Anthropic's breakpoint cache (blocks are not used there)."""
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
 
 
