@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 
@@ -654,5 +655,5 @@ def test_the_lru_stack_evaluates_the_same_in_steps(reqs, block, gpu, cpu, prewar
     for step in (1, 2, 3, 100):
         cuts = lru._request_steps(t_req, step)
         assert cuts[0][0] == 0 and cuts[-1][1] == t_req.shape[0]
-        assert all(a < b and b == c for (a, b), (c, _) in zip(cuts, cuts[1:] + [(cuts[-1][1], 0)], strict=True))
+        assert all(a < b for a, b in cuts) and all(b == c for (_, b), (c, _) in itertools.pairwise(cuts))
         assert all(b == t_req.shape[0] or t_req[b - 1] != t_req[b] for _, b in cuts)

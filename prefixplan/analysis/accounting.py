@@ -57,7 +57,7 @@ def kind_accounting(
     for lo in range(0, len(store), rows_per_step):
         hi = min(len(store), lo + rows_per_step)
         off = c["seg_off"][lo : hi + 1]
-        owner = np.repeat(np.arange(lo, hi), np.diff(off))
+        owner = store.owners("seg_off", lo, hi)
         a, b = int(off[0]), int(off[-1])
         scale = c["scale"][owner]
         upto = reused[owner] // np.maximum(scale, 1)  # reused tokens in units of the row
@@ -73,7 +73,7 @@ def kind_accounting(
         ca, cb = int(coff[0]), int(coff[-1])
         if ca == cb:
             continue
-        cowner = np.repeat(np.arange(lo, hi), np.diff(coff))
+        cowner = store.owners("chunk_off", lo, hi)
         rec = np.isin(store.ragged("chunk_hash", ca, cb), wanted)
         cscale = c["scale"][cowner][rec]
         cs = store.ragged("chunk_start", ca, cb)[rec].astype(np.int64)

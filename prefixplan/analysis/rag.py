@@ -115,12 +115,6 @@ def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, 
             yield lo, hi, a, b
 
 
-def _owners(store: RowStore, lo: int, hi: int) -> np.ndarray:
-    """The row of each chunk of rows ``lo`` up to ``hi``."""
-    off = store.columns()["chunk_off"]
-    return np.repeat(np.arange(lo, hi), np.diff(off[lo : hi + 1]))
-
-
 def chunk_request_counts(store: RowStore, rows_per_step: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(hashes, requests, tokens)`` of every distinct document chunk: the distinct requests
     that hold it and its length in tokens (first occurrence); ``rows_per_step`` requests at a
@@ -130,7 +124,7 @@ def chunk_request_counts(store: RowStore, rows_per_step: int = 1 << 16) -> tuple
     tokens = np.zeros(0, dtype=np.int64)
     for lo, hi, a, b in _row_steps(store, rows_per_step):
         hashes = store.ragged("chunk_hash", a, b)
-        owner = _owners(store, lo, hi) - lo
+        owner = store.owners("chunk_off", lo, hi) - lo
         step_uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         rows = hi - lo
         pairs = np.unique(inverse.astype(np.int64).reshape(-1) * rows + owner)  # (chunk, request) once each
@@ -166,7 +160,7 @@ def rag_report(
     per_chunk = np.zeros(uniq.shape[0], dtype=np.int64)
     pos_pairs = np.zeros(0, dtype=np.int64)  # (chunk, start) once each
     for lo, hi, a, b in _row_steps(store, rows_per_step):
-        owner = _owners(store, lo, hi)
+        owner = store.owners("chunk_off", lo, hi)
         idx = np.searchsorted(uniq, store.ragged("chunk_hash", a, b))
         rec = keep[idx]
         if not rec.any():

@@ -161,6 +161,12 @@ class RowStore:
         by ``chunk_off``)."""
         return self._ragged[name].read(start, stop)
 
+    def owners(self, offsets: str, lo: int, hi: int) -> np.ndarray:
+        """The request of each entry of requests ``lo`` up to ``hi`` in the flat columns that
+        ``offsets`` (``seg_off`` or ``chunk_off``) indexes."""
+        off = self.columns()[offsets]
+        return np.repeat(np.arange(lo, hi), np.diff(off[lo : hi + 1]))
+
     def ragged_size(self, name: str) -> int:
         """Entries in the flat column ``name``."""
         return len(self._ragged[name])

@@ -187,14 +187,14 @@ class SpillColumn:
         if stop <= start:
             return np.zeros(0, dtype=self.dtype)
         size = self.dtype.itemsize
-        parts: list[bytes] = []
+        parts: list[bytes | bytearray] = []
         if start < self._on_disk:
             assert self._file is not None
             upto = min(stop, self._on_disk)
             parts.append(pread_all(self._file.fileno(), (upto - start) * size, start * size))
         if stop > self._on_disk:
             lo = max(start, self._on_disk) - self._on_disk
-            parts.append(bytes(self._buf[lo * size : (stop - self._on_disk) * size]))
+            parts.append(self._buf[lo * size : (stop - self._on_disk) * size])  # a slice is a copy
         return np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), dtype=self.dtype)
 
     def close(self) -> None:

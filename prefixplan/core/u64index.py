@@ -10,10 +10,11 @@ of keys at once. Key 0 is reserved for empty slots; block keys
 
 from __future__ import annotations
 
-import os
 from typing import IO
 
 import numpy as np
+
+from prefixplan.core.spill import pread_all
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 MAX_LOAD = 0.7
@@ -106,12 +107,12 @@ class U64Index:
         for p in np.unique(page[page >= 0]).tolist():
             lo = p * SPILL_PAGE
             hi = min(n, lo + SPILL_PAGE)
-            stored = np.frombuffer(os.pread(fd, 8 * (hi - lo), 8 * lo), dtype=np.uint64)
+            stored = np.frombuffer(pread_all(fd, 8 * (hi - lo), 8 * lo), dtype=np.uint64)
             mine = np.flatnonzero(page == p)
             at = np.minimum(np.searchsorted(stored, keys[mine]), stored.shape[0] - 1)
             hit = stored[at] == keys[mine]
             if hit.any():
-                ids = np.frombuffer(os.pread(fd, 4 * (hi - lo), 8 * n + 4 * lo), dtype=np.int32)
+                ids = np.frombuffer(pread_all(fd, 4 * (hi - lo), 8 * n + 4 * lo), dtype=np.int32)
                 out[mine[hit]] = ids[at[hit]]
         return out
 
