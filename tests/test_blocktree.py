@@ -56,7 +56,8 @@ def test_block_candidates_equal_token_radix_candidates(stream, block, min_tokens
 
 
 def _arrays(trace):  # type: ignore[no-untyped-def]
-    names = ("times", "order", "n_blocks", "cap_blocks", "end_block", "known_blocks", "parent", "block_depth")
+    names = ("times", "order", "n_blocks", "cap_blocks", "end_block", "known_blocks", "block_start", "attach")
+    names = (*names, "parent", "block_depth")
     return {k: getattr(trace, k).tolist() for k in (*names, "block_first_row")}
 
 
@@ -150,18 +151,39 @@ def test_stable_order_is_a_stable_argsort(values, step) -> None:  # type: ignore
     assert stable_order(a, step=step).tolist() == np.argsort(a, kind="stable").tolist()
 
 
-def test_depths_past_two_bytes_keep_their_lengths() -> None:
-    """Depths are kept in two bytes while every prompt has fewer than 65,536 blocks, in four
-    past that: candidates are as long either way."""
+def test_deep_prompts_keep_their_lengths() -> None:
+    """Depths come from each request's known blocks and its run of new ids, with nothing kept per
+    block: a 70,000-block prompt has its full length."""
     rng = np.random.default_rng(1)
-    for n_tokens, dtype in ((300, np.uint16), (70_000, np.int32)):
+    for n_tokens in (300, 70_000):
         shared = rng.integers(0, 50_000, n_tokens, dtype=np.uint32)
         builder = TraceBuilder(engine_granularity("custom", 1))
         for i in range(3):
             tail = np.asarray([60_000 + i, 60_100 + i], dtype=np.uint32)
             builder.add(SimRequest(time=float(i), namespace="m", tokens=np.concatenate([shared, tail]), index=i))
         trace = builder.finish()
-        assert trace.block_depth.dtype == dtype
         assert int(trace.block_depth.max()) == n_tokens + 2
         got = find_block_candidates(BlockTree(trace), min_tokens=1, min_hits=2)
         assert [(c.length, c.hits) for c in got] == [(n_tokens, 3)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(1, 4))
+def test_parents_and_depths_follow_the_paths(stream, block) -> None:  # type: ignore[no-untyped-def]
+    """Each request's path, walked root first, has depths 1, 2, ... and each block's parent is
+    the block before it: the per-row ``attach`` and ``block_start`` describe every block."""
+    builder = TraceBuilder(engine_granularity("custom", block), index_singletons=False)
+    want_paths = []
+    for i, (t, ns, toks, _) in enumerate(stream):
+        builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
+        want_paths.append(len(toks) // block)
+    trace = builder.finish()
+    parent = trace.parent
+    depth = trace.block_depth
+    for r in range(trace.n_requests):
+        path = trace.path_blocks(r)
+        assert len(path) == trace.n_blocks[r] == want_paths[int(trace.order[r])]
+        assert depth[path].tolist() == list(range(1, len(path) + 1))
+        ups = [-1, *path[:-1]][: len(path)]
+        assert parent[path].tolist() == ups
+        assert trace.parents_of(np.asarray(path, dtype=np.int64)).tolist() == ups

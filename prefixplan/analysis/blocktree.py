@@ -4,8 +4,10 @@ A block of the :class:`~prefixplan.trace.blocks.BlockTrace` stands for one block
 of one namespace, so the block trace *is* the radix tree at the cache granularity: a block's
 ``hits`` are the requests whose path passes through it, its children are the blocks one deeper
 that extend it. Counting on blocks instead of tokens gives the same candidates (every
-candidate's length is block-aligned anyway: docs/radix.md), in arrays indexed by block id with
-no Python object per block, and from a trace file as well as from a log.
+candidate's length is block-aligned anyway: docs/radix.md), with no Python object per block,
+and from a trace file as well as from a log. The counts are kept per node of the compressed
+trie (a run of blocks always passed through together), not per block: a million-request log
+has tens of millions of distinct blocks but a few million nodes.
 
 * ``hits[b]``: requests whose path includes ``b`` (their deepest full block is in ``b``'s
   subtree), summed bottom-up one depth at a time from the requests whose path ends at each block.
@@ -29,28 +31,32 @@ from prefixplan.analysis.candidates import Candidate, clip_segments, label_for
 from prefixplan.core.types import Segment
 from prefixplan.errors import UsageError
 from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import build_tree
 
 DEFAULT_TENANT_CAP = 1024
 """Distinct tenants counted per candidate; beyond it a candidate reports "at least" this many."""
 
 
 class BlockTree:
-    """Per-block counts of a block trace (module docstring), 9 bytes per block: ``hits`` and
-    ``by_depth`` (block ids by depth) as int32, ``branch`` (no child has all the block's hits) as
-    bool, ``depth`` shared with the trace; ``block_tokens`` per block unless
-    every request has the same."""
+    """Per-node counts of a block trace (module docstring).
+
+    Counting runs on the compressed trie (:func:`~prefixplan.trace.nodes.build_tree`): the
+    blocks of a node are always passed through by the same requests, so they share ``hits``,
+    and only a node's deepest block can be a branch or end point. Every array is per node
+    (a few per request), none per block: ``hits`` and ``depth`` (of the node's deepest
+    block) as int64, ``branch`` (no child node has all the node's hits) as bool, ``by_depth``
+    (node ids by depth) as int32."""
 
     def __init__(self, trace: BlockTrace) -> None:
         self.trace = trace
-        n = trace.n_distinct_blocks
-        parent = trace.parent
-        self.depth = trace.block_depth
-        rows = np.flatnonzero(trace.end_block >= 0)
-        ends = trace.end_block[rows]
-        hits = np.zeros(n, dtype=np.int32)
-        np.add.at(hits, ends, 1)
-        del rows, ends
-        # block ids by depth (shallowest first), and where each depth starts
+        self.nodes = nodes = build_tree(trace)
+        n = nodes.n_nodes
+        parent = nodes.node_parent
+        # a node's deepest block: where a candidate is (the others have a child with all its hits)
+        self.last_block = nodes.first_block + nodes.weight - 1
+        self.depth = trace.depths_of(self.last_block)
+        hits = np.bincount(nodes.req_node[nodes.req_node >= 0], minlength=n).astype(np.int64)
+        # node ids by depth (shallowest first), and where each depth starts
         self.by_depth = stable_order(self.depth)
         self.level_starts = np.flatnonzero(np.diff(self.depth[self.by_depth])) + 1
         # one depth at a time, deepest first: children pass their counts to their parents
@@ -60,21 +66,17 @@ class BlockTree:
             if not keep.any():
                 continue
             np.add.at(hits, up[keep], hits[level[keep]])
-        # a branch or end point: no child has all of the block's hits (a child never has more),
-        # marked a slice of ids at a time: a bool per block, no index array of every block
+        # a branch or end point: no child has all of the node's hits (a child never has more)
         full_child = np.zeros(n, dtype=bool)
-        step = 1 << 22
-        for lo in range(0, n, step):
-            up = parent[lo : lo + step]
-            has = up >= 0
-            up = up[has]
-            full_child[up[hits[lo : lo + step][has] == hits[up]]] = True
+        has = parent >= 0
+        up = parent[has]
+        full_child[up[hits[has] == hits[up]]] = True
         self.branch = np.logical_not(full_child, out=full_child)
         self.hits = hits
         self.block_tokens: np.ndarray | int = self._block_tokens()
 
     def _block_tokens(self) -> np.ndarray | int:
-        """Real tokens per block of each block id (its first arrival's block size), or that size
+        """Real tokens per block of each node (its first arrival's block size), or that size
         when every request has the same."""
         t = self.trace
         if not t.n_requests:
@@ -82,15 +84,14 @@ class BlockTree:
         lo, hi = int(t.block_tokens.min()), int(t.block_tokens.max())
         if lo == hi:
             return lo
-        brought = np.diff(np.append(t.block_start, t.n_distinct_blocks))  # blocks each row brought
-        return np.repeat(t.block_tokens.astype(np.int32), brought)
+        return t.block_tokens[t.first_rows(self.last_block)]
 
     def levels(self) -> list[np.ndarray]:
-        """Block ids of each depth, shallowest first (views of ``by_depth``)."""
+        """Node ids of each depth, shallowest first (views of ``by_depth``)."""
         return np.split(self.by_depth, self.level_starts) if self.by_depth.shape[0] else []
 
     def long_enough(self, min_tokens: int) -> np.ndarray:
-        """Per block: is its prefix at least ``min_tokens`` long."""
+        """Per node: is its prefix at least ``min_tokens`` long."""
         bt = self.block_tokens
         if isinstance(bt, int):
             return self.depth >= -(-int(min_tokens) // max(1, bt))
@@ -100,50 +101,51 @@ class BlockTree:
     def n_blocks(self) -> int:
         return self.trace.n_distinct_blocks
 
-    def tokens_of(self, blocks: np.ndarray) -> np.ndarray:
-        """Real tokens per block of ``blocks``."""
-        bt = self.block_tokens
-        if isinstance(bt, int):
-            return np.full(blocks.shape[0], bt, dtype=np.int64)
-        return bt[blocks].astype(np.int64)
+    @property
+    def n_nodes(self) -> int:
+        return self.nodes.n_nodes
 
-    def lengths(self, blocks: np.ndarray | None = None) -> np.ndarray:
-        """Prefix length in real tokens of ``blocks`` (default: every block)."""
-        if blocks is None:
-            return self.depth.astype(np.int64) * self.block_tokens
-        return self.depth[blocks].astype(np.int64) * self.tokens_of(blocks)
+    def lengths(self, nodes: np.ndarray | None = None) -> np.ndarray:
+        """Prefix length in real tokens of ``nodes`` (default: every node)."""
+        bt = self.block_tokens
+        if nodes is None:
+            return self.depth * bt
+        return self.depth[nodes] * (bt if isinstance(bt, int) else bt[nodes])
 
     def arena_tokens(self) -> int:
         """Real tokens of all distinct blocks together."""
         bt = self.block_tokens
-        return self.n_blocks * bt if isinstance(bt, int) else int(bt.sum())
+        if isinstance(bt, int):
+            return self.n_blocks * bt
+        t = self.trace
+        return int((t.brought() * t.block_tokens).sum())
 
     def last_rows(self, blocks: np.ndarray) -> np.ndarray:
         """The latest arrival (row) through each of ``blocks``: each request walks up through
-        the given blocks above its deepest one, all requests a step at a time (rows are
-        arrivals, so the largest row is the latest)."""
+        the nodes of the given blocks above its deepest one, all requests a step at a time
+        (rows are arrivals, so the largest row is the latest)."""
         blocks = np.asarray(blocks, dtype=np.int64)
-        last = np.full(blocks.shape[0], -1, dtype=np.int64)
         if not blocks.shape[0]:
-            return last
-        wanted = np.zeros(self.n_blocks, dtype=bool)
-        wanted[blocks] = True
+            return np.full(0, -1, dtype=np.int64)
+        of = self.nodes.nodes_of(blocks)
+        wanted = np.zeros(self.n_nodes, dtype=bool)
+        wanted[of] = True
         at = nearest_candidate_at_or_above(self, wanted)
         del wanted
-        sorter = np.argsort(blocks)
-        end = self.trace.end_block
-        rows = np.flatnonzero(end >= 0)
-        cur = at[end[rows]].astype(np.int64)
-        parent = self.trace.parent
+        last = np.full(self.n_nodes, -1, dtype=np.int64)
+        req_node = self.nodes.req_node
+        rows = np.flatnonzero(req_node >= 0)
+        cur = at[req_node[rows]].astype(np.int64)
+        parent = self.nodes.node_parent
         while rows.shape[0]:
             keep = cur >= 0
             rows, cur = rows[keep], cur[keep]
             if not rows.shape[0]:
                 break
-            np.maximum.at(last, sorter[np.searchsorted(blocks, cur, sorter=sorter)], rows)
+            np.maximum.at(last, cur, rows)
             up = parent[cur]
             cur = np.where(up >= 0, at[np.maximum(up, 0)], -1).astype(np.int64)
-        return last
+        return last[of]
 
     def namespace(self, b: int) -> str:
         t = self.trace
@@ -218,28 +220,29 @@ def rank_blocks(
     is_cand = (tree.hits >= min_hits) & tree.branch
     is_cand &= tree.long_enough(min_tokens)
     at_or_above = nearest_candidate_at_or_above(tree, is_cand)
-    cands = np.flatnonzero(is_cand)
+    cands = np.flatnonzero(is_cand)  # node ids, ascending
     del is_cand
     parent_cand = above(tree, at_or_above, cands)
     del at_or_above
+    blocks = tree.last_block[cands]  # a candidate is its node's deepest block
     clen = tree.lengths(cands)
     l_parent = np.zeros(cands.shape[0], dtype=np.int64)
     has_up = parent_cand >= 0
     l_parent[has_up] = tree.lengths(parent_cand[has_up])
-    marginal = (tree.hits[cands].astype(np.int64) - 1) * (clen - l_parent)
-    first_row = trace.first_rows(cands)
+    marginal = (tree.hits[cands] - 1) * (clen - l_parent)
+    first_row = trace.first_rows(blocks)
     first_seen = trace.times[first_row]
-    order = np.lexsort((cands, first_seen, -clen, -marginal))
+    order = np.lexsort((blocks, first_seen, -clen, -marginal))
     total_marginal = int(marginal.sum())
     count = int(cands.shape[0])
     shown = order if limit is None else order[: max(0, int(limit))]
-    by_block = np.argsort(cands)  # rank of a candidate block: searchsorted in cands, then rank_of
     rank_of = np.empty(count, dtype=np.int64)
     rank_of[order] = np.arange(count)
-    last_rows = tree.last_rows(cands[shown])
+    last_rows = tree.last_rows(blocks[shown])
     out: list[Candidate] = []
     for i, k in enumerate(shown.tolist()):
-        b = int(cands[k])
+        b = int(blocks[k])
+        hits = int(tree.hits[cands[k]])
         length = int(clen[k])
         row = int(first_row[k])
         if segments_of is None:
@@ -254,22 +257,21 @@ def rank_blocks(
         pc = int(parent_cand[k])
         parent = None
         if pc >= 0:
-            at = int(np.searchsorted(cands, pc, sorter=by_block))
-            parent = int(rank_of[by_block[at]])
+            parent = int(rank_of[int(np.searchsorted(cands, pc))])
         out.append(
             Candidate(
                 id=i,
                 namespace=tree.namespace(b),
                 length=length,
                 raw_length=length,
-                hits=int(tree.hits[b]),
+                hits=hits,
                 tenants=0,
                 tenants_capped=False,
                 first_seen=float(trace.times[row]),
                 last_seen=float(trace.times[int(last_rows[i])]),
                 request_index=row,
                 parent=parent,
-                reusable_tokens=(int(tree.hits[b]) - 1) * length,
+                reusable_tokens=(hits - 1) * length,
                 marginal_tokens=int(marginal[k]),
                 node_id=b,
                 label=label,
@@ -281,9 +283,10 @@ def rank_blocks(
 
 
 def nearest_candidate_at_or_above(tree: BlockTree, is_cand: np.ndarray) -> np.ndarray:
-    """For every block, the nearest candidate at or above it (-1 if none), one depth at a time."""
-    parent = tree.trace.parent
-    at_or_above = np.full(tree.n_blocks, -1, dtype=np.int32)
+    """For every node, the nearest candidate node at or above it (-1 if none), one depth at a
+    time."""
+    parent = tree.nodes.node_parent
+    at_or_above = np.full(tree.n_nodes, -1, dtype=np.int32)
     for level in tree.levels():
         up = parent[level]
         inherited = np.where(up >= 0, at_or_above[np.maximum(up, 0)], -1)
@@ -291,9 +294,9 @@ def nearest_candidate_at_or_above(tree: BlockTree, is_cand: np.ndarray) -> np.nd
     return at_or_above
 
 
-def above(tree: BlockTree, at_or_above: np.ndarray, blocks: np.ndarray) -> np.ndarray:
-    """The nearest candidate strictly above each of ``blocks`` (-1 if none)."""
-    up = tree.trace.parent[blocks]
+def above(tree: BlockTree, at_or_above: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The nearest candidate node strictly above each of ``nodes`` (-1 if none)."""
+    up = tree.nodes.node_parent[nodes]
     return np.where(up >= 0, at_or_above[np.maximum(up, 0)], -1).astype(np.int64)
 
 
@@ -305,37 +308,36 @@ def count_tenants(
 ) -> dict[int, tuple[int, bool]]:
     """Distinct tenants of the requests through each shown candidate: ``{node_id: (count, capped)}``.
 
-    Each request walks up from its deepest block through the shown candidates above it
+    Each request walks up from its deepest node through the shown candidates above it
     (``tenant_of(row)`` names its tenant; anonymous requests count as distinct)."""
-    trace = tree.trace
-    wanted = np.zeros(tree.n_blocks, dtype=bool)
     ids = np.asarray([c.node_id for c in shown], dtype=np.int64)
     if not ids.shape[0]:
         return {}
-    wanted[ids] = True
+    of = tree.nodes.nodes_of(ids)
+    wanted = np.zeros(tree.n_nodes, dtype=bool)
+    wanted[of] = True
     at_or_above = nearest_candidate_at_or_above(tree, wanted)
-    parent = tree.trace.parent
+    del wanted
+    parent = tree.nodes.node_parent
 
-    def up_of(b: int) -> int:
-        p = int(parent[b])
+    def up_of(v: int) -> int:
+        p = int(parent[v])
         return int(at_or_above[p]) if p >= 0 else -1
 
-    seen: dict[int, set[str]] = {int(b): set() for b in ids.tolist()}
+    seen: dict[int, set[str]] = {int(v): set() for v in of.tolist()}
     capped: dict[int, bool] = dict.fromkeys(seen, False)
-    end = trace.end_block
-    for row in range(trace.n_requests):
-        b = int(end[row])
-        if b < 0:
+    for row, v in enumerate(tree.nodes.req_node.tolist()):
+        if v < 0:
             continue
-        b = int(at_or_above[b])
+        v = int(at_or_above[v])
         tenant = None
-        while b >= 0:
+        while v >= 0:
             if tenant is None:
                 tenant = tenant_of(row)
-            s = seen[b]
+            s = seen[v]
             if len(s) < cap:
                 s.add(tenant)
             elif tenant not in s:
-                capped[b] = True
-            b = up_of(b)
-    return {b: (len(s), capped[b]) for b, s in seen.items()}
+                capped[v] = True
+            v = up_of(v)
+    return {b: (len(seen[v]), capped[v]) for b, v in zip(ids.tolist(), of.tolist(), strict=True)}

@@ -16,7 +16,11 @@ tokens (keys are computed here) or its keys at a finer block size that divides t
 trace file). Distinct keys get dense ids in order of first arrival, so a block's parent always
 has a smaller id and the blocks a request adds form a consecutive id range. Because identities
 are chained, the blocks seen before form a prefix-closed set and a request is fully described by
-its deepest block id (``end_block``) and its block count. Ids come from a
+its deepest block id (``end_block``) and its block count. The blocks a request brings extend
+one path, so their parents are implicit: each is the block one id lower, except the first,
+whose parent is the request's deepest known block (``attach``). Nothing is kept per block: a
+block's parent and depth follow from its request's ``block_start``, ``known_blocks`` and
+``attach`` (:meth:`BlockTrace.parents_of`, :meth:`BlockTrace.depths_of`). Ids come from a
 :class:`~prefixplan.core.u64index.U64Index` (17-35 bytes per indexed block) and the keys wait
 for the sort in a :class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory budget.
 
@@ -176,15 +180,16 @@ class BlockTrace:
         end_block: id of the deepest block (-1 for requests shorter than a block).
         known_blocks: leading blocks seen in earlier requests (the infinite-cache match).
         block_tokens: real tokens per block for each request.
-        parent: parent block id of each block id (-1 for a namespace's first block), int32.
         namespaces: namespace names; ``ns`` indexes them per request.
         unit_tokens: real tokens per unit of each row (Mooncake hash ids: the trace block size).
-        block_depth: depth of each block id (1 for a namespace's first block); uint16 when
-            every depth fits, else int32.
         block_start: per row, the id of the first block it brought: ids are handed out in
             arrival order, so row ``r`` brought ids ``block_start[r]`` up to
             ``block_start[r + 1]`` (a block's first row is found by a binary search here, not
             kept per block: :meth:`first_rows`).
+        attach: per row, the parent of the first block it brought: its deepest block known on
+            arrival (-1 when it brought none or starts a namespace's path). The other blocks it
+            brought have the block one id lower as parent.
+        distinct_blocks: distinct block ids (all rows' blocks together).
     """
 
     granularity: Granularity
@@ -197,13 +202,13 @@ class BlockTrace:
     end_block: np.ndarray
     known_blocks: np.ndarray
     block_tokens: np.ndarray
-    parent: np.ndarray
     ns: np.ndarray
     namespaces: list[str]
     index: TraceBuilder
     unit_tokens: np.ndarray
-    block_depth: np.ndarray
     block_start: np.ndarray
+    attach: np.ndarray
+    distinct_blocks: int
 
     @property
     def n_requests(self) -> int:
@@ -211,11 +216,40 @@ class BlockTrace:
 
     @property
     def n_distinct_blocks(self) -> int:
-        return int(self.parent.shape[0])
+        return int(self.distinct_blocks)
 
     def first_rows(self, blocks: np.ndarray) -> np.ndarray:
         """The row (arrival) that brought each of ``blocks`` first."""
         return runs_of(self.block_start, blocks)
+
+    def brought(self) -> np.ndarray:
+        """Blocks each row brought (int64 per row)."""
+        return np.diff(np.append(self.block_start, self.distinct_blocks))
+
+    def parents_of(self, blocks: np.ndarray) -> np.ndarray:
+        """Parent block id of each of ``blocks`` (-1 for a namespace's first block)."""
+        blocks = np.asarray(blocks, dtype=np.int64)
+        rows = self.first_rows(blocks)
+        return np.where(blocks == self.block_start[rows], self.attach[rows], blocks - 1)
+
+    def depths_of(self, blocks: np.ndarray) -> np.ndarray:
+        """Depth of each of ``blocks`` (1 for a namespace's first block)."""
+        blocks = np.asarray(blocks, dtype=np.int64)
+        rows = self.first_rows(blocks)
+        return self.known_blocks[rows] + 1 + (blocks - self.block_start[rows])
+
+    @property
+    def parent(self) -> np.ndarray:
+        """:meth:`parents_of` every block id (8 bytes per block: for small traces and tests)."""
+        out = np.arange(-1, self.distinct_blocks - 1, dtype=np.int64)
+        firsts = self.brought() > 0
+        out[self.block_start[firsts]] = self.attach[firsts]
+        return out
+
+    @property
+    def block_depth(self) -> np.ndarray:
+        """:meth:`depths_of` every block id (8 bytes per block: for small traces and tests)."""
+        return self.depths_of(np.arange(self.distinct_blocks, dtype=np.int64))
 
     @property
     def block_first_row(self) -> np.ndarray:
@@ -232,10 +266,11 @@ class BlockTrace:
         """Block ids of row ``r``, root first (slow; for tests and small traces)."""
         out: list[int] = []
         b = int(self.end_block[r])
-        parent = self.parent
-        while b >= 0:
-            out.append(b)
-            b = int(parent[b])
+        while b >= 0:  # one run of consecutive ids per row that brought blocks of the path
+            row = int(self.first_rows(np.array([b]))[0])
+            first = int(self.block_start[row])
+            out.extend(range(b, first - 1, -1))
+            b = int(self.attach[row])
         out.reverse()
         return out
 
@@ -394,21 +429,17 @@ class TraceBuilder:
         end = np.full(n, -1, dtype=np.int64)
         known = np.zeros(n, dtype=np.int64)
         start = np.zeros(n, dtype=np.int64)
-        # per new block, appended in id order; int32 arrays that grow in place (no list of parts
-        # to concatenate: a million-request log has tens of millions of blocks)
-        parents, depths = array("i"), array("i")
+        attach = np.full(n, -1, dtype=np.int64)
         batch: list[int] = []
         batch_keys = 0
         for row, i in enumerate(order.tolist()):
             batch.append(row)
             batch_keys += int(nb_in[i])
             if len(batch) >= 512 or batch_keys >= 1 << 18:
-                for out, part in zip((parents, depths), self._assign(order, batch, end, known, start), strict=True):
-                    out.frombytes(part.tobytes())
+                self._assign(order, batch, end, known, start, attach)
                 batch, batch_keys = [], 0
         if batch:
-            for out, part in zip((parents, depths), self._assign(order, batch, end, known, start), strict=True):
-                out.frombytes(part.tobytes())
+            self._assign(order, batch, end, known, start, attach)
         if self.observer is not None:
             for i in order.tolist():
                 req, at = self._observed[i]
@@ -418,11 +449,6 @@ class TraceBuilder:
         self._twice = None
         self._index.freeze()
         self._index.spill(self._keys.budget)  # read from disk by resolve(): the pins, a few keys
-        parent = _view(parents, np.int32)
-        depth = _view(depths, np.int32)
-        if depth.shape[0] and int(depth.max()) < 2**16:
-            depth = depth.astype(np.uint16)  # 2 bytes per block: prompts under 65,536 blocks
-            depths = array("i")
         trace = BlockTrace(
             granularity=self.granularity,
             times=times[order],
@@ -434,13 +460,13 @@ class TraceBuilder:
             end_block=end,
             known_blocks=known,
             block_tokens=_frozen(self._btok, np.int32).astype(np.int64)[order],
-            parent=parent,
             ns=_frozen(self._ns, np.int32)[order],
             namespaces=list(self._ns_index),
             index=self,
             unit_tokens=_frozen(self._scale, np.int32).astype(np.int64)[order],
-            block_depth=depth,
             block_start=start,
+            attach=attach,
+            distinct_blocks=self._next_id,
         )
         self._release_rows()
         return trace
@@ -452,20 +478,24 @@ class TraceBuilder:
             setattr(self, name, array(a.typecode))
 
     def _assign(
-        self, order: np.ndarray, rows: list[int], end: np.ndarray, known: np.ndarray, start: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self,
+        order: np.ndarray,
+        rows: list[int],
+        end: np.ndarray,
+        known: np.ndarray,
+        start: np.ndarray,
+        attach: np.ndarray,
+    ) -> None:
         """Block ids for the rows ``rows`` (consecutive arrivals) as if added one by one: a key is
-        known to a request when an earlier arrival brought it. Fills ``end``, ``known`` and
-        ``start`` (the first id each row brings); returns the parents and depths of the new
-        blocks (in id order)."""
+        known to a request when an earlier arrival brought it. Fills ``end``, ``known``,
+        ``start`` (the first id each row brings) and ``attach`` (that id's parent)."""
         arrays = [self._keys.get(int(order[r])) for r in rows]
         lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         total = int(lengths.sum())
-        none = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
         rows_arr = np.asarray(rows, dtype=np.int64)
         start[rows_arr] = self._next_id
         if total == 0:
-            return none
+            return
         keys = np.concatenate(arrays)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         owner = np.repeat(np.arange(len(rows)), lengths)
@@ -485,7 +515,6 @@ class TraceBuilder:
             ids[indexed] = self._index.lookup(keys[indexed])
         absent = np.flatnonzero(ids < 0)
         present = ids >= 0
-        new_parents, new_depths = none
         if absent.shape[0]:
             uniq, first, inverse = np.unique(keys[absent], return_index=True, return_inverse=True)
             first_at = absent[first]  # where each absent key first occurs in the batch
@@ -506,26 +535,23 @@ class TraceBuilder:
             id_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
             id_of_uniq[by_pos] = new_ids
             ids[absent] = id_of_uniq[inverse]
-            prev = np.where(pos[new_at] > 0, new_at - 1, -1)
-            new_parents = np.where(prev >= 0, ids[np.maximum(prev, 0)], -1).astype(np.int32)
-            new_depths = (pos[new_at] + 1).astype(np.int32)
-        # leading run of keys known on arrival, per request
+        # leading run of keys known on arrival, per request; the keys after it are new (chained
+        # keys: a prefix of an unseen one is unseen), so they are the ids the row brought, each
+        # the child of the one before, the first one the child of the last known key
         not_known = np.where(present, lengths[owner], pos)
         first_unknown = np.minimum.reduceat(not_known, starts[has]) if has.any() else np.zeros(0, dtype=np.int64)
-        known[rows_arr[has]] = np.minimum(first_unknown, lengths[has])
+        k = np.minimum(first_unknown, lengths[has])
+        known[rows_arr[has]] = k
         end[rows_arr[has]] = ids[starts[has] + lengths[has] - 1]
-        return new_parents, new_depths
+        brings = k < lengths[has]
+        at = starts[has][brings] + k[brings] - 1
+        attach[rows_arr[has][brings]] = np.where(k[brings] > 0, ids[np.maximum(at, 0)], -1)
 
 
 def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Which run each of ``ids`` falls in, for consecutive runs of ids beginning at ``starts``
     (non-decreasing; an empty run shares its start with the next one, which wins)."""
     return np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right") - 1
-
-
-def _view(a: array, dtype: type) -> np.ndarray:
-    """``a`` as a numpy array without a copy (``a`` must not grow afterwards)."""
-    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
 def _frozen(a: array, dtype: type) -> np.ndarray:

@@ -1,0 +1,123 @@
+"""Compressed view of the block trie: chains of blocks that are always touched together.
+
+A block and its only child belong to the same node unless a request (or a pin) ends at the
+block. Every request's path is then a root-to-node chain of whole nodes, so cache models
+that treat a node's blocks alike (LRU stack distances, in-batch sharing) work on a handful
+of nodes per request instead of hundreds of blocks. Block ids inside a node are consecutive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefixplan.trace.blocks import BlockTrace, runs_of
+
+
+@dataclass(slots=True)
+class NodeTree:
+    """Compressed trie over a :class:`BlockTrace`.
+
+    Attributes:
+        first_block: first (shallowest) block id of each node.
+        weight: blocks per node.
+        node_parent: parent node id (-1 at a namespace root).
+        req_node: deepest node of each request (-1 when it has no full block).
+    """
+
+    first_block: np.ndarray
+    weight: np.ndarray
+    node_parent: np.ndarray
+    req_node: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.weight.shape[0])
+
+    def nodes_of(self, blocks: np.ndarray) -> np.ndarray:
+        """Node id of each of ``blocks`` (a node is a run of consecutive ids from its first
+        block: a binary search, no node id kept per block)."""
+        return runs_of(self.first_block, blocks)
+
+    @property
+    def node_of_block(self) -> np.ndarray:
+        """:meth:`nodes_of` every block id (8 bytes per block: for small trees and tests)."""
+        n = int(self.first_block[-1] + self.weight[-1]) if self.first_block.shape[0] else 0
+        return self.nodes_of(np.arange(n, dtype=np.int64))
+
+    def path(self, r: int) -> list[int]:
+        """Node ids of request ``r``, root first."""
+        out: list[int] = []
+        v = int(self.req_node[r])
+        while v >= 0:
+            out.append(v)
+            v = int(self.node_parent[v])
+        out.reverse()
+        return out
+
+    def dfs_intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tin, tout) per node: ``u`` is an ancestor-or-self of ``v`` iff tin[u] <= tin[v] < tout[u]."""
+        n = self.n_nodes
+        parent = self.node_parent
+        children: list[list[int]] = [[] for _ in range(n)]
+        for v, p in enumerate(parent.tolist()):
+            if p >= 0:
+                children[p].append(v)
+        tin = np.zeros(n, dtype=np.int64)
+        tout = np.zeros(n, dtype=np.int64)
+        clock = 0
+        for root in np.flatnonzero(parent < 0).tolist():
+            stack = [(root, False)]
+            while stack:
+                v, done = stack.pop()
+                if done:
+                    tout[v] = clock
+                    continue
+                tin[v] = clock
+                clock += 1
+                stack.append((v, True))
+                stack.extend((c, False) for c in reversed(children[v]))
+        return tin, tout
+
+
+def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
+    """Compress ``trace``'s block trie; ``extra_ends`` (block ids, e.g. pinned ones) never share a
+    node with other blocks: a node starts where membership changes between a block and its parent
+    (so a pinned prefix of 100 blocks is one node, not 100).
+
+    A block continues its parent's node when it is the parent's only child and the parent is no
+    request's end. The blocks a row brought are a path of consecutive ids whose last one is that
+    row's end (:mod:`prefixplan.trace.blocks`), so a node starts only at a row's first block,
+    right after a request's end, right after a block another row attached to, or where
+    membership changes: the node starts are found from per-row ids and the extra ends alone,
+    with nothing kept per block, and a block's node is the number of node starts at or before
+    it, less one.
+    """
+    d = trace.n_distinct_blocks
+    if d == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return NodeTree(empty, empty, empty, np.full(trace.n_requests, -1, dtype=np.int64))
+    brought = trace.brought()
+    end = trace.end_block
+    attach = trace.attach
+    member = np.unique(np.asarray(list(extra_ends), dtype=np.int64))
+    # where membership changes along a run: a member after a non-member, or the reverse
+    after = np.setdiff1d(member + 1, member)
+    changes = np.concatenate((np.setdiff1d(member, member + 1), after[after < d]))
+    starts = np.concatenate(
+        (
+            trace.block_start[brought > 0],  # a row's first block: its parent is a branch or an end
+            end[end >= 0] + 1,  # after a request's end
+            attach[attach >= 0] + 1,  # after a block with another child
+            changes,
+        )
+    )
+    first_block = np.unique(starts[starts < d])
+    del starts
+    weight = np.diff(np.append(first_block, d)).astype(np.int64)
+    pf = trace.parents_of(first_block)
+    node_parent = np.where(pf >= 0, runs_of(first_block, np.maximum(pf, 0)), -1).astype(np.int64)
+    req_node = np.where(end >= 0, runs_of(first_block, np.maximum(end, 0)), -1).astype(np.int64)
+    return NodeTree(first_block, weight, node_parent, req_node)
