@@ -104,9 +104,22 @@ def test_twice_filter_never_misses_a_repeated_key() -> None:
     f.add(np.concatenate([keys[:30_000], repeated[:10]]))
     f.add(np.concatenate([keys[30_000:], repeated[10:]]))
     assert f.maybe_twice(repeated).all()
-    roomy = TwiceFilter.of([keys, repeated], 55_000)
+    roomy = TwiceFilter.of([keys, repeated], 50_000)
     assert roomy.maybe_twice(repeated).all()
     assert roomy.maybe_twice(keys[5_000:]).mean() < 0.15  # ~distinct keys / slots
+
+
+def test_distinct_keys_are_estimated_from_a_hash_sample() -> None:
+    """The twice filter is sized by an estimate of distinct keys, however often each repeats."""
+    from prefixplan.core.twice import estimate_distinct
+
+    rng = np.random.default_rng(5)
+    keys = rng.integers(1, 2**63, size=200_000, dtype=np.int64).view(np.uint64)
+    repeats = np.concatenate([keys, keys[:50_000], keys[:50_000], keys[:1_000]])
+    rng.shuffle(repeats)
+    got = estimate_distinct(np.array_split(repeats, 7))
+    assert 180_000 <= got <= 220_000
+    assert estimate_distinct([]) == 0
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -400,6 +400,14 @@ def test_in_flight_sharing_never_exceeds_the_persistent_cache(reqs, block, data)
     for ttl in (0.0, 1.0, 40.0):
         persistent = infinite_hits(trace, ttl, rows)
         assert np.all(batch <= persistent) and np.all(persistent <= infinite_hits(trace))
+    # requests are turned into Python values a window at a time: any window gives the same hits
+    from unittest import mock
+
+    import prefixplan.simulation.batch as batch_mod
+
+    for step in (1, 3):
+        with mock.patch.object(batch_mod, "ROWS_PER_STEP", step):
+            assert in_batch_hits(trace, build_tree(trace), rows).tolist() == batch.tolist()
 
 
 def _expiry_case(service):
@@ -657,3 +665,38 @@ def test_the_lru_stack_evaluates_the_same_in_steps(reqs, block, gpu, cpu, prewar
         assert cuts[0][0] == 0 and cuts[-1][1] == t_req.shape[0]
         assert all(a < b for a, b in cuts) and all(b == c for (_, b), (c, _) in itertools.pairwise(cuts))
         assert all(b == t_req.shape[0] or t_req[b - 1] != t_req[b] for _, b in cuts)
+
+
+def _stack_arrays(stack):  # type: ignore[no-untyped-def]
+    return (
+        stack.t_req.tolist(),
+        stack.t_node.tolist(),
+        stack.t_above.tolist(),
+        stack.m_reg.tolist(),
+        stack.e_above.tolist(),
+        stack.e_w.tolist(),
+        stack.resident_regular,
+    )
+
+
+@SETTINGS
+@given(traces(), st.integers(1, 2), st.sampled_from([None, 0.0, 1.0, 5.0]), st.booleans(), st.data())
+def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
+    """Requests read as Python values a window of one, two or all at a time give the same
+    touches, stack distances and expiries (with TTL, service times and a pin)."""
+    from unittest import mock
+
+    import prefixplan.simulation.lru as lru
+    from prefixplan.simulation.models import LRUStack
+    from prefixplan.simulation.tree import build_tree
+
+    trace = _trace(reqs, block)
+    tree = build_tree(trace)
+    pinned = np.zeros(tree.n_nodes, dtype=bool)
+    if pin and tree.n_nodes:
+        pinned[data.draw(st.integers(0, tree.n_nodes - 1))] = True
+    rows = _rows(trace, services(len(reqs), data))
+    want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
+    for window in (1, 2):
+        with mock.patch.object(lru, "ROWS_PER_STEP", window):
+            assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want

@@ -39,42 +39,46 @@ def service_times(
     return trace.prompt_tokens / prefill_tps + out / decode_tps
 
 
+ROWS_PER_STEP = 1 << 16
+"""Requests whose per-request values are Python lists at a time (bounded memory on long logs)."""
+
+
 def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> np.ndarray:
-    """Reused blocks per request when only in-flight requests share prefixes."""
+    """Reused blocks per request when only in-flight requests share prefixes (rows are arrivals,
+    replayed in order)."""
     node_parent = tree.node_parent.tolist()
     weight = tree.weight.tolist()
-    req_node = tree.req_node.tolist()
-    caps = trace.cap_blocks.tolist()
-    times = trace.times
-    order = np.argsort(times, kind="stable").tolist()
-    arrive = times.tolist()
-    finish = (times + service_s).tolist()
     refs = [0] * tree.n_nodes
     running: list[tuple[float, int]] = []
-    hits = np.zeros(trace.n_requests, dtype=np.int64)
+    n = trace.n_requests
+    hits = np.zeros(n, dtype=np.int64)
 
-    def path_of(r: int) -> list[int]:
+    def path_of(v: int) -> list[int]:
         out = []
-        v = req_node[r]
         while v >= 0:
             out.append(v)
             v = node_parent[v]
         return out
 
-    for r in order:
-        now = arrive[r]
-        while running and running[0][0] <= now:
-            _, q = heapq.heappop(running)
-            for v in path_of(q):
-                refs[v] -= 1
-        path = path_of(r)
-        shared = 0
-        for v in reversed(path):  # root first
-            if refs[v] <= 0:
-                break
-            shared += weight[v]
-        hits[r] = min(shared, caps[r])
-        for v in path:
-            refs[v] += 1
-        heapq.heappush(running, (finish[r], r))
+    for lo in range(0, n, ROWS_PER_STEP):
+        hi = min(n, lo + ROWS_PER_STEP)
+        arrive = trace.times[lo:hi].tolist()
+        finish = (trace.times[lo:hi] + service_s[lo:hi]).tolist()
+        ends = tree.req_node[lo:hi].tolist()
+        caps = trace.cap_blocks[lo:hi].tolist()
+        for j, now in enumerate(arrive):
+            while running and running[0][0] <= now:
+                _, q = heapq.heappop(running)
+                for v in path_of(int(tree.req_node[q])):
+                    refs[v] -= 1
+            path = path_of(ends[j])
+            shared = 0
+            for v in reversed(path):  # root first
+                if refs[v] <= 0:
+                    break
+                shared += weight[v]
+            hits[lo + j] = min(shared, caps[j])
+            for v in path:
+                refs[v] += 1
+            heapq.heappush(running, (finish[j], lo + j))
     return hits

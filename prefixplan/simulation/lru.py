@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator
 from itertools import pairwise
 
 import numpy as np
@@ -30,6 +31,19 @@ def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | 
 
 
 TOUCHES_PER_STEP = 1 << 20
+ROWS_PER_STEP = 1 << 16
+"""Requests whose per-request values are Python lists at a time."""
+
+
+def _rows(req_node: np.ndarray, times: np.ndarray, finish: np.ndarray) -> Iterator[tuple[int, int, float, float]]:
+    """``(row, deepest node, arrival, finish)`` of every request, as Python values a window of
+    :data:`ROWS_PER_STEP` at a time (no list over every request)."""
+    n = int(req_node.shape[0])
+    for lo in range(0, n, ROWS_PER_STEP):
+        hi = min(n, lo + ROWS_PER_STEP)
+        yield from zip(
+            range(lo, hi), req_node[lo:hi].tolist(), times[lo:hi].tolist(), finish[lo:hi].tolist(), strict=True
+        )
 
 
 def _request_steps(t_req: np.ndarray, step: int) -> list[tuple[int, int]]:
@@ -74,15 +88,15 @@ class LRUStack:
         node_parent = tree.node_parent.tolist()
         weight = tree.weight.tolist()
         is_pin = pinned.tolist()
-        req_node = tree.req_node.tolist()
-        times = trace.times.tolist()
         ttl = ttl_s if ttl_s is not None and not math.isinf(ttl_s) else None
-        finish = finish_times(trace, service_s).tolist() if ttl is not None else times
+        finish_all = finish_times(trace, service_s) if ttl is not None else trace.times
         depth = [0] * n
         for v in range(n):  # parents have smaller ids
             p = node_parent[v]
             depth[v] = depth[p] + 1 if p >= 0 else 1
-        total_touch = sum(depth[v] for v in req_node if v >= 0)
+        ends = tree.req_node[tree.req_node >= 0]
+        total_touch = int(np.asarray(depth, dtype=np.int64)[ends].sum()) if ends.shape[0] else 0
+        del ends
         size = total_touch + 1
         # Fenwick tree over stack positions (a list: an array("q") is smaller but 23% slower here)
         fen = [0] * (size + 1)
@@ -101,11 +115,11 @@ class LRUStack:
         total = 0
         ts = 0
         k = 0
-        for r, end in enumerate(req_node):
+        for r, end, now_r, f in _rows(tree.req_node, trace.times, finish_all):
             if end < 0:
                 continue
-            if ttl is not None and exp and exp[0][0] < times[r] - ttl:
-                limit = times[r] - ttl
+            if ttl is not None and exp and exp[0][0] < now_r - ttl:
+                limit = now_r - ttl
                 gone = []
                 while exp and exp[0][0] < limit:
                     t, v = heapq.heappop(exp)
@@ -153,13 +167,12 @@ class LRUStack:
                     reg += weight[v]
                 k += 1
             m_reg[r] = reg
-            f = finish[r]
             for v in path:
-                o = last_ts[v]
-                w = weight[v]
                 if is_pin[v]:
                     last_ts[v] = 1
                     continue
+                o = last_ts[v]
+                w = weight[v]
                 if o:
                     i = o
                     while i <= size:

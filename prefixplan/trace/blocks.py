@@ -44,10 +44,14 @@ import numpy as np
 from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
-from prefixplan.core.twice import TwiceFilter
+from prefixplan.core.twice import TwiceFilter, estimate_distinct
 from prefixplan.core.u64index import U64Index
 from prefixplan.errors import UsageError
 from prefixplan.trace.rows import TraceRow
+
+COUNT_CHUNK = 1 << 20
+"""Keys per step of the passes that count keys before ids are given (8 MiB each, and a few
+times that in temporaries)."""
 
 KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
 """Called once per request in replay order with its prefix keys at its boundaries
@@ -423,7 +427,10 @@ class TraceBuilder:
         order = np.lexsort((np.arange(n), times)) if n else np.zeros(0, dtype=np.int64)
         nb_in = self._keys.lengths()
         if not self.index_singletons:
-            self._twice = TwiceFilter.of(self._keys.iter_chunks(), int(nb_in.sum()))
+            # the filter is sized by distinct keys (a sample pass), not occurrences: a log whose
+            # requests share long prefixes has many more occurrences than distinct keys
+            distinct = estimate_distinct(self._keys.iter_chunks(COUNT_CHUNK))
+            self._twice = TwiceFilter.of(self._keys.iter_chunks(COUNT_CHUNK), distinct)
             # size the index once for the keys that may occur twice (no growing copies)
             self._index = U64Index(capacity=int(1.05 * self._twice.twice_slots()) + 1024)
         end = np.full(n, -1, dtype=np.int64)
