@@ -403,10 +403,10 @@ def test_in_flight_sharing_never_exceeds_the_persistent_cache(reqs, block, data)
     # requests are turned into Python values a window at a time: any window gives the same hits
     from unittest import mock
 
-    import prefixplan.simulation.batch as batch_mod
+    import prefixplan.simulation.spec as spec_mod
 
     for step in (1, 3):
-        with mock.patch.object(batch_mod, "ROWS_PER_STEP", step):
+        with mock.patch.object(spec_mod, "ROWS_PER_STEP", step):
             assert in_batch_hits(trace, build_tree(trace), rows).tolist() == batch.tolist()
 
 
@@ -686,7 +686,7 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
     touches, stack distances and expiries (with TTL, service times and a pin)."""
     from unittest import mock
 
-    import prefixplan.simulation.lru as lru
+    import prefixplan.simulation.spec as spec_mod
     from prefixplan.simulation.models import LRUStack
     from prefixplan.simulation.tree import build_tree
 
@@ -698,5 +698,5 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
     rows = _rows(trace, services(len(reqs), data))
     want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
     for window in (1, 2):
-        with mock.patch.object(lru, "ROWS_PER_STEP", window):
+        with mock.patch.object(spec_mod, "ROWS_PER_STEP", window):
             assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want

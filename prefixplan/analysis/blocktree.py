@@ -55,7 +55,7 @@ class BlockTree:
         # a node's deepest block: where a candidate is (the others have a child with all its hits)
         self.last_block = nodes.first_block + nodes.weight - 1
         self.depth = trace.depths_of(self.last_block)
-        hits = np.bincount(nodes.req_node[nodes.req_node >= 0], minlength=n).astype(np.int64)
+        hits = np.bincount(nodes.req_node[nodes.req_node >= 0], minlength=n)
         # node ids by depth (shallowest first), and where each depth starts
         self.by_depth = stable_order(self.depth)
         self.level_starts = np.flatnonzero(np.diff(self.depth[self.by_depth])) + 1

@@ -17,6 +17,7 @@ import heapq
 
 import numpy as np
 
+from prefixplan.simulation.spec import finish_times, request_values
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import NodeTree
 
@@ -39,10 +40,6 @@ def service_times(
     return trace.prompt_tokens / prefill_tps + out / decode_tps
 
 
-ROWS_PER_STEP = 1 << 16
-"""Requests whose per-request values are Python lists at a time (bounded memory on long logs)."""
-
-
 def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> np.ndarray:
     """Reused blocks per request when only in-flight requests share prefixes (rows are arrivals,
     replayed in order)."""
@@ -50,8 +47,7 @@ def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> n
     weight = tree.weight.tolist()
     refs = [0] * tree.n_nodes
     running: list[tuple[float, int]] = []
-    n = trace.n_requests
-    hits = np.zeros(n, dtype=np.int64)
+    hits = np.zeros(trace.n_requests, dtype=np.int64)
 
     def path_of(v: int) -> list[int]:
         out = []
@@ -60,25 +56,20 @@ def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> n
             v = node_parent[v]
         return out
 
-    for lo in range(0, n, ROWS_PER_STEP):
-        hi = min(n, lo + ROWS_PER_STEP)
-        arrive = trace.times[lo:hi].tolist()
-        finish = (trace.times[lo:hi] + service_s[lo:hi]).tolist()
-        ends = tree.req_node[lo:hi].tolist()
-        caps = trace.cap_blocks[lo:hi].tolist()
-        for j, now in enumerate(arrive):
-            while running and running[0][0] <= now:
-                _, q = heapq.heappop(running)
-                for v in path_of(int(tree.req_node[q])):
-                    refs[v] -= 1
-            path = path_of(ends[j])
-            shared = 0
-            for v in reversed(path):  # root first
-                if refs[v] <= 0:
-                    break
-                shared += weight[v]
-            hits[lo + j] = min(shared, caps[j])
-            for v in path:
-                refs[v] += 1
-            heapq.heappush(running, (finish[j], lo + j))
+    columns = (trace.times, finish_times(trace, service_s), tree.req_node, trace.cap_blocks)
+    for r, now, finish, end, cap in request_values(*columns):
+        while running and running[0][0] <= now:
+            _, q = heapq.heappop(running)
+            for v in path_of(int(tree.req_node[q])):
+                refs[v] -= 1
+        path = path_of(end)
+        shared = 0
+        for v in reversed(path):  # root first
+            if refs[v] <= 0:
+                break
+            shared += weight[v]
+        hits[r] = min(shared, cap)
+        for v in path:
+            refs[v] += 1
+        heapq.heappush(running, (finish, r))
     return hits

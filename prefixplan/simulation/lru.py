@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
 from itertools import pairwise
 
 import numpy as np
 
-from prefixplan.simulation.spec import finish_times
+from prefixplan.simulation.spec import finish_times, request_values
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import NodeTree
 
@@ -31,19 +30,6 @@ def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | 
 
 
 TOUCHES_PER_STEP = 1 << 20
-ROWS_PER_STEP = 1 << 16
-"""Requests whose per-request values are Python lists at a time."""
-
-
-def _rows(req_node: np.ndarray, times: np.ndarray, finish: np.ndarray) -> Iterator[tuple[int, int, float, float]]:
-    """``(row, deepest node, arrival, finish)`` of every request, as Python values a window of
-    :data:`ROWS_PER_STEP` at a time (no list over every request)."""
-    n = int(req_node.shape[0])
-    for lo in range(0, n, ROWS_PER_STEP):
-        hi = min(n, lo + ROWS_PER_STEP)
-        yield from zip(
-            range(lo, hi), req_node[lo:hi].tolist(), times[lo:hi].tolist(), finish[lo:hi].tolist(), strict=True
-        )
 
 
 def _request_steps(t_req: np.ndarray, step: int) -> list[tuple[int, int]]:
@@ -115,7 +101,7 @@ class LRUStack:
         total = 0
         ts = 0
         k = 0
-        for r, end, now_r, f in _rows(tree.req_node, trace.times, finish_all):
+        for r, end, now_r, f in request_values(tree.req_node, trace.times, finish_all):
             if end < 0:
                 continue
             if ttl is not None and exp and exp[0][0] < now_r - ttl:

@@ -4,8 +4,9 @@ block-level helpers every model shares (capacity in blocks, pin selection, unbou
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -172,6 +173,21 @@ def choose_pins(trace: BlockTrace, pins: Sequence[tuple[str, np.ndarray]], budge
                 return list(chosen)
             chosen[b] = None
     return list(chosen)
+
+
+ROWS_PER_STEP = 1 << 16
+"""Requests the per-request replay loops turn into Python values at a time."""
+
+
+def request_values(*columns: np.ndarray) -> Iterator[tuple[Any, ...]]:
+    """``(row, value of each column...)`` for every request (row), as Python values a window of
+    :data:`ROWS_PER_STEP` rows at a time: the replay loops run on Python values without a list
+    over every request."""
+    n = int(columns[0].shape[0]) if columns else 0
+    step = ROWS_PER_STEP
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        yield from zip(range(lo, hi), *(c[lo:hi].tolist() for c in columns), strict=True)
 
 
 def finish_times(trace: BlockTrace, service_s: np.ndarray | None = None) -> np.ndarray:
