@@ -659,17 +659,21 @@ def test_the_lru_stack_evaluates_the_same_in_steps(reqs, block, gpu, cpu, prewar
     finally:
         lru.TOUCHES_PER_STEP = saved
     assert all(o == outs[0] for o in outs)
-    t_req = np.repeat(np.arange(6), [3, 0, 1, 4, 2, 1]).astype(np.int32)
+    counts = [3, 0, 1, 4, 2, 1, 0]
+    touch_end = np.cumsum(counts)
     for step in (1, 2, 3, 100):
-        cuts = lru._request_steps(t_req, step)
-        assert cuts[0][0] == 0 and cuts[-1][1] == t_req.shape[0]
+        cuts = lru._request_steps(touch_end, step)
+        assert cuts[0][0] == 0 and cuts[-1][1] == len(counts)
         assert all(a < b for a, b in cuts) and all(b == c for (_, b), (c, _) in itertools.pairwise(cuts))
-        assert all(b == t_req.shape[0] or t_req[b - 1] != t_req[b] for _, b in cuts)
+        # a step holds at least `step` touches unless it is the last, and never more than one
+        # request past it
+        assert all(sum(counts[a:b]) >= step for a, b in cuts[:-1])
+        assert all(sum(counts[a : b - 1]) < step for a, b in cuts)
 
 
 def _stack_arrays(stack):  # type: ignore[no-untyped-def]
     return (
-        stack.t_req.tolist(),
+        stack.touch_end.tolist(),
         stack.t_node.tolist(),
         stack.t_above.tolist(),
         stack.m_reg.tolist(),
@@ -682,11 +686,12 @@ def _stack_arrays(stack):  # type: ignore[no-untyped-def]
 @SETTINGS
 @given(traces(), st.integers(1, 2), st.sampled_from([None, 0.0, 1.0, 5.0]), st.booleans(), st.data())
 def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
-    """Requests read as Python values a window of one, two or all at a time give the same
-    touches, stack distances and expiries (with TTL, service times and a pin)."""
+    """Requests' paths walked and read as Python values a window of about one, two, three or all
+    touches at a time give the same touches, stack distances and expiries (with TTL, service
+    times and a pin)."""
     from unittest import mock
 
-    import prefixplan.simulation.spec as spec_mod
+    import prefixplan.simulation.lru as lru
     from prefixplan.simulation.models import LRUStack
     from prefixplan.simulation.tree import build_tree
 
@@ -697,6 +702,6 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
         pinned[data.draw(st.integers(0, tree.n_nodes - 1))] = True
     rows = _rows(trace, services(len(reqs), data))
     want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
-    for window in (1, 2):
-        with mock.patch.object(spec_mod, "ROWS_PER_STEP", window):
+    for window in (1, 2, 3):
+        with mock.patch.object(lru, "BUILD_TOUCHES", window):
             assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want

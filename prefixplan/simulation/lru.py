@@ -9,7 +9,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from prefixplan.simulation.spec import finish_times, request_values
+from prefixplan.simulation.spec import finish_times
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import NodeTree
 
@@ -29,23 +29,57 @@ def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | 
     return bool(np.all(finish[1:] >= finish[:-1]))
 
 
-TOUCHES_PER_STEP = 1 << 20
+TOUCHES_PER_STEP = 1 << 18
+"""Touches :meth:`LRUStack.evaluate` takes at a time (numpy temporaries)."""
+BUILD_TOUCHES = 1 << 16
+"""Touches whose nodes and weights :class:`LRUStack` turns into Python values at a time (a few
+MB of lists: the build keeps no Python list over every touch or node but the stack's own)."""
 
 
-def _request_steps(t_req: np.ndarray, step: int) -> list[tuple[int, int]]:
-    """``(lo, hi)`` touch ranges of about ``step`` touches that never cut a request's touches
-    (``t_req`` is non-decreasing)."""
-    out: list[tuple[int, int]] = []
-    n = int(t_req.shape[0])
-    lo = 0
-    while lo < n:
-        hi = min(n, lo + max(1, step))
-        if hi < n:
-            cut = int(np.searchsorted(t_req, t_req[hi], side="left"))  # the first touch of that request
-            hi = cut if cut > lo else int(np.searchsorted(t_req, t_req[lo], side="right"))
-        out.append((lo, hi))
-        lo = hi
+def node_depths(node_parent: np.ndarray) -> np.ndarray:
+    """Nodes on each node's path to its root, itself included (parents have smaller ids)."""
+    parent = node_parent.tolist()
+    depth = [0] * len(parent)
+    for v, p in enumerate(parent):
+        depth[v] = depth[p] + 1 if p >= 0 else 1
+    return np.asarray(depth, dtype=np.int64)
+
+
+def path_nodes(node_parent: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each end node's path to its root, deepest node first, one path after another
+    (``lengths``: nodes on each path, 0 where the end is -1), one numpy step per level."""
+    out = np.empty(int(lengths.sum()), dtype=np.int32)
+    has = lengths > 0
+    pos = (np.cumsum(lengths) - lengths)[has]
+    cur = ends[has]
+    while cur.shape[0]:
+        out[pos] = cur
+        cur = node_parent[cur]
+        keep = cur >= 0
+        cur = cur[keep]
+        pos = pos[keep] + 1
     return out
+
+
+def _request_steps(touch_end: np.ndarray, step: int) -> list[tuple[int, int]]:
+    """``(r0, r1)`` request ranges of about ``step`` touches each (at least one request), covering
+    every request in order (``touch_end``: cumulative touches at each request's end)."""
+    out: list[tuple[int, int]] = []
+    n = int(touch_end.shape[0])
+    r0 = 0
+    while r0 < n:
+        start = int(touch_end[r0 - 1]) if r0 else 0
+        r1 = int(np.searchsorted(touch_end, start + max(1, step), side="left")) + 1
+        r1 = min(n, max(r1, r0 + 1))
+        out.append((r0, r1))
+        r0 = r1
+    return out
+
+
+ABOVE_NONE = np.iinfo(np.uint32).max
+"""Stack distance of a touch whose node is not in the stack (``t_above`` of a 32-bit stack)."""
+ABOVE_PINNED = ABOVE_NONE - 1
+"""``t_above`` of a touch of a pinned node already resident."""
 
 
 class LRUStack:
@@ -55,6 +89,14 @@ class LRUStack:
     (the latest finish of the requests that used them; ``service_s`` seconds after arrival)
     lies more than ``ttl_s`` before it leave the stack, as if never seen. Exact at every
     capacity when :func:`stack_exact` holds, and at unbounded capacity always.
+
+    Kept per touch (request after request, each request's nodes deepest first): ``t_node``
+    (int32) and ``t_above``, the regular blocks above the node in the stack before the request
+    (uint32; :data:`ABOVE_NONE` when not in it, :data:`ABOVE_PINNED` for a resident pin; uint64
+    with the same marks at its own maximum for a tree of 2**32 blocks or more): 8 bytes a touch.
+    ``touch_end`` holds each request's cumulative touches. A window of requests' paths is walked
+    in numpy (:func:`path_nodes`) and turned into Python values :data:`BUILD_TOUCHES` at a time, so nothing is kept
+    per node as a Python object but the stack positions and the Fenwick tree.
     """
 
     def __init__(
@@ -70,114 +112,130 @@ class LRUStack:
         self.tree = tree
         self.ttl_s = ttl_s
         n = tree.n_nodes
+        nreq = trace.n_requests
         pinned = pinned_nodes if pinned_nodes is not None else np.zeros(n, dtype=bool)
-        node_parent = tree.node_parent.tolist()
-        weight = tree.weight.tolist()
-        is_pin = pinned.tolist()
         ttl = ttl_s if ttl_s is not None and not math.isinf(ttl_s) else None
         finish_all = finish_times(trace, service_s) if ttl is not None else trace.times
-        depth = [0] * n
-        for v in range(n):  # parents have smaller ids
-            p = node_parent[v]
-            depth[v] = depth[p] + 1 if p >= 0 else 1
-        ends = tree.req_node[tree.req_node >= 0]
-        total_touch = int(np.asarray(depth, dtype=np.int64)[ends].sum()) if ends.shape[0] else 0
-        del ends
+        ends = tree.req_node
+        lengths = np.zeros(nreq, dtype=np.int64)
+        if n:
+            has = ends >= 0
+            lengths[has] = node_depths(tree.node_parent)[ends[has]]
+        touch_end = np.cumsum(lengths)
+        total_touch = int(touch_end[-1]) if nreq else 0
+        dtype = np.uint32 if int(tree.weight.sum()) < int(ABOVE_PINNED) else np.uint64
+        none_mark = int(np.iinfo(dtype).max)
+        pin_mark = none_mark - 1
         size = total_touch + 1
         # Fenwick tree over stack positions (a list: an array("q") is smaller but 23% slower here)
         fen = [0] * (size + 1)
         last_ts = [0] * n  # stack position (0: not in the stack)
-        last_use = [-math.inf] * n  # latest finish of the requests that used the node
+        last_use = [-math.inf] * n if ttl is not None else []  # latest finish of the requests that used the node
         exp: list[tuple[float, int]] = []  # (last use, node); stale entries skipped
         e_above: list[float] = []  # per expiry: regular blocks above the node, and its weight
         e_w: list[int] = []
-        # per touch: 16 bytes (a million-request log has millions of touches); a touch's weight
-        # and pin flag are its node's, looked up as evaluate() goes
-        t_req = np.zeros(total_touch, dtype=np.int32)
-        t_node = np.zeros(total_touch, dtype=np.int32)
-        t_above = np.zeros(total_touch, dtype=np.float64)
-        m_reg = np.zeros(trace.n_requests, dtype=np.int64)
+        t_node = np.empty(total_touch, dtype=np.int32)
+        t_above = np.empty(total_touch, dtype=dtype)
+        m_reg = np.zeros(nreq, dtype=np.int64)
+        node_weight = tree.weight
         inf = math.inf
         total = 0
         ts = 0
-        k = 0
-        for r, end, now_r, f in request_values(tree.req_node, trace.times, finish_all):
-            if end < 0:
-                continue
-            if ttl is not None and exp and exp[0][0] < now_r - ttl:
-                limit = now_r - ttl
-                gone = []
-                while exp and exp[0][0] < limit:
-                    t, v = heapq.heappop(exp)
-                    if last_ts[v] and last_use[v] == t:
-                        gone.append(v)
-                        last_use[v] = -inf  # out once, whatever stale entries remain
-                for v in gone:  # measured against the stack before any of them leaves it
-                    s = 0
-                    i = last_ts[v]
-                    while i:
-                        s += fen[i]
-                        i &= i - 1
-                    e_above.append(total - s)
-                    e_w.append(weight[v])
-                for v in gone:
-                    w = weight[v]
-                    i = last_ts[v]
-                    while i <= size:
-                        fen[i] -= w
-                        i += i & -i
-                    total -= w
-                    last_ts[v] = 0
-            path = []
-            v = end
-            while v >= 0:
-                path.append(v)
-                v = node_parent[v]
-            reg = 0
-            for v in path:
-                t_req[k] = r
-                t_node[k] = v
-                o = last_ts[v]
-                if is_pin[v]:
-                    t_above[k] = -1.0 if o else inf  # -1: pinned and resident
-                elif o:
-                    s = 0
-                    i = o
-                    while i:
-                        s += fen[i]
-                        i &= i - 1
-                    t_above[k] = total - s
-                    reg += weight[v]
-                else:
-                    t_above[k] = inf
-                    reg += weight[v]
-                k += 1
-            m_reg[r] = reg
-            for v in path:
-                if is_pin[v]:
-                    last_ts[v] = 1
+        for lo, hi in _request_steps(touch_end, BUILD_TOUCHES):
+            a = int(touch_end[lo - 1]) if lo else 0
+            b = int(touch_end[hi - 1])
+            nodes = path_nodes(tree.node_parent, ends[lo:hi], lengths[lo:hi])
+            t_node[a:b] = nodes
+            vs = nodes.tolist()
+            ws = node_weight[nodes].tolist()
+            ps = pinned[nodes].tolist()
+            del nodes
+            above = [0] * len(vs)
+            regs = [0] * (hi - lo)
+            k = 0
+            for j, c, now_r, f in zip(
+                range(hi - lo),
+                lengths[lo:hi].tolist(),
+                trace.times[lo:hi].tolist(),
+                finish_all[lo:hi].tolist(),
+                strict=True,
+            ):
+                if not c:
                     continue
-                o = last_ts[v]
-                w = weight[v]
-                if o:
-                    i = o
+                if ttl is not None and exp and exp[0][0] < now_r - ttl:
+                    limit = now_r - ttl
+                    gone = []
+                    while exp and exp[0][0] < limit:
+                        t, v = heapq.heappop(exp)
+                        if last_ts[v] and last_use[v] == t:
+                            gone.append(v)
+                            last_use[v] = -inf  # out once, whatever stale entries remain
+                    for v in gone:  # measured against the stack before any of them leaves it
+                        s = 0
+                        i = last_ts[v]
+                        while i:
+                            s += fen[i]
+                            i &= i - 1
+                        e_above.append(total - s)
+                        e_w.append(int(node_weight[v]))
+                    for v in gone:
+                        w = int(node_weight[v])
+                        i = last_ts[v]
+                        while i <= size:
+                            fen[i] -= w
+                            i += i & -i
+                        total -= w
+                        last_ts[v] = 0
+                end = k + c
+                reg = 0
+                for x in range(k, end):
+                    v = vs[x]
+                    o = last_ts[v]
+                    if ps[x]:
+                        above[x] = pin_mark if o else none_mark
+                    elif o:
+                        s = 0
+                        i = o
+                        while i:
+                            s += fen[i]
+                            i &= i - 1
+                        above[x] = total - s
+                        reg += ws[x]
+                    else:
+                        above[x] = none_mark
+                        reg += ws[x]
+                regs[j] = reg
+                for x in range(k, end):
+                    v = vs[x]
+                    if ps[x]:
+                        last_ts[v] = 1
+                        continue
+                    o = last_ts[v]
+                    w = ws[x]
+                    if o:
+                        i = o
+                        while i <= size:
+                            fen[i] -= w
+                            i += i & -i
+                    else:
+                        total += w
+                    ts += 1
+                    i = ts
                     while i <= size:
-                        fen[i] -= w
+                        fen[i] += w
                         i += i & -i
-                else:
-                    total += w
-                ts += 1
-                i = ts
-                while i <= size:
-                    fen[i] += w
-                    i += i & -i
-                last_ts[v] = ts
-                if ttl is not None and f > last_use[v]:
-                    last_use[v] = f
-                    heapq.heappush(exp, (f, v))
-        self.t_req = t_req[:k]  # non-decreasing: touches come request after request
-        self.t_node = t_node[:k]
-        self.t_above = t_above[:k]
+                    last_ts[v] = ts
+                    if ttl is not None and f > last_use[v]:
+                        last_use[v] = f
+                        heapq.heappush(exp, (f, v))
+                k = end
+            t_above[a:b] = above
+            m_reg[lo:hi] = regs
+        self.touch_end = touch_end  # touches of requests 0..r: touch_end[r]
+        self.t_node = t_node
+        self.t_above = t_above
+        self.none_mark = none_mark
+        self.pin_mark = pin_mark
         self.node_weight = tree.weight
         self.node_pinned = pinned
         self.m_reg = m_reg
@@ -203,19 +261,26 @@ class LRUStack:
             bounds.append(acc)
         cums = [np.zeros(nreq, dtype=np.int64) for _ in bounds]
         pinned_present = np.zeros(nreq, dtype=np.int64)
-        for lo, hi in _request_steps(self.t_req, TOUCHES_PER_STEP):
+        touch_end = self.touch_end
+        for r0, r1 in _request_steps(touch_end, TOUCHES_PER_STEP):
+            lo = int(touch_end[r0 - 1]) if r0 else 0
+            hi = int(touch_end[r1 - 1])
+            if hi == lo:
+                continue
+            counts = np.diff(touch_end[r0:r1], prepend=lo)
+            local = np.repeat(np.arange(r1 - r0), counts)
             node = self.t_node[lo:hi]
-            req = self.t_req[lo:hi]
-            r0, r1 = int(req[0]), int(req[-1]) + 1
-            local = req - r0
             w = self.node_weight[node].astype(np.float64)
             pin = self.node_pinned[node]
-            above = self.t_above[lo:hi]
-            pin_present = np.where(pin, w if prewarm_pins else np.where(above < 0, w, 0.0), 0.0)
-            unplaced = pin | np.isinf(above)
+            raw = self.t_above[lo:hi]
+            unplaced = pin | (raw == self.none_mark)
+            if prewarm_pins:
+                pin_present = np.where(pin, w, 0.0)
+            else:
+                pin_present = np.where(pin & (raw == self.pin_mark), w, 0.0)
+            above = raw.astype(np.float64)
             for cum, bound in zip(cums, bounds, strict=True):
-                with np.errstate(invalid="ignore"):
-                    present = np.where(unplaced, 0.0, np.clip(bound - above, 0.0, w))
+                present = np.where(unplaced, 0.0, np.clip(bound - above, 0.0, w))
                 # Pinned blocks sit on the GPU: they are present within every bound, so the
                 # difference of two cumulative totals (a lower tier's share) never counts them.
                 present += pin_present
