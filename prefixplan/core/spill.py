@@ -41,6 +41,16 @@ def pread_all(fd: int, nbytes: int, offset: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def pwrite_all(fd: int, values: np.ndarray, offset: int) -> None:
+    """Write a contiguous array's bytes at ``offset`` of ``fd`` (no copy; one write takes at most
+    about 2 GiB)."""
+    view = np.ascontiguousarray(values).data.cast("B")
+    while view.nbytes:
+        wrote = os.pwrite(fd, view, offset)
+        view = view[wrote:]
+        offset += wrote
+
+
 class RaggedU64:
     """Append arrays, read any of them back by position (module docstring)."""
 

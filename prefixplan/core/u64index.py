@@ -14,7 +14,7 @@ from typing import IO
 
 import numpy as np
 
-from prefixplan.core.spill import pread_all
+from prefixplan.core.spill import pread_all, pwrite_all
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 MAX_LOAD = 0.7
@@ -24,6 +24,8 @@ miss at this load)."""
 
 SPILL_PAGE = 512
 """Keys per page of a spilled index (4 KiB): one key in memory per page."""
+SORT_PART = 1 << 20
+"""About how many keys :meth:`U64Index.freeze` sorts at a time when it writes them to a file."""
 
 
 def _table_size(keys: int) -> int:
@@ -61,8 +63,16 @@ class U64Index:
         with np.errstate(over="ignore"):
             return ((keys * _MUL) >> self._shift).astype(np.int64)
 
-    def freeze(self) -> None:
-        """No more inserts: keep the keys sorted (half the memory or less of the table)."""
+    def freeze(self, spill_budget: int | None = None) -> None:
+        """No more inserts: keep the keys sorted (half the memory or less of the table).
+
+        With ``spill_budget``, sorted keys and ids that would take more bytes than that go
+        straight from the table to a temporary file (as :meth:`spill` puts them), a range of
+        keys (their top bits) of about :data:`SORT_PART` keys at a time: no sorted copy of every
+        key is ever in memory beside the table."""
+        if spill_budget is not None and 12 * self.size > spill_budget:
+            self._freeze_to_file()
+            return
         used = self._keys != 0
         keys = self._keys[used]
         self._keys = np.zeros(0, dtype=np.uint64)
@@ -73,6 +83,43 @@ class U64Index:
         self._keys = keys[order]
         del keys
         self._ids = ids[order]
+        self._mask = -1
+
+    def _freeze_to_file(self) -> None:
+        import tempfile
+
+        n = self.size
+        table, table_ids = self._keys, self._ids
+        bits = max(1, (-(-n // SORT_PART) - 1).bit_length())  # 2**bits ranges of keys
+        dtype = np.uint8 if bits < 8 else np.uint16
+        empty = np.iinfo(dtype).max
+        shift = np.uint64(64 - bits)
+        bucket = np.empty(table.shape[0], dtype=dtype)  # each slot's range (empty: none)
+        for lo in range(0, table.shape[0], SORT_PART):
+            part = table[lo : lo + SORT_PART]
+            bucket[lo : lo + SORT_PART] = np.where(part != 0, part >> shift, empty)
+        file = tempfile.TemporaryFile(prefix="prefixplan-index-")  # noqa: SIM115 - lives with the index
+        fd = file.fileno()
+        fences: list[np.ndarray] = []
+        done = 0
+        for b in range(1 << bits):
+            slots = np.flatnonzero(bucket == b)
+            keys = table[slots]
+            order = np.argsort(keys)
+            keys = keys[order]
+            ids = table_ids[slots[order]]
+            pwrite_all(fd, keys, 8 * done)
+            pwrite_all(fd, ids, 8 * n + 4 * done)
+            fences.append(keys[(-done) % SPILL_PAGE :: SPILL_PAGE])
+            done += int(keys.shape[0])
+        if done != n:
+            raise RuntimeError(f"U64Index: {done} keys in the table, {n} inserted")
+        del bucket
+        self._file = file
+        self._fence = np.concatenate(fences) if fences else np.zeros(0, dtype=np.uint64)
+        self._spilled_n = n
+        self._keys = np.zeros(0, dtype=np.uint64)
+        self._ids = np.zeros(0, dtype=np.int32)
         self._mask = -1
 
     def spill(self, budget_bytes: int) -> bool:
@@ -90,8 +137,8 @@ class U64Index:
 
         self._file = tempfile.TemporaryFile(prefix="prefixplan-index-")  # noqa: SIM115 - lives with the index
         n = int(self._keys.shape[0])
-        self._file.write(self._keys.tobytes())
-        self._file.write(self._ids.tobytes())
+        self._file.write(self._keys.data)  # no copy of the arrays
+        self._file.write(self._ids.data)
         self._file.flush()
         self._fence = self._keys[::SPILL_PAGE].copy()
         self._spilled_n = n

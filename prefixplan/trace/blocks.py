@@ -454,8 +454,7 @@ class TraceBuilder:
             self._observed.clear()
         self._keys.close()
         self._twice = None
-        self._index.freeze()
-        self._index.spill(self._keys.budget)  # read from disk by resolve(): the pins, a few keys
+        self._index.freeze(spill_budget=self._keys.budget)  # from disk for resolve(): the pins, a few keys
         trace = BlockTrace(
             granularity=self.granularity,
             times=times[order],
