@@ -66,21 +66,31 @@ def _arrays(trace):  # type: ignore[no-untyped-def]
 def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block, bits) -> None:  # type: ignore[no-untyped-def]
     """Leaving blocks seen once out of the index (the twice-filter; 2**2 slots makes most single
     keys false positives, 2**16 almost none) gives the same block trace, and every prefix that
-    two requests share still resolves to the same ids; so do keys and index kept on disk."""
+    two requests share still resolves to the same ids; so do keys and index kept on disk, and
+    key counts read a few rows at a time."""
     from unittest import mock
 
     import prefixplan.core.twice as twice
+    import prefixplan.trace.blocks as blocks_mod
 
     gran = engine_granularity("custom", block)
     built = []
-    for singletons, spill in ((True, 1 << 24), (False, 1 << 24), (False, 0)):
+    for singletons, spill, window in (
+        (True, 1 << 24, 1 << 16),
+        (False, 1 << 24, 1 << 16),
+        (False, 0, 1 << 16),
+        (False, 0, 3),
+    ):
         builder = TraceBuilder(gran, index_singletons=singletons, spill_bytes=spill)
         for i, (t, ns, toks, _) in enumerate(stream):
             builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
-        with mock.patch.object(twice, "slot_bits", lambda _n: bits):
+        with (
+            mock.patch.object(twice, "slot_bits", lambda _n: bits),
+            mock.patch.object(blocks_mod, "ASSIGN_WINDOW", window),
+        ):
             built.append(builder.finish())
-    full, lean, spilled = built
-    assert _arrays(lean) == _arrays(full) == _arrays(spilled)
+    full, lean, spilled, windowed = built
+    assert _arrays(lean) == _arrays(full) == _arrays(spilled) == _arrays(windowed)
     hits = np.zeros(full.n_distinct_blocks, dtype=np.int64)
     first: dict[int, int] = {}
     for r in range(full.n_requests):

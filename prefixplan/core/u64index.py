@@ -24,8 +24,9 @@ miss at this load)."""
 
 SPILL_PAGE = 512
 """Keys per page of a spilled index (4 KiB): one key in memory per page."""
-SORT_PART = 1 << 20
-"""About how many keys :meth:`U64Index.freeze` sorts at a time when it writes them to a file."""
+SORT_PART = 1 << 18
+"""About how many keys :meth:`U64Index.freeze` sorts at a time when it writes them to a file (and
+how many table slots it scans at a time)."""
 
 
 def _table_size(keys: int) -> int:
@@ -102,15 +103,18 @@ class U64Index:
         fd = file.fileno()
         fences: list[np.ndarray] = []
         done = 0
+        size = table.shape[0]
         for b in range(1 << bits):
-            slots = np.flatnonzero(bucket == b)
+            slots = np.concatenate(
+                [np.flatnonzero(bucket[lo : lo + SORT_PART] == b) + lo for lo in range(0, size, SORT_PART)]
+            )
             keys = table[slots]
             order = np.argsort(keys)
             keys = keys[order]
             ids = table_ids[slots[order]]
             pwrite_all(fd, keys, 8 * done)
             pwrite_all(fd, ids, 8 * n + 4 * done)
-            fences.append(keys[(-done) % SPILL_PAGE :: SPILL_PAGE])
+            fences.append(keys[(-done) % SPILL_PAGE :: SPILL_PAGE].copy())  # not a view: the range goes
             done += int(keys.shape[0])
         if done != n:
             raise RuntimeError(f"U64Index: {done} keys in the table, {n} inserted")

@@ -52,6 +52,8 @@ from prefixplan.trace.rows import TraceRow
 COUNT_CHUNK = 1 << 20
 """Keys per step of the passes that count keys before ids are given (8 MiB each, and a few
 times that in temporaries)."""
+ASSIGN_WINDOW = 1 << 16
+"""Rows whose key counts the id-assigning pass turns into Python values at a time."""
 
 KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
 """Called once per request in replay order with its prefix keys at its boundaries
@@ -437,16 +439,18 @@ class TraceBuilder:
         known = np.zeros(n, dtype=np.int64)
         start = np.zeros(n, dtype=np.int64)
         attach = np.full(n, -1, dtype=np.int64)
-        batch: list[int] = []
+        # batches of consecutive rows: at most 512, or until 2**18 keys; the rows' key counts
+        # become Python values a window at a time (no list over every request)
+        batch_lo = 0
         batch_keys = 0
-        for row, i in enumerate(order.tolist()):
-            batch.append(row)
-            batch_keys += int(nb_in[i])
-            if len(batch) >= 512 or batch_keys >= 1 << 18:
-                self._assign(order, batch, end, known, start, attach)
-                batch, batch_keys = [], 0
-        if batch:
-            self._assign(order, batch, end, known, start, attach)
+        for lo in range(0, n, ASSIGN_WINDOW):
+            for row, count in enumerate(nb_in[order[lo : lo + ASSIGN_WINDOW]].tolist(), start=lo):
+                batch_keys += count
+                if row + 1 - batch_lo >= 512 or batch_keys >= 1 << 18:
+                    self._assign(order, batch_lo, row + 1, end, known, start, attach)
+                    batch_lo, batch_keys = row + 1, 0
+        if batch_lo < n:
+            self._assign(order, batch_lo, n, end, known, start, attach)
         if self.observer is not None:
             for i in order.tolist():
                 req, at = self._observed[i]
@@ -486,25 +490,26 @@ class TraceBuilder:
     def _assign(
         self,
         order: np.ndarray,
-        rows: list[int],
+        lo: int,
+        hi: int,
         end: np.ndarray,
         known: np.ndarray,
         start: np.ndarray,
         attach: np.ndarray,
     ) -> None:
-        """Block ids for the rows ``rows`` (consecutive arrivals) as if added one by one: a key is
-        known to a request when an earlier arrival brought it. Fills ``end``, ``known``,
+        """Block ids for rows ``lo`` to ``hi`` (consecutive arrivals) as if added one by one: a key
+        is known to a request when an earlier arrival brought it. Fills ``end``, ``known``,
         ``start`` (the first id each row brings) and ``attach`` (that id's parent)."""
-        arrays = [self._keys.get(int(order[r])) for r in rows]
+        arrays = [self._keys.get(i) for i in order[lo:hi].tolist()]
         lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
         total = int(lengths.sum())
-        rows_arr = np.asarray(rows, dtype=np.int64)
+        rows_arr = np.arange(lo, hi, dtype=np.int64)
         start[rows_arr] = self._next_id
         if total == 0:
             return
         keys = np.concatenate(arrays)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        owner = np.repeat(np.arange(len(rows)), lengths)
+        owner = np.repeat(np.arange(hi - lo), lengths)
         pos = np.arange(total) - starts[owner]
         has = lengths > 0
         if self._twice is None:
@@ -513,7 +518,7 @@ class TraceBuilder:
         else:
             # a request's keys from its first single one on are single (chained): not indexed
             single_at = np.where(self._twice.maybe_twice(keys), lengths[owner], pos)
-            first_single = np.zeros(len(rows), dtype=np.int64)
+            first_single = np.zeros(hi - lo, dtype=np.int64)
             if has.any():
                 first_single[has] = np.minimum.reduceat(single_at, starts[has])
             indexed = pos < first_single[owner]
@@ -530,7 +535,7 @@ class TraceBuilder:
             new_ids = np.arange(self._next_id, self._next_id + new_at.shape[0], dtype=np.int64)
             # new ids go row after row (positions are row-major): each row's first is the ids
             # handed to the rows before it in the batch
-            brought = np.bincount(owner[new_at], minlength=len(rows))
+            brought = np.bincount(owner[new_at], minlength=hi - lo)
             start[rows_arr] = self._next_id + np.cumsum(brought) - brought
             self._next_id += int(new_at.shape[0])
             if indexed is None:
