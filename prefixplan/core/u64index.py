@@ -91,19 +91,19 @@ class U64Index:
 
         n = self.size
         table, table_ids = self._keys, self._ids
+        size = table.shape[0]
         bits = max(1, (-(-n // SORT_PART) - 1).bit_length())  # 2**bits ranges of keys
         dtype = np.uint8 if bits < 8 else np.uint16
         empty = np.iinfo(dtype).max
         shift = np.uint64(64 - bits)
-        bucket = np.empty(table.shape[0], dtype=dtype)  # each slot's range (empty: none)
-        for lo in range(0, table.shape[0], SORT_PART):
+        bucket = np.empty(size, dtype=dtype)  # each slot's range (empty: none)
+        for lo in range(0, size, SORT_PART):
             part = table[lo : lo + SORT_PART]
             bucket[lo : lo + SORT_PART] = np.where(part != 0, part >> shift, empty)
         file = tempfile.TemporaryFile(prefix="prefixplan-index-")  # noqa: SIM115 - lives with the index
         fd = file.fileno()
         fences: list[np.ndarray] = []
         done = 0
-        size = table.shape[0]
         for b in range(1 << bits):
             slots = np.concatenate(
                 [np.flatnonzero(bucket[lo : lo + SORT_PART] == b) + lo for lo in range(0, size, SORT_PART)]
@@ -119,8 +119,13 @@ class U64Index:
         if done != n:
             raise RuntimeError(f"U64Index: {done} keys in the table, {n} inserted")
         del bucket
+        self._use_file(file, n, np.concatenate(fences) if fences else np.zeros(0, dtype=np.uint64))
+
+    def _use_file(self, file: IO[bytes], n: int, fence: np.ndarray) -> None:
+        """From now on the ``n`` sorted keys and ids are in ``file`` (keys, then ids), found by
+        their page ``fence``; nothing else stays in memory."""
         self._file = file
-        self._fence = np.concatenate(fences) if fences else np.zeros(0, dtype=np.uint64)
+        self._fence = fence
         self._spilled_n = n
         self._keys = np.zeros(0, dtype=np.uint64)
         self._ids = np.zeros(0, dtype=np.int32)
@@ -139,15 +144,11 @@ class U64Index:
             return False
         import tempfile
 
-        self._file = tempfile.TemporaryFile(prefix="prefixplan-index-")  # noqa: SIM115 - lives with the index
-        n = int(self._keys.shape[0])
-        self._file.write(self._keys.data)  # no copy of the arrays
-        self._file.write(self._ids.data)
-        self._file.flush()
-        self._fence = self._keys[::SPILL_PAGE].copy()
-        self._spilled_n = n
-        self._keys = np.zeros(0, dtype=np.uint64)
-        self._ids = np.zeros(0, dtype=np.int32)
+        file = tempfile.TemporaryFile(prefix="prefixplan-index-")  # noqa: SIM115 - lives with the index
+        file.write(self._keys.data)  # no copy of the arrays
+        file.write(self._ids.data)
+        file.flush()
+        self._use_file(file, int(self._keys.shape[0]), self._keys[::SPILL_PAGE].copy())
         return True
 
     def _lookup_spilled(self, keys: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -36,31 +36,6 @@ BUILD_TOUCHES = 1 << 16
 MB of lists: the build keeps no Python list over every touch or node but the stack's own)."""
 
 
-def node_depths(node_parent: np.ndarray) -> np.ndarray:
-    """Nodes on each node's path to its root, itself included (parents have smaller ids)."""
-    parent = node_parent.tolist()
-    depth = [0] * len(parent)
-    for v, p in enumerate(parent):
-        depth[v] = depth[p] + 1 if p >= 0 else 1
-    return np.asarray(depth, dtype=np.int64)
-
-
-def path_nodes(node_parent: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Each end node's path to its root, deepest node first, one path after another
-    (``lengths``: nodes on each path, 0 where the end is -1), one numpy step per level."""
-    out = np.empty(int(lengths.sum()), dtype=np.int32)
-    has = lengths > 0
-    pos = (np.cumsum(lengths) - lengths)[has]
-    cur = ends[has]
-    while cur.shape[0]:
-        out[pos] = cur
-        cur = node_parent[cur]
-        keep = cur >= 0
-        cur = cur[keep]
-        pos = pos[keep] + 1
-    return out
-
-
 def _request_steps(touch_end: np.ndarray, step: int) -> list[tuple[int, int]]:
     """``(r0, r1)`` request ranges of about ``step`` touches each (at least one request), covering
     every request in order (``touch_end``: cumulative touches at each request's end)."""
@@ -76,12 +51,6 @@ def _request_steps(touch_end: np.ndarray, step: int) -> list[tuple[int, int]]:
     return out
 
 
-ABOVE_NONE = np.iinfo(np.uint32).max
-"""Stack distance of a touch whose node is not in the stack (``t_above`` of a 32-bit stack)."""
-ABOVE_PINNED = ABOVE_NONE - 1
-"""``t_above`` of a touch of a pinned node already resident."""
-
-
 class LRUStack:
     """LRU stack distances of every (request, node) touch; evaluates any capacity.
 
@@ -92,10 +61,11 @@ class LRUStack:
 
     Kept per touch (request after request, each request's nodes deepest first): ``t_node``
     (int32) and ``t_above``, the regular blocks above the node in the stack before the request
-    (uint32; :data:`ABOVE_NONE` when not in it, :data:`ABOVE_PINNED` for a resident pin; uint64
-    with the same marks at its own maximum for a tree of 2**32 blocks or more): 8 bytes a touch.
+    (uint32, or uint64 for a tree of 2**32 blocks or more; ``none_mark``, the type's maximum,
+    when the node is not in the stack, ``pin_mark``, one less, for a resident pin): 8 bytes a
+    touch.
     ``touch_end`` holds each request's cumulative touches. A window of requests' paths is walked
-    in numpy (:func:`path_nodes`) and turned into Python values :data:`BUILD_TOUCHES` at a time, so nothing is kept
+    in numpy (:meth:`NodeTree.paths`) and turned into Python values :data:`BUILD_TOUCHES` at a time, so nothing is kept
     per node as a Python object but the stack positions and the Fenwick tree.
     """
 
@@ -120,10 +90,11 @@ class LRUStack:
         lengths = np.zeros(nreq, dtype=np.int64)
         if n:
             has = ends >= 0
-            lengths[has] = node_depths(tree.node_parent)[ends[has]]
+            lengths[has] = tree.depths()[ends[has]]
         touch_end = np.cumsum(lengths)
         total_touch = int(touch_end[-1]) if nreq else 0
-        dtype = np.uint32 if int(tree.weight.sum()) < int(ABOVE_PINNED) else np.uint64
+        small = int(tree.weight.sum()) < int(np.iinfo(np.uint32).max) - 1  # below both marks
+        dtype = np.uint32 if small else np.uint64
         none_mark = int(np.iinfo(dtype).max)
         pin_mark = none_mark - 1
         size = total_touch + 1
@@ -144,7 +115,7 @@ class LRUStack:
         for lo, hi in _request_steps(touch_end, BUILD_TOUCHES):
             a = int(touch_end[lo - 1]) if lo else 0
             b = int(touch_end[hi - 1])
-            nodes = path_nodes(tree.node_parent, ends[lo:hi], lengths[lo:hi])
+            nodes = tree.paths(ends[lo:hi], lengths[lo:hi])
             t_node[a:b] = nodes
             vs = nodes.tolist()
             ws = node_weight[nodes].tolist()

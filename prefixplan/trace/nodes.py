@@ -57,6 +57,30 @@ class NodeTree:
         out.reverse()
         return out
 
+    def depths(self) -> np.ndarray:
+        """Nodes on each node's path to its root, itself included (parents have smaller ids)."""
+        parent = self.node_parent.tolist()
+        depth = [0] * len(parent)
+        for v, p in enumerate(parent):
+            depth[v] = depth[p] + 1 if p >= 0 else 1
+        return np.asarray(depth, dtype=np.int64)
+
+    def paths(self, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Each of ``ends``' path to its root, deepest node first, one path after another
+        (``lengths``: nodes on each path, :meth:`depths` of its end, 0 where the end is -1), as
+        int32, walked one numpy step per level."""
+        out = np.empty(int(lengths.sum()), dtype=np.int32)
+        has = lengths > 0
+        pos = (np.cumsum(lengths) - lengths)[has]
+        cur = ends[has]
+        while cur.shape[0]:
+            out[pos] = cur
+            cur = self.node_parent[cur]
+            keep = cur >= 0
+            cur = cur[keep]
+            pos = pos[keep] + 1
+        return out
+
     def dfs_intervals(self) -> tuple[np.ndarray, np.ndarray]:
         """(tin, tout) per node: ``u`` is an ancestor-or-self of ``v`` iff tin[u] <= tin[v] < tout[u]."""
         n = self.n_nodes
