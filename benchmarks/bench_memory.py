@@ -30,7 +30,9 @@ def trace_of(requests: int) -> Path:
 def child_analyze(trace: Path) -> dict:
     from prefixplan.analysis.pipeline import AnalyzeOptions
     from prefixplan.api import HeadlineOptions, run_analyze, source_options
+    from prefixplan.core.memory import map_large_allocations
 
+    map_large_allocations()  # as the command line does
     t0 = time.perf_counter()
     outcome = run_analyze(AnalyzeOptions(source=source_options(str(trace)), engine="vllm"), headline=HeadlineOptions())
     s = outcome.analysis.record.summary

@@ -66,8 +66,8 @@ def _arrays(trace):  # type: ignore[no-untyped-def]
 def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block, bits) -> None:  # type: ignore[no-untyped-def]
     """Leaving blocks seen once out of the index (the twice-filter; 2**2 slots makes most single
     keys false positives, 2**16 almost none) gives the same block trace, and every prefix that
-    two requests share still resolves to the same ids; so do keys and index kept on disk, and
-    key counts read a few rows at a time."""
+    two requests share still resolves to the same ids; so do keys and index kept on disk, key
+    counts read a few rows at a time, and the index built in 2, 4 or 8 parts (one pass each)."""
     from unittest import mock
 
     import prefixplan.core.twice as twice
@@ -75,11 +75,14 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
 
     gran = engine_granularity("custom", block)
     built = []
-    for singletons, spill, window in (
-        (True, 1 << 24, 1 << 16),
-        (False, 1 << 24, 1 << 16),
-        (False, 0, 1 << 16),
-        (False, 0, 3),
+    for singletons, spill, window, parts_bits in (
+        (True, 1 << 24, 1 << 16, 0),
+        (False, 1 << 24, 1 << 16, 0),
+        (False, 0, 1 << 16, 0),
+        (False, 0, 3, 0),
+        (False, 1 << 24, 1 << 16, 2),
+        (False, 0, 2, 3),
+        (True, 0, 1 << 16, 1),
     ):
         builder = TraceBuilder(gran, index_singletons=singletons, spill_bytes=spill)
         for i, (t, ns, toks, _) in enumerate(stream):
@@ -87,10 +90,14 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
         with (
             mock.patch.object(twice, "slot_bits", lambda _n: bits),
             mock.patch.object(blocks_mod, "ASSIGN_WINDOW", window),
+            mock.patch.object(blocks_mod, "INDEX_BUDGET", 1 << 40 if parts_bits == 0 else 0),
+            mock.patch.object(blocks_mod, "MAX_INDEX_BITS", parts_bits),
         ):
             built.append(builder.finish())
-    full, lean, spilled, windowed = built
+        assert built[-1].index._index.bits == parts_bits
+    full, lean, spilled, windowed, parted, parted_spilled, parted_full = built
     assert _arrays(lean) == _arrays(full) == _arrays(spilled) == _arrays(windowed)
+    assert _arrays(parted) == _arrays(parted_spilled) == _arrays(parted_full) == _arrays(full)
     hits = np.zeros(full.n_distinct_blocks, dtype=np.int64)
     first: dict[int, int] = {}
     for r in range(full.n_requests):
@@ -102,6 +109,8 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
         want = [b for b in full.resolve(toks, ns) if hits[b] >= 2]
         assert lean.resolve(toks, ns)[: len(want)] == want
         assert spilled.resolve(toks, ns) == lean.resolve(toks, ns)
+        assert parted.resolve(toks, ns) == parted_spilled.resolve(toks, ns) == lean.resolve(toks, ns)
+        assert parted_full.resolve(toks, ns) == full.resolve(toks, ns)
 
 
 def test_twice_filter_never_misses_a_repeated_key() -> None:

@@ -44,5 +44,10 @@ def test_ragged_arrays_read_back_by_position_in_memory_and_on_disk() -> None:
         assert [ragged.get(i).tolist() for i in range(len(arrays))] == [a.tolist() for a in arrays]
         assert np.concatenate(list(ragged.iter_chunks(max_keys=7))).tolist() == np.concatenate(arrays).tolist()
         assert ragged.lengths().tolist() == [a.shape[0] for a in arrays]
+        # gathered in any order (runs of consecutive rows on disk read at once, others one by one)
+        for rows in (np.arange(50), np.arange(50)[::-1], rng.permutation(50), np.array([3, 4, 5, 9, 10, 2]), []):
+            rows = np.asarray(rows, dtype=np.int64)
+            want = [x for i in rows.tolist() for x in arrays[i].tolist()]
+            assert ragged.gather(rows).tolist() == want
         ragged.close()
         assert len(ragged) == 0 and not ragged.spilled and ragged.lengths().shape == (0,)

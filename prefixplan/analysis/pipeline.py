@@ -411,6 +411,7 @@ def _rank_and_record(
         elapsed_s=0.0,
     )
     rep_tokens = representative_tokens(source, trace, store, shown, renderers, meta)
+    release_free_memory()  # what the tokenizer it may have loaded for a trace's log freed
 
     def where(cand: Candidate) -> tuple[Sequence[Segment], ExampleRef]:
         i = int(trace.order[cand.request_index])

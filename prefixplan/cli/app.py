@@ -79,6 +79,9 @@ def build_command() -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
+    from prefixplan.core.memory import map_large_allocations
+
+    map_large_allocations()  # this process is the command's: freed windows go back at once
     return run_with_error_boundary(build_command(), argv if argv is not None else sys.argv[1:])
 
 

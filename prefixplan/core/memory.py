@@ -6,6 +6,13 @@ stays near its high-water mark after a phase ends. :func:`release_free_memory` a
 (``malloc_trim``) to return it; elsewhere (macOS, musl) it does nothing. Arrow's own allocator
 (reading a trace file) keeps what it freed the same way; its unused memory goes back too when
 pyarrow is loaded (about 80 MB after reading a large trace).
+
+:func:`map_large_allocations` (the command line's process only: it sets a process-wide malloc
+parameter) has glibc map every allocation of 1 MiB or more on its own and unmap it when it is
+freed. By default glibc raises that threshold up to 32 MiB as large blocks are freed, so the
+analysis's windows of a few MiB each end up in the heap, where freed ones are reused only when
+the next fits: on the 1M-request benchmark trace the peak was 721 MB with the default and
+605 MB with 1 MiB (8 MiB: 657 MB), for about 5% more time (fresh pages for each new window).
 """
 
 from __future__ import annotations
@@ -26,6 +33,31 @@ def _trim() -> Any:
         return libc.malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter for the size from which allocations are mapped on their own."""
+MAP_FROM = 1 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _mallopt() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+def map_large_allocations(threshold: int = MAP_FROM) -> bool:
+    """Map allocations of ``threshold`` bytes or more on their own, for the rest of the process
+    (module docstring); False where that is not possible (not glibc)."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
 
 
 def release_free_memory() -> bool:

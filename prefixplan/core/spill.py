@@ -106,6 +106,38 @@ class RaggedU64:
             self._dirty = False
         return np.frombuffer(pread_all(self._file.fileno(), 8 * n, 8 * self._offsets[i]), dtype=np.uint64)
 
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The arrays at positions ``rows``, concatenated in that order. Arrays on disk that follow
+        each other in the file (consecutive ``rows`` appended one after another) are read with
+        one positioned read per run, not one per array."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not rows.shape[0]:
+            return np.zeros(0, dtype=np.uint64)
+        if self._file is None:
+            parts = [self._mem[i] for i in rows.tolist()]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+        if self._dirty:
+            self._file.flush()
+            self._dirty = False
+        lengths = np.frombuffer(self._lengths, dtype=np.int64)[rows]
+        offsets = np.frombuffer(self._offsets, dtype=np.int64)[rows]
+        on_disk = rows >= self._spilled_from
+        # a run goes on while the next array on disk starts where this one ends
+        breaks = np.ones(rows.shape[0], dtype=bool)
+        breaks[1:] = ~(on_disk[1:] & on_disk[:-1] & (offsets[1:] == offsets[:-1] + lengths[:-1]))
+        firsts = np.flatnonzero(breaks)
+        ends = np.append(firsts[1:], rows.shape[0])
+        fd = self._file.fileno()
+        parts = []
+        for a, b in zip(firsts.tolist(), ends.tolist(), strict=True):
+            if not on_disk[a]:
+                parts.append(self._mem[int(rows[a])])
+                continue
+            n = int(lengths[a:b].sum())
+            if n:
+                parts.append(np.frombuffer(pread_all(fd, 8 * n, 8 * int(offsets[a])), dtype=np.uint64))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
     def iter_chunks(self, max_keys: int = 1 << 22) -> Iterator[np.ndarray]:
         """Every key, in storage order (not per array), in chunks of about ``max_keys``."""
         group: list[np.ndarray] = []

@@ -1,8 +1,8 @@
 """A compact map from 64-bit keys to dense ids (0, 1, 2, ... in insertion order).
 
-Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32``) of a
-power-of-two size, kept at most :data:`MAX_LOAD` full: 17 to 35 bytes per key (24 to 48 at most
-half full), with no Python object per key (a ``dict`` of ints costs ~100 bytes per key, which is
+Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32`` or
+``int64``) sized for the keys expected and kept at most :data:`MAX_LOAD` full: 17 bytes per key
+with 32-bit ids (up to twice that after the table grows), with no Python object per key (a ``dict`` of ints costs ~100 bytes per key, which is
 what made block traces of large logs run out of memory). Lookups and inserts take whole arrays
 of keys at once. Key 0 is reserved for empty slots; block keys
 (:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
@@ -10,6 +10,7 @@ of keys at once. Key 0 is reserved for empty slots; block keys
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import IO
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from prefixplan.core.spill import pread_all, pwrite_all
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
+_HIGH = np.uint64(32)
 MAX_LOAD = 0.7
 """Most keys per slot before the table doubles (linear probing: about 2 probes per hit, 6 per
 miss at this load)."""
@@ -30,21 +32,26 @@ how many table slots it scans at a time)."""
 
 
 def _table_size(keys: int) -> int:
-    """The power of two that holds ``keys`` keys at most :data:`MAX_LOAD` full."""
+    """Slots that hold ``keys`` keys at most :data:`MAX_LOAD` full (a multiple of 64, not a power
+    of two: a slot is found by scaling a 32-bit hash to the table, so no size doubles the memory
+    of the one below it)."""
     need = int(keys / MAX_LOAD) + 1
-    return 1 << max(4, (need - 1).bit_length())
+    size = max(64, -(-need // 64) * 64)
+    if size > 1 << 32:
+        raise ValueError(f"U64Index: {keys} keys need more than 2**32 slots")
+    return size
 
 
 class U64Index:
     """Key -> dense id (module docstring). :meth:`freeze` ends inserting and keeps the keys in
     sorted order (12 bytes per key, lookups by binary search)."""
 
-    def __init__(self, capacity: int = 1 << 12) -> None:
+    def __init__(self, capacity: int = 1 << 12, id_dtype: type = np.int32) -> None:
         size = _table_size(max(capacity, 8))
+        self._id_dtype = np.dtype(id_dtype)
         self._keys = np.zeros(size, dtype=np.uint64)
-        self._ids = np.zeros(size, dtype=np.int32)
-        self._shift = np.uint64(64 - (size.bit_length() - 1))
-        self._mask = size - 1
+        self._ids = np.zeros(size, dtype=self._id_dtype)
+        self._table_n = size  # the table's size; -1 once frozen
         self.size = 0
         self._file: IO[bytes] | None = None  # where spilled keys and ids are read from
         self._fence = np.zeros(0, dtype=np.uint64)  # of a spilled index: its first key of each page
@@ -62,7 +69,7 @@ class U64Index:
 
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
-            return ((keys * _MUL) >> self._shift).astype(np.int64)
+            return ((((keys * _MUL) >> _HIGH) * np.uint64(self._keys.shape[0])) >> _HIGH).astype(np.int64)
 
     def freeze(self, spill_budget: int | None = None) -> None:
         """No more inserts: keep the keys sorted (half the memory or less of the table).
@@ -71,20 +78,20 @@ class U64Index:
         straight from the table to a temporary file (as :meth:`spill` puts them), a range of
         keys (their top bits) of about :data:`SORT_PART` keys at a time: no sorted copy of every
         key is ever in memory beside the table."""
-        if spill_budget is not None and 12 * self.size > spill_budget:
+        if spill_budget is not None and (8 + self._id_dtype.itemsize) * self.size > spill_budget:
             self._freeze_to_file()
             return
         used = self._keys != 0
         keys = self._keys[used]
         self._keys = np.zeros(0, dtype=np.uint64)
         ids = self._ids[used]
-        self._ids = np.zeros(0, dtype=np.int32)
+        self._ids = np.zeros(0, dtype=self._id_dtype)
         del used
         order = np.argsort(keys)
         self._keys = keys[order]
         del keys
         self._ids = ids[order]
-        self._mask = -1
+        self._table_n = -1
 
     def _freeze_to_file(self) -> None:
         import tempfile
@@ -113,7 +120,7 @@ class U64Index:
             keys = keys[order]
             ids = table_ids[slots[order]]
             pwrite_all(fd, keys, 8 * done)
-            pwrite_all(fd, ids, 8 * n + 4 * done)
+            pwrite_all(fd, ids, 8 * n + ids.itemsize * done)
             fences.append(keys[(-done) % SPILL_PAGE :: SPILL_PAGE].copy())  # not a view: the range goes
             done += int(keys.shape[0])
         if done != n:
@@ -128,8 +135,23 @@ class U64Index:
         self._fence = fence
         self._spilled_n = n
         self._keys = np.zeros(0, dtype=np.uint64)
-        self._ids = np.zeros(0, dtype=np.int32)
-        self._mask = -1
+        self._ids = np.zeros(0, dtype=self._id_dtype)
+        self._table_n = -1
+
+    def map_ids(self, fn: Callable[[np.ndarray], np.ndarray], step: int = SORT_PART) -> None:
+        """After :meth:`freeze`, replace every id by ``fn(ids)`` (elementwise, same dtype), in
+        memory or in the index's file, ``step`` ids at a time."""
+        if self._table_n >= 0:
+            raise RuntimeError("U64Index.map_ids before freeze")
+        if self._file is None:
+            for lo in range(0, self._ids.shape[0], step):
+                self._ids[lo : lo + step] = fn(self._ids[lo : lo + step])
+            return
+        fd, n, size = self._file.fileno(), self._spilled_n, self._id_dtype.itemsize
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            ids = np.frombuffer(pread_all(fd, size * (hi - lo), 8 * n + size * lo), dtype=self._id_dtype)
+            pwrite_all(fd, np.ascontiguousarray(fn(ids), dtype=self._id_dtype), 8 * n + size * lo)
 
     def spill(self, budget_bytes: int) -> bool:
         """After :meth:`freeze`, move the sorted keys and ids to an unlinked temporary file when
@@ -138,7 +160,7 @@ class U64Index:
         positioned reads, so the index costs next to no memory while a later stage runs (the
         analysis's per-block counts of a large log) and lookups leave no mapped pages behind.
         Returns whether it did."""
-        if self._mask >= 0:
+        if self._table_n >= 0:
             raise RuntimeError("U64Index.spill before freeze")
         if self.nbytes <= budget_bytes or self._file is not None:
             return False
@@ -164,7 +186,8 @@ class U64Index:
             at = np.minimum(np.searchsorted(stored, keys[mine]), stored.shape[0] - 1)
             hit = stored[at] == keys[mine]
             if hit.any():
-                ids = np.frombuffer(pread_all(fd, 4 * (hi - lo), 8 * n + 4 * lo), dtype=np.int32)
+                size = self._id_dtype.itemsize
+                ids = np.frombuffer(pread_all(fd, size * (hi - lo), 8 * n + size * lo), dtype=self._id_dtype)
                 out[mine[hit]] = ids[at[hit]]
         return out
 
@@ -176,7 +199,7 @@ class U64Index:
             return out
         if self._file is not None:
             return self._lookup_spilled(keys, out)
-        if self._mask < 0:  # frozen: sorted keys
+        if self._table_n < 0:  # frozen: sorted keys
             if not self._keys.shape[0]:
                 return out
             at = np.minimum(np.searchsorted(self._keys, keys), self._keys.shape[0] - 1)
@@ -185,7 +208,7 @@ class U64Index:
             return out
         slots = self._slots(keys)
         pending = np.arange(keys.shape[0])
-        table, ids, mask = self._keys, self._ids, self._mask
+        table, ids, size = self._keys, self._ids, self._table_n
         while pending.shape[0]:
             s = slots[pending]
             at = table[s]
@@ -193,7 +216,7 @@ class U64Index:
             out[pending[hit]] = ids[s[hit]]
             go_on = ~hit & (at != 0)
             pending = pending[go_on]
-            slots[pending] = (slots[pending] + 1) & mask
+            slots[pending] = _next_slot(slots[pending], size)
         return out
 
     def insert_new(self, keys: np.ndarray, first_id: int | None = None) -> np.ndarray:
@@ -211,15 +234,15 @@ class U64Index:
         n = int(keys.shape[0])
         if not n:
             return
-        if self._mask < 0:
+        if self._table_n < 0:
             raise RuntimeError("U64Index.insert after freeze")
         if self.size + n > MAX_LOAD * self._keys.shape[0]:
-            self._grow(self.size + n)
-        self._place(keys, np.asarray(ids).astype(np.int32))
+            self._grow(max(self.size + n, 2 * self.size))  # geometric: inserts stay linear
+        self._place(keys, np.asarray(ids).astype(self._id_dtype))
         self.size += n
 
     def _place(self, keys: np.ndarray, ids: np.ndarray) -> None:
-        table, mask = self._keys, self._mask
+        table, size = self._keys, self._table_n
         slots = self._slots(keys)
         pending = np.arange(keys.shape[0])
         while pending.shape[0]:
@@ -235,14 +258,62 @@ class U64Index:
             placed[winners] = True
             pending = pending[~placed[pending]]
             # losers of a contest retry the same slot (now taken) and move on; occupied ones move on
-            slots[pending] = (slots[pending] + 1) & mask
+            slots[pending] = _next_slot(slots[pending], size)
 
     def _grow(self, need: int) -> None:
         old_keys, old_ids = self._keys, self._ids
         used = old_keys != 0
         size = _table_size(need)
         self._keys = np.zeros(size, dtype=np.uint64)
-        self._ids = np.zeros(size, dtype=np.int32)
-        self._shift = np.uint64(64 - (size.bit_length() - 1))
-        self._mask = size - 1
+        self._ids = np.zeros(size, dtype=self._id_dtype)
+        self._table_n = size
         self._place(old_keys[used], old_ids[used])
+
+
+def _next_slot(slots: np.ndarray, size: int) -> np.ndarray:
+    """The slot after each of ``slots`` (linear probing, wrapping at ``size``)."""
+    nxt = slots + 1
+    nxt[nxt == size] = 0
+    return nxt
+
+
+def table_bytes(keys: int, id_bytes: int = 4) -> int:
+    """Bytes of a :class:`U64Index` table sized for ``keys`` keys."""
+    return _table_size(max(keys, 8)) * (8 + id_bytes)
+
+
+class SplitIndex:
+    """Frozen :class:`U64Index` parts over the ``2**bits`` ranges of keys' top bits: a lookup asks
+    each key's part. What a large index becomes when its parts were built one pass at a time
+    (the block trace's id assignment), so that only one part's table is ever in memory."""
+
+    def __init__(self, bits: int, parts: list[U64Index]) -> None:
+        if len(parts) != 1 << bits:
+            raise ValueError(f"SplitIndex: {len(parts)} parts for {bits} bits")
+        self.bits = bits
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def part_of(self, keys: np.ndarray) -> np.ndarray:
+        """The part of each key (its top ``bits`` bits)."""
+        if self.bits == 0:
+            return np.zeros(keys.shape[0], dtype=np.int64)
+        return (np.asarray(keys, dtype=np.uint64) >> np.uint64(64 - self.bits)).astype(np.int64)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Ids of ``keys`` (-1 where absent)."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        if self.bits == 0:
+            return self.parts[0].lookup(keys)
+        out = np.full(keys.shape[0], -1, dtype=np.int64)
+        part = self.part_of(keys)
+        for p in np.unique(part).tolist():
+            mine = np.flatnonzero(part == p)
+            out[mine] = self.parts[p].lookup(keys[mine])
+        return out

@@ -21,8 +21,10 @@ one path, so their parents are implicit: each is the block one id lower, except 
 whose parent is the request's deepest known block (``attach``). Nothing is kept per block: a
 block's parent and depth follow from its request's ``block_start``, ``known_blocks`` and
 ``attach`` (:meth:`BlockTrace.parents_of`, :meth:`BlockTrace.depths_of`). Ids come from a
-:class:`~prefixplan.core.u64index.U64Index` (17-35 bytes per indexed block) and the keys wait
-for the sort in a :class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory budget.
+:class:`~prefixplan.core.u64index.U64Index` (17 bytes per indexed block; past
+:data:`INDEX_BUDGET` built in parts by the keys' top bits, one pass over the keys each) and the
+keys wait for the sort in a :class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory
+budget.
 
 Blocks seen once. Most distinct blocks of a real log occur in one request only (the unique tail
 of each prompt: 64% of them on the 100k benchmark log). Such a block is never reused, so with
@@ -35,8 +37,9 @@ then finds blocks that occur in at least two requests (what pins and hot prefixe
 
 from __future__ import annotations
 
+import functools
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -45,7 +48,7 @@ from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
 from prefixplan.core.twice import TwiceFilter, estimate_distinct
-from prefixplan.core.u64index import U64Index
+from prefixplan.core.u64index import SplitIndex, U64Index, table_bytes
 from prefixplan.errors import UsageError
 from prefixplan.trace.rows import TraceRow
 
@@ -54,6 +57,26 @@ COUNT_CHUNK = 1 << 20
 times that in temporaries)."""
 ASSIGN_WINDOW = 1 << 16
 """Rows whose key counts the id-assigning pass turns into Python values at a time."""
+INDEX_BUDGET = 64 * 2**20
+"""Bytes of key index table in memory while ids are assigned: a larger index is built in parts
+(ranges of the keys' top bits), one pass over the keys each (:meth:`TraceBuilder._assign_ids`)."""
+MAX_INDEX_BITS = 10
+
+
+def index_bits(keys: int, id_bytes: int = 4) -> int:
+    """Top bits of a key that choose its index part: the fewest whose parts' tables, each for
+    ``keys / 2**bits`` keys, fit in :data:`INDEX_BUDGET`."""
+    bits = 0
+    while bits < MAX_INDEX_BITS and table_bytes(part_capacity(keys, bits), id_bytes) > INDEX_BUDGET:
+        bits += 1
+    return bits
+
+
+def part_capacity(keys: int, bits: int) -> int:
+    """Keys to size each of ``2**bits`` index parts for, ``keys`` in all (the top bits of hashed
+    keys split them evenly: a few percent to spare)."""
+    return (keys >> bits) + (keys >> (bits + 5)) + 1024
+
 
 KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
 """Called once per request in replay order with its prefix keys at its boundaries
@@ -310,7 +333,7 @@ class TraceBuilder:
         self.hasher = BlockHasher()
         self.observer = observer
         self.index_singletons = index_singletons
-        self._index = U64Index()
+        self._index: U64Index | SplitIndex = U64Index()
         self._twice: TwiceFilter | None = None
         self._next_id = 0
         self._seeds: dict[tuple[str, int], int] = {}
@@ -433,32 +456,16 @@ class TraceBuilder:
             # requests share long prefixes has many more occurrences than distinct keys
             distinct = estimate_distinct(self._keys.iter_chunks(COUNT_CHUNK))
             self._twice = TwiceFilter.of(self._keys.iter_chunks(COUNT_CHUNK), distinct)
-            # size the index once for the keys that may occur twice (no growing copies)
-            self._index = U64Index(capacity=int(1.05 * self._twice.twice_slots()) + 1024)
-        end = np.full(n, -1, dtype=np.int64)
-        known = np.zeros(n, dtype=np.int64)
-        start = np.zeros(n, dtype=np.int64)
-        attach = np.full(n, -1, dtype=np.int64)
-        # batches of consecutive rows: at most 512, or until 2**18 keys; the rows' key counts
-        # become Python values a window at a time (no list over every request)
-        batch_lo = 0
-        batch_keys = 0
-        for lo in range(0, n, ASSIGN_WINDOW):
-            for row, count in enumerate(nb_in[order[lo : lo + ASSIGN_WINDOW]].tolist(), start=lo):
-                batch_keys += count
-                if row + 1 - batch_lo >= 512 or batch_keys >= 1 << 18:
-                    self._assign(order, batch_lo, row + 1, end, known, start, attach)
-                    batch_lo, batch_keys = row + 1, 0
-        if batch_lo < n:
-            self._assign(order, batch_lo, n, end, known, start, attach)
+            expected = int(1.05 * self._twice.twice_slots()) + 1024
+        else:
+            expected = int(1.05 * estimate_distinct(self._keys.iter_chunks(COUNT_CHUNK))) + 1024
+        end, known, start, attach = self._assign_ids(order, nb_in[order], expected)
         if self.observer is not None:
             for i in order.tolist():
                 req, at = self._observed[i]
                 self.observer(req, at)
             self._observed.clear()
         self._keys.close()
-        self._twice = None
-        self._index.freeze(spill_budget=self._keys.budget)  # from disk for resolve(): the pins, a few keys
         trace = BlockTrace(
             granularity=self.granularity,
             times=times[order],
@@ -487,76 +494,158 @@ class TraceBuilder:
             a = getattr(self, name)
             setattr(self, name, array(a.typecode))
 
-    def _assign(
+    def _batches(self, order: np.ndarray, lengths: np.ndarray) -> Iterator[tuple[int, int, int]]:
+        """Consecutive arrivals ``(lo, hi, keys before lo)``: at most 512 rows, or until 2**18
+        keys; the rows' key counts become Python values a window at a time (no list over every
+        request)."""
+        n = int(order.shape[0])
+        batch_lo = batch_keys = before = 0
+        for lo in range(0, n, ASSIGN_WINDOW):
+            for row, count in enumerate(lengths[lo : lo + ASSIGN_WINDOW].tolist(), start=lo):
+                batch_keys += count
+                if row + 1 - batch_lo >= 512 or batch_keys >= 1 << 18:
+                    yield batch_lo, row + 1, before
+                    before += batch_keys
+                    batch_lo, batch_keys = row + 1, 0
+        if batch_lo < n:
+            yield batch_lo, n, before
+
+    def _assign_ids(
+        self, order: np.ndarray, lengths: np.ndarray, expected: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Block ids as if the rows (arrivals; ``lengths`` keys each) were added one by one: a key
+        is known to a request when an earlier arrival brought it, and the keys after a request's
+        known ones are new (chained keys: a prefix of an unseen one is unseen), so a row brings a
+        run of consecutive ids, each the child of the one before. Returns per row ``end`` (its
+        deepest id), ``known``, ``start`` (the first id it brings) and ``attach`` (that id's
+        parent).
+
+        The index is built in ``2**bits`` parts by the keys' top bits, one pass over the keys
+        each, so that one part's table at most is in memory (:data:`INDEX_BUDGET`; about
+        ``expected`` keys in all). A pass records where each row's first key new to its part is;
+        a row's known keys end at the first such place over all parts (or at its first key seen
+        once). Each part maps a key to where it first occurred (its position among all keys in
+        arrival order), which becomes its id once every row's known count is known."""
+        n = int(order.shape[0])
+        total = int(lengths.sum())
+        occ_dtype = np.int32 if total < 2**31 else np.int64
+        bits = index_bits(expected, np.dtype(occ_dtype).itemsize)
+        known = lengths.copy()  # per row, the first position found new so far
+        before = np.zeros(n, dtype=np.uint64)  # the key just before it (its deepest known one)
+        # per row, its first key seen once (found by the first pass; the rest skip the filter)
+        first_single = np.zeros(n if self._twice is not None else 0, dtype=np.int32)
+        parts: list[U64Index] = []
+        for part in range(1 << bits):
+            index = U64Index(capacity=part_capacity(expected, bits), id_dtype=occ_dtype)
+            for lo, hi, offset in self._batches(order, lengths):
+                self._scan(order, lo, hi, offset, part, bits, index, lengths, first_single, known, before)
+            index.freeze(spill_budget=self._keys.budget >> bits)  # from disk for resolve(): a few keys
+            parts.append(index)
+        self._twice = None
+        del first_single
+        brought = lengths - known
+        start = np.cumsum(brought) - brought
+        self._next_id = int(brought.sum())
+        # an occurrence's id: the new keys before it, i.e. its position less the known keys of
+        # its row and the rows before it
+        row_first = np.cumsum(lengths) - lengths
+        known_through = np.cumsum(known)
+
+        to_id = functools.partial(_ids_of, row_first=row_first, known_through=known_through)
+        for index in parts:
+            index.map_ids(to_id)
+        del to_id, row_first, known_through
+        self._index = SplitIndex(bits, parts)
+        end = np.full(n, -1, dtype=np.int64)
+        attach = np.full(n, -1, dtype=np.int64)
+        rows = np.flatnonzero(known > 0)
+        last_known = self._index.lookup(before[rows])
+        del before
+        brings = known[rows] < lengths[rows]
+        attach[rows[brings]] = last_known[brings]
+        end[rows[~brings]] = last_known[~brings]
+        new = np.flatnonzero(known < lengths)
+        end[new] = start[new] + lengths[new] - 1 - known[new]
+        return end, known, start, attach
+
+    def _scan(
         self,
         order: np.ndarray,
         lo: int,
         hi: int,
-        end: np.ndarray,
+        offset: int,
+        part: int,
+        bits: int,
+        index: U64Index,
+        all_lengths: np.ndarray,
+        first_single: np.ndarray,
         known: np.ndarray,
-        start: np.ndarray,
-        attach: np.ndarray,
+        before: np.ndarray,
     ) -> None:
-        """Block ids for rows ``lo`` to ``hi`` (consecutive arrivals) as if added one by one: a key
-        is known to a request when an earlier arrival brought it. Fills ``end``, ``known``,
-        ``start`` (the first id each row brings) and ``attach`` (that id's parent)."""
-        arrays = [self._keys.get(i) for i in order[lo:hi].tolist()]
-        lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+        """One batch of arrivals ``lo`` to ``hi`` (its first key is the ``offset``-th in arrival
+        order) in the pass over ``part``: index the part's new keys with their occurrence and
+        lower ``known`` (and ``before``) of the rows where one is found (:meth:`_assign_ids`)."""
+        lengths = all_lengths[lo:hi]
         total = int(lengths.sum())
-        rows_arr = np.arange(lo, hi, dtype=np.int64)
-        start[rows_arr] = self._next_id
         if total == 0:
             return
-        keys = np.concatenate(arrays)
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        keys = self._keys.gather(order[lo:hi])
+        starts = np.cumsum(lengths) - lengths
         owner = np.repeat(np.arange(hi - lo), lengths)
         pos = np.arange(total) - starts[owner]
-        has = lengths > 0
+        has = np.flatnonzero(lengths > 0)
+        if part == 0:  # before any new key is found, a row's deepest known key is its last
+            before[lo + has] = keys[starts[has] + lengths[has] - 1]
         if self._twice is None:
-            indexed = None
-            ids = self._index.lookup(keys)
+            mine = np.ones(total, dtype=bool)
         else:
-            # a request's keys from its first single one on are single (chained): not indexed
-            single_at = np.where(self._twice.maybe_twice(keys), lengths[owner], pos)
-            first_single = np.zeros(hi - lo, dtype=np.int64)
-            if has.any():
-                first_single[has] = np.minimum.reduceat(single_at, starts[has])
-            indexed = pos < first_single[owner]
-            ids = np.full(total, -1, dtype=np.int64)
-            ids[indexed] = self._index.lookup(keys[indexed])
-        absent = np.flatnonzero(ids < 0)
-        present = ids >= 0
-        if absent.shape[0]:
-            uniq, first, inverse = np.unique(keys[absent], return_index=True, return_inverse=True)
-            first_at = absent[first]  # where each absent key first occurs in the batch
-            present[absent] = owner[first_at[inverse]] < owner[absent]
-            by_pos = np.argsort(first_at, kind="stable")  # new ids in order of first arrival
-            new_at = first_at[by_pos]
-            new_ids = np.arange(self._next_id, self._next_id + new_at.shape[0], dtype=np.int64)
-            # new ids go row after row (positions are row-major): each row's first is the ids
-            # handed to the rows before it in the batch
-            brought = np.bincount(owner[new_at], minlength=hi - lo)
-            start[rows_arr] = self._next_id + np.cumsum(brought) - brought
-            self._next_id += int(new_at.shape[0])
-            if indexed is None:
-                self._index.insert(keys[new_at], new_ids)
-            else:
-                keep = indexed[new_at]
-                self._index.insert(keys[new_at][keep], new_ids[keep])
-            id_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
-            id_of_uniq[by_pos] = new_ids
-            ids[absent] = id_of_uniq[inverse]
-        # leading run of keys known on arrival, per request; the keys after it are new (chained
-        # keys: a prefix of an unseen one is unseen), so they are the ids the row brought, each
-        # the child of the one before, the first one the child of the last known key
-        not_known = np.where(present, lengths[owner], pos)
-        first_unknown = np.minimum.reduceat(not_known, starts[has]) if has.any() else np.zeros(0, dtype=np.int64)
-        k = np.minimum(first_unknown, lengths[has])
-        known[rows_arr[has]] = k
-        end[rows_arr[has]] = ids[starts[has] + lengths[has] - 1]
-        brings = k < lengths[has]
-        at = starts[has][brings] + k[brings] - 1
-        attach[rows_arr[has][brings]] = np.where(k[brings] > 0, ids[np.maximum(at, 0)], -1)
+            if part == 0:
+                # a request's keys from its first single one on are single (chained): not indexed
+                single_at = np.where(self._twice.maybe_twice(keys), lengths[owner], pos)
+                first = lengths.copy()
+                first[has] = np.minimum.reduceat(single_at, starts[has])
+                first_single[lo:hi] = first
+                _lower(lo, first, keys, starts, known, before)
+            mine = pos < first_single[lo:hi][owner]
+        if bits:
+            mine &= (keys >> np.uint64(64 - bits)) == np.uint64(part)
+        at = np.flatnonzero(mine)
+        if not at.shape[0]:
+            return
+        absent = at[index.lookup(keys[at]) < 0]
+        if not absent.shape[0]:
+            return
+        # a key absent from the index is new where it first occurs in the batch (positions are
+        # row-major: arrival order), known wherever it occurs again
+        _, first = np.unique(keys[absent], return_index=True)
+        new_at = absent[first]
+        index.insert(keys[new_at], offset + new_at)
+        first_new = lengths.copy()
+        np.minimum.at(first_new, owner[new_at], pos[new_at])
+        _lower(lo, first_new, keys, starts, known, before)
+
+
+def _ids_of(occ: np.ndarray, row_first: np.ndarray, known_through: np.ndarray) -> np.ndarray:
+    """Block ids of key occurrences (positions among all keys in arrival order) that brought a
+    new block: the new keys before each, i.e. its position less the known keys of its row
+    (``row_first``: each row's first position) and of the rows before it (``known_through``:
+    cumulative known counts)."""
+    o = occ.astype(np.int64)
+    return o - known_through[np.searchsorted(row_first, o, side="right") - 1]
+
+
+def _lower(
+    lo: int, found: np.ndarray, keys: np.ndarray, starts: np.ndarray, known: np.ndarray, before: np.ndarray
+) -> None:
+    """Rows ``lo + i`` whose ``found[i]`` is below their ``known``: lower it, and note the key
+    before that position (``keys`` and ``starts``: the batch's)."""
+    rows = np.flatnonzero(found < known[lo : lo + found.shape[0]])
+    if not rows.shape[0]:
+        return
+    k = found[rows]
+    known[lo + rows] = k
+    deeper = k > 0
+    before[lo + rows[deeper]] = keys[starts[rows[deeper]] + k[deeper] - 1]
 
 
 def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
