@@ -319,6 +319,15 @@ def test_the_row_store_reads_the_same_from_disk_and_in_steps(rows_and_file: tupl
             report, recurring = rag_report(store, reused, rows_per_step=step)
             assert report == base_report and recurring.tolist() == base_recurring.tolist()
             assert kind_accounting(store, reused, recurring, rows_per_step=step) == base_kinds
+    # released once the record has what it needs: columns (even a held dict) and files go
+    held = disk.columns()
+    assert held["prompt"].shape[0] == len(rows)
+    disk.release()
+    assert held == {} and disk.nbytes() == 0
+    with pytest.raises(RuntimeError, match="release"):
+        disk.columns()
+    with pytest.raises(RuntimeError, match="release"):
+        disk.add(rows[0])
 
 
 def test_analyze_is_the_same_with_the_row_store_on_disk(

@@ -342,14 +342,14 @@ def _rank_and_record(
         limit=options.top or None,
     )
     shown = ranking.candidates
-    tenant_col = c["tenant"]
 
-    def tenant_of(row: int) -> str:
+    def tenant_of(row: int, tenant_col: np.ndarray = c["tenant"]) -> str:
         i = int(trace.order[row])
         t = int(tenant_col[i])
         return f"anon:{i}" if t == 0 else f"t:{t}"
 
     counted = count_tenants(tree, shown, tenant_of)
+    del tenant_of
     arena_tokens = tree.arena_tokens()
     del tree  # the per-block counts are done with; the headline replays the trace itself
     release_free_memory()
@@ -410,26 +410,15 @@ def _rank_and_record(
         tree_arena_tokens=arena_tokens,
         elapsed_s=0.0,
     )
-    rep_tokens = representative_tokens(source, trace, store, shown, renderers, meta)
-    release_free_memory()  # what the tokenizer it may have loaded for a trace's log freed
 
     def where(cand: Candidate) -> tuple[Sequence[Segment], ExampleRef]:
         i = int(trace.order[cand.request_index])
-        return store.segments(i), ExampleRef(store.sources.names[int(c["source"][i])], int(c["line"][i]))
+        cols = store.columns()
+        return store.segments(i), ExampleRef(store.sources.names[int(cols["source"][i])], int(cols["line"][i]))
 
-    candidates = tuple(
-        candidate_record(
-            cand,
-            previews,
-            *where(cand)[:1],
-            rep_tokens.get(cand.id),
-            where(cand)[1],
-            min_tenants=options.min_tenants,
-            show_user_text=options.show_user_text,
-            fingerprint=primary.fingerprint,
-        )
-        for cand in shown
-    )
+    # what the record needs of every request, before the per-request columns go (the
+    # representatives may load a tokenizer: its peak should not sit on top of them)
+    places = {cand.id: where(cand) for cand in shown}
     meta_inputs = meta.get("inputs") if meta is not None else None
     if isinstance(meta_inputs, Mapping):
         paths = [str(p) for p in meta_inputs.get("paths") or ()]
@@ -439,6 +428,30 @@ def _rank_and_record(
         files = files_json(store, errors)
     ns_counts = np.bincount(c["ns"], minlength=len(store.namespaces.names))
     model_counts = np.bincount(c["model"], minlength=len(store.models.names))
+    per_model = models_json(store, reused, spec_of, engine_used)
+    kinds = kind_accounting(store, reused, recurring)
+    namespaces, models = list(store.namespaces.names), list(store.models.names)
+    del c, cached, tenants, times, logged, reused
+    store.release()
+    release_free_memory()
+    rep_tokens = representative_tokens(
+        source, trace, {k: ref for k, (_, ref) in places.items()}, shown, renderers, meta
+    )
+    release_free_memory()  # what the tokenizer it may have loaded for a trace's log freed
+
+    candidates = tuple(
+        candidate_record(
+            cand,
+            previews,
+            places[cand.id][0],
+            rep_tokens.get(cand.id),
+            places[cand.id][1],
+            min_tenants=options.min_tenants,
+            show_user_text=options.show_user_text,
+            fingerprint=primary.fingerprint,
+        )
+        for cand in shown
+    )
     breaker_json = tuple(b.to_json() if isinstance(b, Breaker) else dict(b) for b in breakers)
     record = AnalysisRecord(
         tool=f"prefixplan {__version__}",
@@ -446,10 +459,10 @@ def _rank_and_record(
         inputs={
             "paths": paths,
             "formats": dict(formats),
-            "models": {store.models.names[k]: int(v) for k, v in enumerate(model_counts)},
-            "namespaces": {store.namespaces.names[k]: int(v) for k, v in enumerate(ns_counts)},
+            "models": {models[k]: int(v) for k, v in enumerate(model_counts)},
+            "namespaces": {namespaces[k]: int(v) for k, v in enumerate(ns_counts)},
             "files": files,
-            "per_model": models_json(store, reused, spec_of, engine_used),
+            "per_model": per_model,
             "engine_ids": engine_ids,
         },
         tokenizer=primary,
@@ -466,7 +479,7 @@ def _rank_and_record(
             "user-authored text is never previewed unless show_user_text",
         },
         summary=summary,
-        kinds=kind_accounting(store, reused, recurring),
+        kinds=kinds,
         candidates=candidates,
         rag=rag,
         simulation=None,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan.analysis.candidates import Candidate
-from prefixplan.analysis.rowstore import RowStore
+from prefixplan.analysis.record import ExampleRef
 from prefixplan.core.types import Request
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
@@ -50,13 +50,13 @@ def source_json(source: SourceOptions) -> dict[str, Any] | None:
 def representative_tokens(
     source: SourceOptions,
     trace: BlockTrace,
-    store: RowStore,
+    places: Mapping[int, ExampleRef],
     shown: Sequence[Candidate],
     renderers: RenderSet | None,
     meta: Mapping[str, Any] | None,
 ) -> dict[int, np.ndarray]:
     """Token ids of each shown candidate (``{candidate id: ids}``), from rendering its
-    representative request again: the log is read up to the last such line, and only those lines
+    representative request again (``places``: where each candidate's is in the log): the log is read up to the last such line, and only those lines
     are rendered. A trace file's log is used when the file still exists; when the input cannot be
     read again (stdin), no ids (the record still has every count)."""
     if meta is not None:
@@ -66,11 +66,10 @@ def representative_tokens(
         source, renderers = again, None
     elif not source.rereadable:
         return {}
-    c = store.columns()
     want: dict[tuple[str, int], list[Candidate]] = defaultdict(list)
     for cand in shown:
-        i = int(trace.order[cand.request_index])
-        want[(store.sources.names[int(c["source"][i])], int(c["line"][i]))].append(cand)
+        ref = places[cand.id]
+        want[(ref.source, ref.line)].append(cand)
     if not want:
         return {}
     try:

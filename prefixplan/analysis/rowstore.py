@@ -119,11 +119,14 @@ class RowStore:
         # (a candidate's representative), so they wait on disk past a small budget
         self._seg_detail = RaggedU64(16 * 2**20)
         self._frozen: dict[str, np.ndarray] | None = None
+        self._released = False
 
     def __len__(self) -> int:
         return len(self._ns) if self._frozen is None else int(self._frozen["ns"].shape[0])
 
     def add(self, row: TraceRow) -> None:
+        if self._released:
+            raise RuntimeError("RowStore used after release()")
         if self._frozen is not None:
             self._thaw()
         self._time.append(row.time if row.time is not None else 0.0)
@@ -174,6 +177,8 @@ class RowStore:
     def columns(self) -> dict[str, np.ndarray]:
         """Every per-request column as a numpy array. The columns move into numpy (no second copy is kept);
         a later :meth:`add` moves them back."""
+        if self._released:
+            raise RuntimeError("RowStore used after release()")
         if self._frozen is None:
             frozen: dict[str, np.ndarray] = {}
             for name, (dtype, out) in _COLUMNS.items():
@@ -230,6 +235,20 @@ class RowStore:
         return tuple(
             Chunk(SegmentHash(f"{hashes[k]:016x}"), starts[k], ends[k], msgs[k], chars[k]) for k in range(b - a)
         )
+
+    def release(self) -> None:
+        """Drop every column (memory and temporary files): the store is done with. The per-request
+        columns are freed even where a caller still holds the dict :meth:`columns` returned."""
+        if self._frozen is not None:
+            self._frozen.clear()
+        self._frozen = None
+        for name in _COLUMNS:
+            attr = f"_{name}"
+            setattr(self, attr, array(getattr(self, attr).typecode))
+        for col in self._ragged.values():
+            col.close()
+        self._seg_detail.close()
+        self._released = True
 
     def nbytes(self) -> int:
         """Bytes in memory (what waits on disk not counted)."""
