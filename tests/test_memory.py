@@ -44,8 +44,8 @@ def _growth(mode: str) -> float:
 def test_freed_windows_leave_the_process_when_large_allocations_are_mapped() -> None:
     """With glibc's default, freed 2 MiB windows stay resident behind the small objects between
     them; mapped on their own, they are unmapped when freed."""
-    from prefixplan.core.memory import _mallopt
+    from prefixplan.core.memory import _glibc
 
-    if _mallopt() is None:
+    if _glibc("mallopt") is None:
         pytest.skip("no glibc mallopt here")
     assert _growth("map") < 4

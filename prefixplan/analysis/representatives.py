@@ -56,8 +56,8 @@ def representative_tokens(
     meta: Mapping[str, Any] | None,
 ) -> dict[int, np.ndarray]:
     """Token ids of each shown candidate (``{candidate id: ids}``), from rendering its
-    representative request again (``places``: where each candidate's is in the log): the log is read up to the last such line, and only those lines
-    are rendered. A trace file's log is used when the file still exists; when the input cannot be
+    representative request again (``places``: where each candidate's is in the log): the log is
+    read up to the last such line, and only those lines are rendered. A trace file's log is used when the file still exists; when the input cannot be
     read again (stdin), no ids (the record still has every count)."""
     if meta is not None:
         again = _source_from_meta(meta)

@@ -24,13 +24,14 @@ import sys
 from typing import Any
 
 
-@functools.lru_cache(maxsize=1)
-def _trim() -> Any:
+@functools.lru_cache(maxsize=4)
+def _glibc(name: str) -> Any:
+    """The C library's function ``name`` (glibc on Linux), or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
+        return getattr(libc, name)
     except (OSError, AttributeError):
         return None
 
@@ -40,21 +41,10 @@ M_MMAP_THRESHOLD = -3
 MAP_FROM = 1 << 20
 
 
-@functools.lru_cache(maxsize=1)
-def _mallopt() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.mallopt
-    except (OSError, AttributeError):
-        return None
-
-
 def map_large_allocations(threshold: int = MAP_FROM) -> bool:
     """Map allocations of ``threshold`` bytes or more on their own, for the rest of the process
     (module docstring); False where that is not possible (not glibc)."""
-    mallopt = _mallopt()
+    mallopt = _glibc("mallopt")
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
@@ -65,7 +55,7 @@ def release_free_memory() -> bool:
     arrow = sys.modules.get("pyarrow")
     if arrow is not None:  # never imported here: only a process that read Parquet has its pool
         arrow.default_memory_pool().release_unused()
-    trim = _trim()
+    trim = _glibc("malloc_trim")
     if trim is None:
         return False
     trim(0)

@@ -114,8 +114,7 @@ class RaggedU64:
         if not rows.shape[0]:
             return np.zeros(0, dtype=np.uint64)
         if self._file is None:
-            parts = [self._mem[i] for i in rows.tolist()]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+            return np.concatenate([self._mem[i] for i in rows.tolist()])
         if self._dirty:
             self._file.flush()
             self._dirty = False

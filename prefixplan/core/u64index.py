@@ -2,8 +2,9 @@
 
 Open addressing with linear probing in two numpy arrays (keys ``uint64``, ids ``int32`` or
 ``int64``) sized for the keys expected and kept at most :data:`MAX_LOAD` full: 17 bytes per key
-with 32-bit ids (up to twice that after the table grows), with no Python object per key (a ``dict`` of ints costs ~100 bytes per key, which is
-what made block traces of large logs run out of memory). Lookups and inserts take whole arrays
+with 32-bit ids (up to twice that after the table grows), with no Python object per key (a
+``dict`` of ints costs ~100 bytes per key, which is what made block traces of large logs run
+out of memory). Lookups and inserts take whole arrays
 of keys at once. Key 0 is reserved for empty slots; block keys
 (:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
 """
@@ -282,6 +283,14 @@ def table_bytes(keys: int, id_bytes: int = 4) -> int:
     return _table_size(max(keys, 8)) * (8 + id_bytes)
 
 
+def key_parts(keys: np.ndarray, bits: int) -> np.ndarray:
+    """The part of each key among ``2**bits``: its top ``bits`` bits (keys are hashes, so the
+    parts are even)."""
+    if bits == 0:
+        return np.zeros(keys.shape[0], dtype=np.int64)
+    return (np.asarray(keys, dtype=np.uint64) >> np.uint64(64 - bits)).astype(np.int64)
+
+
 class SplitIndex:
     """Frozen :class:`U64Index` parts over the ``2**bits`` ranges of keys' top bits: a lookup asks
     each key's part. What a large index becomes when its parts were built one pass at a time
@@ -300,19 +309,13 @@ class SplitIndex:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
 
-    def part_of(self, keys: np.ndarray) -> np.ndarray:
-        """The part of each key (its top ``bits`` bits)."""
-        if self.bits == 0:
-            return np.zeros(keys.shape[0], dtype=np.int64)
-        return (np.asarray(keys, dtype=np.uint64) >> np.uint64(64 - self.bits)).astype(np.int64)
-
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Ids of ``keys`` (-1 where absent)."""
         keys = np.asarray(keys, dtype=np.uint64)
         if self.bits == 0:
             return self.parts[0].lookup(keys)
         out = np.full(keys.shape[0], -1, dtype=np.int64)
-        part = self.part_of(keys)
+        part = key_parts(keys, self.bits)
         for p in np.unique(part).tolist():
             mine = np.flatnonzero(part == p)
             out[mine] = self.parts[p].lookup(keys[mine])

@@ -48,7 +48,7 @@ from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
 from prefixplan.core.twice import TwiceFilter, estimate_distinct
-from prefixplan.core.u64index import SplitIndex, U64Index, table_bytes
+from prefixplan.core.u64index import SplitIndex, U64Index, key_parts, table_bytes
 from prefixplan.errors import UsageError
 from prefixplan.trace.rows import TraceRow
 
@@ -494,11 +494,12 @@ class TraceBuilder:
             a = getattr(self, name)
             setattr(self, name, array(a.typecode))
 
-    def _batches(self, order: np.ndarray, lengths: np.ndarray) -> Iterator[tuple[int, int, int]]:
-        """Consecutive arrivals ``(lo, hi, keys before lo)``: at most 512 rows, or until 2**18
-        keys; the rows' key counts become Python values a window at a time (no list over every
-        request)."""
-        n = int(order.shape[0])
+    @staticmethod
+    def _batches(lengths: np.ndarray) -> Iterator[tuple[int, int, int]]:
+        """Consecutive arrivals ``(lo, hi, keys before lo)`` of rows with ``lengths`` keys: at
+        most 512 rows, or until 2**18 keys; the key counts become Python values a window at a
+        time (no list over every request)."""
+        n = int(lengths.shape[0])
         batch_lo = batch_keys = before = 0
         for lo in range(0, n, ASSIGN_WINDOW):
             for row, count in enumerate(lengths[lo : lo + ASSIGN_WINDOW].tolist(), start=lo):
@@ -537,7 +538,7 @@ class TraceBuilder:
         parts: list[U64Index] = []
         for part in range(1 << bits):
             index = U64Index(capacity=part_capacity(expected, bits), id_dtype=occ_dtype)
-            for lo, hi, offset in self._batches(order, lengths):
+            for lo, hi, offset in self._batches(lengths):
                 self._scan(order, lo, hi, offset, part, bits, index, lengths, first_single, known, before)
             index.freeze(spill_budget=self._keys.budget >> bits)  # from disk for resolve(): a few keys
             parts.append(index)
@@ -608,7 +609,7 @@ class TraceBuilder:
                 _lower(lo, first, keys, starts, known, before)
             mine = pos < first_single[lo:hi][owner]
         if bits:
-            mine &= (keys >> np.uint64(64 - bits)) == np.uint64(part)
+            mine &= key_parts(keys, bits) == part
         at = np.flatnonzero(mine)
         if not at.shape[0]:
             return
