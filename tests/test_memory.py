@@ -49,3 +49,42 @@ def test_freed_windows_leave_the_process_when_large_allocations_are_mapped() -> 
     if _glibc("mallopt") is None:
         pytest.skip("no glibc mallopt here")
     assert _growth("map") < 4
+
+
+ARROW_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from prefixplan.core.memory import map_large_allocations
+
+    if sys.argv[1] == "before":
+        import pyarrow
+    map_large_allocations()
+    import pyarrow
+
+    print(pyarrow.default_memory_pool().backend_name, os.environ.get("ARROW_DEFAULT_MEMORY_POOL"))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_arrow_buffers_use_the_system_allocator_unless_told_otherwise(when: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Mapping large allocations moves Arrow onto the system allocator whether pyarrow was
+    imported before or after; a pool the user chose through the environment is kept."""
+    from prefixplan.core.memory import _glibc
+
+    if _glibc("mallopt") is None:
+        pytest.skip("no glibc mallopt here")
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    out = subprocess.run([sys.executable, "-c", ARROW_SCRIPT, when], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["system", "system"]
+    mine = "mimalloc"
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", mine)
+    alone = subprocess.run(
+        [sys.executable, "-c", "import pyarrow; print(pyarrow.default_memory_pool().backend_name)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = subprocess.run([sys.executable, "-c", ARROW_SCRIPT, when], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [alone.stdout.strip(), mine]

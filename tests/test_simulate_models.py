@@ -705,3 +705,54 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
     for window in (1, 2, 3):
         with mock.patch.object(lru, "BUILD_TOUCHES", window):
             assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want
+
+
+@SETTINGS
+@given(traces(), st.integers(1, 2), st.sampled_from([None, 0.0, 1.0, 5.0]), st.booleans(), st.data())
+def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, block, ttl, pin, data):
+    """Stack positions renumbered whenever they run out (no slack), now and then, or never give
+    the same touches, stack distances and expiries."""
+    from unittest import mock
+
+    import prefixplan.simulation.lru as lru
+    from prefixplan.simulation.models import LRUStack
+    from prefixplan.simulation.tree import build_tree
+
+    trace = _trace(reqs, block)
+    tree = build_tree(trace)
+    pinned = np.zeros(tree.n_nodes, dtype=bool)
+    if pin and tree.n_nodes:
+        pinned[data.draw(st.integers(0, tree.n_nodes - 1))] = True
+    rows = _rows(trace, services(len(reqs), data))
+    with mock.patch.object(lru, "STACK_SLACK", 1e9):
+        want = _stack_arrays(stack := LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
+    assert stack.renumbered == 0
+    for slack in (0.0, 0.5):
+        with mock.patch.object(lru, "STACK_SLACK", slack):
+            assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want
+
+
+def test_the_lru_stack_positions_grow_with_nodes_not_touches():
+    """The same few prompts asked many times: positions run out and are renumbered, the Fenwick
+    tree stays about two slots per node, and the stack distances equal those of a stack that
+    never renumbers."""
+    from unittest import mock
+
+    import prefixplan.simulation.lru as lru
+    from prefixplan.simulation.models import LRUStack
+    from prefixplan.simulation.tree import build_tree
+
+    prompts = [np.arange(i * 100, i * 100 + 7, dtype=np.uint32) for i in range(4)]
+    reqs = [SimRequest(time=float(t), namespace="m", tokens=prompts[t % 4], index=t) for t in range(400)]
+    trace = _trace(reqs, 2)
+    tree = build_tree(trace)
+    stack = LRUStack(trace, tree)
+    assert stack.renumbered > 10
+    with mock.patch.object(lru, "STACK_SLACK", 1e9):
+        never = LRUStack(trace, tree)
+    assert never.renumbered == 0
+    assert _stack_arrays(stack) == _stack_arrays(never)
+    present, _, _ = stack.evaluate(2 * 3)  # two of the four prompts fit: round robin always misses
+    assert present[4:].tolist() == [0] * (len(reqs) - 4)
+    present, _, _ = stack.evaluate(4 * 3)
+    assert present[4:].tolist() == [3] * (len(reqs) - 4)

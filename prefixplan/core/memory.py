@@ -13,6 +13,10 @@ freed. By default glibc raises that threshold up to 32 MiB as large blocks are f
 analysis's windows of a few MiB each end up in the heap, where freed ones are reused only when
 the next fits: on the 1M-request benchmark trace the peak was 721 MB with the default and
 605 MB with 1 MiB (8 MiB: 657 MB), for about 5% more time (fresh pages for each new window).
+It also puts Arrow on the system allocator (unless ``ARROW_DEFAULT_MEMORY_POOL`` says
+otherwise), so a trace file's record batches are mapped and unmapped the same way instead of
+staying in Arrow's own allocator (mimalloc) between batches: 30 MB less at the peak of
+analyzing the 100k-request benchmark trace.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
 from typing import Any
 
@@ -43,11 +48,20 @@ MAP_FROM = 1 << 20
 
 def map_large_allocations(threshold: int = MAP_FROM) -> bool:
     """Map allocations of ``threshold`` bytes or more on their own, for the rest of the process
-    (module docstring); False where that is not possible (not glibc)."""
+    (module docstring), Arrow's buffers included; False where that is not possible (not glibc)."""
     mallopt = _glibc("mallopt")
     if mallopt is None:
         return False
+    if ARROW_POOL not in os.environ:
+        os.environ[ARROW_POOL] = "system"  # read when pyarrow is imported (worker processes too)
+        arrow = sys.modules.get("pyarrow")
+        if arrow is not None:
+            arrow.set_memory_pool(arrow.system_memory_pool())
     return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
+
+
+ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+"""The environment variable pyarrow reads at import for its default allocator."""
 
 
 def release_free_memory() -> bool:

@@ -36,6 +36,32 @@ BUILD_TOUCHES = 1 << 16
 MB of lists: the build keeps no Python list over every touch or node but the stack's own)."""
 
 
+STACK_SLACK = 1.0
+"""Stack positions kept beyond the nodes and the longest path, as a fraction of the nodes: when
+they run out, the positions in use are renumbered 1..m in stack order (:func:`_renumber`), so the
+Fenwick tree holds about two slots per node, not one per touch."""
+
+
+def _renumber(fen: list[int], last_ts: list[int], regular: np.ndarray, weight: np.ndarray) -> int:
+    """Give the regular nodes in the stack positions 1..m in their stack order and rebuild the
+    Fenwick tree ``fen`` over them, in place; returns m. Stack distances only depend on the
+    order of positions, so nothing a touch records changes. Pinned nodes keep their mark."""
+    pos = np.asarray(last_ts, dtype=np.int64)
+    live = np.flatnonzero((pos > 0) & regular)
+    order = live[np.argsort(pos[live], kind="stable")]
+    m = int(order.shape[0])
+    pos[order] = np.arange(1, m + 1)
+    size = len(fen) - 1
+    cum = np.zeros(size + 1, dtype=np.int64)
+    cum[1 : m + 1] = weight[order]
+    np.cumsum(cum, out=cum)
+    idx = np.arange(size + 1, dtype=np.int64)
+    # a Fenwick slot i holds the weights of positions (i - lowbit(i), i]
+    fen[:] = (cum - cum[idx - (idx & -idx)]).tolist()
+    last_ts[:] = pos.tolist()
+    return m
+
+
 def _request_steps(touch_end: np.ndarray, step: int) -> list[tuple[int, int]]:
     """``(r0, r1)`` request ranges of about ``step`` touches each (at least one request), covering
     every request in order (``touch_end``: cumulative touches at each request's end)."""
@@ -65,8 +91,10 @@ class LRUStack:
     when the node is not in the stack, ``pin_mark``, one less, for a resident pin): 8 bytes a
     touch.
     ``touch_end`` holds each request's cumulative touches. A window of requests' paths is walked
-    in numpy (:meth:`NodeTree.paths`) and turned into Python values :data:`BUILD_TOUCHES` at a time, so nothing is kept
-    per node as a Python object but the stack positions and the Fenwick tree.
+    in numpy (:meth:`NodeTree.paths`) and turned into Python values :data:`BUILD_TOUCHES` at a
+    time, so nothing is kept as a Python object but the stack position of each node and the
+    Fenwick tree, whose positions are renumbered when they run out (:data:`STACK_SLACK`): both
+    grow with the nodes, not with the touches.
     """
 
     def __init__(
@@ -97,9 +125,12 @@ class LRUStack:
         dtype = np.uint32 if small else np.uint64
         none_mark = int(np.iinfo(dtype).max)
         pin_mark = none_mark - 1
-        size = total_touch + 1
+        longest = int(lengths.max()) if nreq else 0
+        size = min(total_touch, n + longest + int(STACK_SLACK * n)) + 1
         # Fenwick tree over stack positions (a list: an array("q") is smaller but 23% slower here)
         fen = [0] * (size + 1)
+        regular = np.logical_not(pinned)
+        renumbered = 0
         last_ts = [0] * n  # stack position (0: not in the stack)
         last_use = [-math.inf] * n if ttl is not None else []  # latest finish of the requests that used the node
         exp: list[tuple[float, int]] = []  # (last use, node); stale entries skipped
@@ -157,6 +188,9 @@ class LRUStack:
                             i += i & -i
                         total -= w
                         last_ts[v] = 0
+                if ts + c > size:  # out of positions: the live ones become 1..m
+                    ts = _renumber(fen, last_ts, regular, node_weight)
+                    renumbered += 1
                 end = k + c
                 reg = 0
                 for x in range(k, end):
@@ -213,6 +247,7 @@ class LRUStack:
         self.e_above = np.asarray(e_above, dtype=np.float64)
         self.e_w = np.asarray(e_w, dtype=np.float64)
         self.resident_regular = total  # regular blocks in the stack after the last request
+        self.renumbered = renumbered  # times the stack positions ran out and were renumbered
 
     def evaluate(
         self,
