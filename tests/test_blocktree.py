@@ -30,8 +30,19 @@ def streams(draw):  # type: ignore[no-untyped-def]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams(), st.integers(1, 4), st.integers(1, 8), st.integers(1, 3))
-def test_block_candidates_equal_token_radix_candidates(stream, block, min_tokens, min_hits) -> None:  # type: ignore[no-untyped-def]
+@given(streams(), st.integers(1, 4), st.integers(1, 8), st.integers(1, 3), st.sampled_from([1, 3, 1 << 18]))
+def test_block_candidates_equal_token_radix_candidates(stream, block, min_tokens, min_hits, window) -> None:  # type: ignore[no-untyped-def]
+    """Candidates, their latest arrival and tenants (requests walked up a window of one, three
+    or all at a time) equal those of the token radix tree."""
+    from unittest import mock
+
+    import prefixplan.analysis.blocktree as blocktree_mod
+
+    with mock.patch.object(blocktree_mod, "ROW_WINDOW", window):
+        _candidates_equal_radix(stream, block, min_tokens, min_hits)
+
+
+def _candidates_equal_radix(stream, block, min_tokens, min_hits) -> None:  # type: ignore[no-untyped-def]
     tree = RadixTree()
     builder = TraceBuilder(engine_granularity("custom", block), index_singletons=min_hits < 2)
     for i, (t, ns, toks, tenant) in enumerate(stream):
@@ -106,11 +117,15 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
             first.setdefault(b, r)  # rows are arrivals: the first row through a block brought it
     assert full.block_first_row.tolist() == [first[b] for b in range(full.n_distinct_blocks)]
     for _, ns, toks, _ in stream:
-        want = [b for b in full.resolve(toks, ns) if hits[b] >= 2]
+        every = full.resolve(toks, ns)
+        want = [b for b in every if hits[b] >= 2]
         assert lean.resolve(toks, ns)[: len(want)] == want
         assert spilled.resolve(toks, ns) == lean.resolve(toks, ns)
-        assert parted.resolve(toks, ns) == parted_spilled.resolve(toks, ns) == lean.resolve(toks, ns)
-        assert parted_full.resolve(toks, ns) == full.resolve(toks, ns)
+        assert parted_full.resolve(toks, ns) == every
+        # each part has a filter of its own: other false positives, the same repeated blocks
+        for lean_parts in (parted, parted_spilled):
+            got = lean_parts.resolve(toks, ns)
+            assert got == every[: len(got)] and len(got) >= len(want)
 
 
 def test_twice_filter_never_misses_a_repeated_key() -> None:
@@ -139,6 +154,26 @@ def test_distinct_keys_are_estimated_from_a_hash_sample() -> None:
     got = estimate_distinct(np.array_split(repeats, 7))
     assert 180_000 <= got <= 220_000
     assert estimate_distinct([]) == 0
+
+
+def test_repeated_keys_are_estimated_from_the_same_sample() -> None:
+    """The index of keys seen twice or more is sized by an estimate of how many there are,
+    whether a key's occurrences fall in one chunk or several (the sample is merged now and then)."""
+    from unittest import mock
+
+    import prefixplan.core.twice as twice
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(1, 2**63, size=300_000, dtype=np.int64).view(np.uint64)
+    repeats = np.concatenate([keys, keys[:60_000], keys[:1_000], keys[:1_000]])
+    assert twice.estimate_keys([]) == (0, 0)
+    for chunks in (7, 300):
+        rng.shuffle(repeats)
+        with mock.patch.object(twice, "_merge_counts", wraps=twice._merge_counts) as merged:
+            distinct, repeated = twice.estimate_keys(np.array_split(repeats, chunks))
+        assert 270_000 <= distinct <= 330_000
+        assert 52_000 <= repeated <= 68_000
+        assert merged.call_count >= 1
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import itertools
 import json
 import random
 from pathlib import Path
@@ -289,6 +290,9 @@ def test_a_trace_with_an_even_block_key_is_refused_as_damaged(tmp_path: Path, ro
 def test_the_row_store_reads_the_same_from_disk_and_in_steps(rows_and_file: tuple[list[TraceRow], Path]) -> None:
     """Segments and chunks wait on disk past a budget and the passes over them go a slice of
     requests at a time: every answer is the one of a store held in memory in one step."""
+    from unittest import mock
+
+    import prefixplan.analysis.rag as rag_mod
     from prefixplan.analysis.accounting import kind_accounting
     from prefixplan.analysis.rag import chunk_request_counts, rag_report
     from prefixplan.analysis.rowstore import RowStore
@@ -311,12 +315,22 @@ def test_the_row_store_reads_the_same_from_disk_and_in_steps(rows_and_file: tupl
     base_report, base_recurring = rag_report(memory, reused, rows_per_step=1 << 20)
     base_kinds = kind_accounting(memory, reused, base_recurring, rows_per_step=1 << 20)
     assert base_report["recurring_chunks"] > 0 and base_report["top"] and "rag" in base_kinds
+    starts: dict[int, set[int]] = {}  # each chunk's distinct offsets, straight from the rows
+    for row in rows:
+        for h, at in zip(row.chunk_hash.tolist(), row.chunk_start.tolist(), strict=True):
+            starts.setdefault(h, set()).add(at)
+    assert [t["positions"] for t in base_report["top"]] == [len(starts[int(t["hash"], 16)]) for t in base_report["top"]]
     with pytest.raises(ValueError, match="rows_per_step"):
         rag_report(memory, reused, rows_per_step=0)
+    hashes, requests, _ = chunk_request_counts(memory, rows_per_step=1 << 20)
+    assert hashes.tolist() == sorted(starts) and requests.min() == 1 and requests.max() > 1
+    assert base_recurring.tolist() == hashes[requests >= 2].tolist()
     for store in (memory, disk):
-        for step in (1, 7, 1 << 20):
-            assert [a.tolist() for a in chunk_request_counts(store, rows_per_step=step)] == base_counts
-            report, recurring = rag_report(store, reused, rows_per_step=step)
+        for step, part in itertools.product((1, 7, 1 << 20), (1 << 20, 3)):
+            # counted in parts of about `part` chunks by the hashes' top bits: the same counts
+            with mock.patch.object(rag_mod, "CHUNKS_PER_PART", part):
+                assert [a.tolist() for a in chunk_request_counts(store, rows_per_step=step)] == base_counts
+                report, recurring = rag_report(store, reused, rows_per_step=step)
             assert report == base_report and recurring.tolist() == base_recurring.tolist()
             assert kind_accounting(store, reused, recurring, rows_per_step=step) == base_kinds
     # released once the record has what it needs: columns (even a held dict) and files go

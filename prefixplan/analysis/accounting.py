@@ -18,11 +18,12 @@ from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 
 
-def chunk_counts(store: RowStore) -> dict[str, int]:
-    """Distinct requests per document chunk hash (the what-if's popularity order)."""
+def chunk_counts(store: RowStore, min_requests: int = 2) -> dict[str, int]:
+    """Distinct requests per document chunk hash (the what-if's popularity order), for the
+    chunks at least ``min_requests`` requests hold (the what-if moves no other)."""
     from prefixplan.analysis.rag import chunk_request_counts
 
-    uniq, requests, _ = chunk_request_counts(store)
+    uniq, requests, _ = chunk_request_counts(store, min_requests=min_requests)
     return {f"{int(h):016x}": int(n) for h, n in zip(uniq.tolist(), requests.tolist(), strict=True)}
 
 

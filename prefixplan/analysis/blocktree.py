@@ -33,6 +33,9 @@ from prefixplan.errors import UsageError
 from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import build_tree
 
+ROW_WINDOW = 1 << 18
+"""Requests walked up the tree at a time (the latest arrival, the tenants of shown candidates):
+their temporaries stay a few MB however long the log."""
 DEFAULT_TENANT_CAP = 1024
 """Distinct tenants counted per candidate; beyond it a candidate reports "at least" this many."""
 
@@ -134,17 +137,20 @@ class BlockTree:
         del wanted
         last = np.full(self.n_nodes, -1, dtype=np.int64)
         req_node = self.nodes.req_node
-        rows = np.flatnonzero(req_node >= 0)
-        cur = at[req_node[rows]].astype(np.int64)
         parent = self.nodes.node_parent
-        while rows.shape[0]:
-            keep = cur >= 0
-            rows, cur = rows[keep], cur[keep]
-            if not rows.shape[0]:
-                break
-            np.maximum.at(last, cur, rows)
-            up = parent[cur]
-            cur = np.where(up >= 0, at[np.maximum(up, 0)], -1).astype(np.int64)
+        for lo in range(0, req_node.shape[0], ROW_WINDOW):  # a window of requests at a time
+            ends = req_node[lo : lo + ROW_WINDOW]
+            rows = np.flatnonzero(ends >= 0)
+            cur = at[ends[rows]].astype(np.int64)
+            rows += lo
+            while rows.shape[0]:
+                keep = cur >= 0
+                rows, cur = rows[keep], cur[keep]
+                if not rows.shape[0]:
+                    break
+                np.maximum.at(last, cur, rows)
+                up = parent[cur]
+                cur = np.where(up >= 0, at[np.maximum(up, 0)], -1).astype(np.int64)
         return last[of]
 
     def namespace(self, b: int) -> str:
@@ -326,18 +332,18 @@ def count_tenants(
 
     seen: dict[int, set[str]] = {int(v): set() for v in of.tolist()}
     capped: dict[int, bool] = dict.fromkeys(seen, False)
-    for row, v in enumerate(tree.nodes.req_node.tolist()):
-        if v < 0:
-            continue
-        v = int(at_or_above[v])
-        tenant = None
-        while v >= 0:
-            if tenant is None:
-                tenant = tenant_of(row)
-            s = seen[v]
-            if len(s) < cap:
-                s.add(tenant)
-            elif tenant not in s:
-                capped[v] = True
-            v = up_of(v)
+    req_node = tree.nodes.req_node
+    for lo in range(0, req_node.shape[0], ROW_WINDOW):  # Python values a window at a time
+        ends = req_node[lo : lo + ROW_WINDOW]
+        first = np.where(ends >= 0, at_or_above[np.maximum(ends, 0)], -1)
+        rows = np.flatnonzero(first >= 0)  # requests through a shown candidate
+        for row, v in zip((rows + lo).tolist(), first[rows].tolist(), strict=True):
+            tenant = tenant_of(row)
+            while v >= 0:
+                s = seen[v]
+                if len(s) < cap:
+                    s.add(tenant)
+                elif tenant not in s:
+                    capped[v] = True
+                v = up_of(v)
     return {b: (len(seen[v]), capped[v]) for b, v in zip(ids.tolist(), of.tolist(), strict=True)}

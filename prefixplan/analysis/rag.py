@@ -115,21 +115,51 @@ def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, 
             yield lo, hi, a, b
 
 
-def chunk_request_counts(store: RowStore, rows_per_step: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(hashes, requests, tokens)`` of every distinct document chunk: the distinct requests
-    that hold it and its length in tokens (first occurrence); ``rows_per_step`` requests at a
-    time (a request's chunks are all in one step, so its pairs are counted once)."""
+CHUNKS_PER_PART = 1 << 20
+"""Chunk occurrences counted per pass: more are counted in parts by the hashes' top bits, one
+pass over the chunk columns each, so only one part's distinct chunks are ever held at once."""
+
+
+def chunk_request_counts(
+    store: RowStore, rows_per_step: int = 1 << 16, min_requests: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(hashes, requests, tokens)`` of every distinct document chunk that at least
+    ``min_requests`` requests hold: the distinct requests that hold it and its length in tokens
+    (first occurrence), by hash; ``rows_per_step`` requests at a time (a request's chunks are all
+    in one step, so its pairs are counted once), in parts of about :data:`CHUNKS_PER_PART`
+    occurrences (a million-request log has a million distinct chunks, most in one request)."""
+    if rows_per_step < 1:
+        raise ValueError(f"rows_per_step must be >= 1, got {rows_per_step}")
+    total = int(store.columns()["chunk_off"][-1]) if len(store) else 0
+    bits = max(0, (-(-total // CHUNKS_PER_PART) - 1).bit_length())
+    found = [_count_part(store, rows_per_step, part, bits, min_requests) for part in range(1 << bits)]
+    if not found:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    hashes, requests, tokens = (np.concatenate([f[i] for f in found]) for i in range(3))
+    return hashes, requests, tokens
+
+
+def _count_part(
+    store: RowStore, rows_per_step: int, part: int, bits: int, min_requests: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`chunk_request_counts` of the chunks whose hash has top ``bits`` bits ``part``
+    (ascending parts hold ascending hashes, so the parts concatenate sorted)."""
     uniq = np.zeros(0, dtype=np.uint64)
     requests = np.zeros(0, dtype=np.int64)
     tokens = np.zeros(0, dtype=np.int64)
     for lo, hi, a, b in _row_steps(store, rows_per_step):
         hashes = store.ragged("chunk_hash", a, b)
         owner = store.owners("chunk_off", lo, hi) - lo
+        length = store.ragged("chunk_end", a, b).astype(np.int64) - store.ragged("chunk_start", a, b)
+        if bits:
+            mine = (hashes >> np.uint64(64 - bits)) == np.uint64(part)
+            hashes, owner, length = hashes[mine], owner[mine], length[mine]
+            if not hashes.shape[0]:
+                continue
         step_uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
         rows = hi - lo
         pairs = np.unique(inverse.astype(np.int64).reshape(-1) * rows + owner)  # (chunk, request) once each
         step_requests = np.bincount(pairs // rows, minlength=step_uniq.shape[0])
-        length = store.ragged("chunk_end", a, b).astype(np.int64) - store.ragged("chunk_start", a, b)
         merged = np.union1d(uniq, step_uniq)
         merged_requests = np.zeros(merged.shape[0], dtype=np.int64)
         merged_tokens = np.zeros(merged.shape[0], dtype=np.int64)
@@ -141,7 +171,8 @@ def chunk_request_counts(store: RowStore, rows_per_step: int = 1 << 16) -> tuple
         new = ~np.isin(step_uniq, uniq, assume_unique=True)  # first seen in this step: its length
         merged_tokens[at[new]] = length[first[new]]
         uniq, requests, tokens = merged, merged_requests, merged_tokens
-    return uniq, requests, tokens
+    keep = requests >= min_requests
+    return uniq[keep], requests[keep], tokens[keep]
 
 
 def rag_report(
@@ -150,19 +181,18 @@ def rag_report(
     """Recurring chunks, how many tokens of them are prefilled again in the current layout, and
     the 20 costliest (the ``rag`` section of the record, before the what-if); and the recurring
     chunk hashes (sorted uint64). ``reused``: reusable tokens of each request, input order."""
-    uniq, requests, tokens = chunk_request_counts(store, rows_per_step)
-    keep = requests >= min_requests
-    recurring = uniq[keep]
-    out: dict[str, Any] = {"recurring_chunks": int(keep.sum()), "occurrences": int(requests[keep].sum())}
-    if not uniq.shape[0] or not keep.any():
+    uniq, requests, tokens = chunk_request_counts(store, rows_per_step, min_requests=max(1, min_requests))
+    recurring = uniq  # only the recurring ones are counted: sorted
+    out: dict[str, Any] = {"recurring_chunks": int(uniq.shape[0]), "occurrences": int(requests.sum())}
+    if not uniq.shape[0]:
         return {**out, "prefill_tokens_now": 0, "top": []}, recurring
     scale = store.columns()["scale"]
     per_chunk = np.zeros(uniq.shape[0], dtype=np.int64)
-    pos_pairs = np.zeros(0, dtype=np.int64)  # (chunk, start) once each
     for lo, hi, a, b in _row_steps(store, rows_per_step):
         owner = store.owners("chunk_off", lo, hi)
-        idx = np.searchsorted(uniq, store.ragged("chunk_hash", a, b))
-        rec = keep[idx]
+        hashes = store.ragged("chunk_hash", a, b)
+        idx = np.minimum(np.searchsorted(uniq, hashes), uniq.shape[0] - 1)
+        rec = uniq[idx] == hashes
         if not rec.any():
             continue
         units = scale[owner]
@@ -170,23 +200,39 @@ def rag_report(
         end = store.ragged("chunk_end", a, b).astype(np.int64)
         prefilled = np.maximum(0, end - np.maximum(start, reused[owner] // np.maximum(units, 1)))
         per_chunk += np.bincount(idx[rec], weights=prefilled[rec], minlength=uniq.shape[0]).astype(np.int64)
-        pos_pairs = np.union1d(pos_pairs, (idx[rec].astype(np.int64) << 32) | start[rec])
-    positions = np.bincount(pos_pairs >> 32, minlength=uniq.shape[0])
-    cand = np.flatnonzero(keep)
     # costliest first, ties by hash (the hex form sorts as the number does)
-    order = cand[np.lexsort((uniq[cand], -per_chunk[cand]))[:20]]
-    out["prefill_tokens_now"] = int(per_chunk[keep].sum())
+    order = np.lexsort((uniq, -per_chunk))[:20]
+    positions = _distinct_starts(store, uniq, order, rows_per_step)
+    out["prefill_tokens_now"] = int(per_chunk.sum())
     out["top"] = [
         {
             "hash": f"{int(uniq[j]):016x}",
             "tokens": int(tokens[j]),
             "requests": int(requests[j]),
-            "positions": int(positions[j]),
+            "positions": positions[j],
             "prefilled_tokens": int(per_chunk[j]),
         }
         for j in order.tolist()
     ]
     return out, recurring
+
+
+def _distinct_starts(store: RowStore, uniq: np.ndarray, chunks: np.ndarray, rows_per_step: int) -> dict[int, int]:
+    """Distinct start offsets of each of ``chunks`` (indices into ``uniq``) over all requests:
+    a second pass for the few reported, so no (chunk, start) pair is kept for the others (a
+    million-request log has millions)."""
+    wanted = np.sort(uniq[chunks])
+    seen: dict[int, set[int]] = {int(j): set() for j in chunks.tolist()}
+    for _lo, _hi, a, b in _row_steps(store, rows_per_step):
+        hashes = store.ragged("chunk_hash", a, b)
+        at = np.flatnonzero(np.isin(hashes, wanted))
+        if not at.shape[0]:
+            continue
+        idx = np.searchsorted(uniq, hashes[at])
+        start = store.ragged("chunk_start", a, b)[at]
+        for j, st in zip(idx.tolist(), start.tolist(), strict=True):
+            seen[j].add(st)
+    return {j: len(starts) for j, starts in seen.items()}
 
 
 class DocumentsFirst:

@@ -28,11 +28,14 @@ budget.
 
 Blocks seen once. Most distinct blocks of a real log occur in one request only (the unique tail
 of each prompt: 64% of them on the 100k benchmark log). Such a block is never reused, so with
-``index_singletons=False`` the builder first counts every key in a
-:class:`~prefixplan.core.twice.TwiceFilter` and leaves a request's keys from its first
-certainly-single one onwards out of the index (chained keys: every later one is single too).
-They still get their ids, in the same order, so every result is the same; only :meth:`resolve`
-then finds blocks that occur in at least two requests (what pins and hot prefixes are).
+``index_singletons=False`` the builder counts the keys of each index part in a
+:class:`~prefixplan.core.twice.TwiceFilter` of that part's own (one more pass over the keys
+per part, so the filter, like the table, is a part's size: 64 MiB instead of 256 MiB for the
+1M-request benchmark log) and leaves a request's keys from its first certainly-single one
+onwards out of the index (chained keys: every later one is single too). They still get their
+ids, in the same order, so every result is the same; only :meth:`resolve` then finds blocks that
+occur in at least two requests (what pins and hot prefixes are), and some seen once (a filter's
+false positives).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import numpy as np
 from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
-from prefixplan.core.twice import TwiceFilter, estimate_distinct
+from prefixplan.core.twice import TwiceFilter, estimate_keys
 from prefixplan.core.u64index import SplitIndex, U64Index, key_parts, table_bytes
 from prefixplan.errors import UsageError
 from prefixplan.trace.rows import TraceRow
@@ -334,7 +337,6 @@ class TraceBuilder:
         self.observer = observer
         self.index_singletons = index_singletons
         self._index: U64Index | SplitIndex = U64Index()
-        self._twice: TwiceFilter | None = None
         self._next_id = 0
         self._seeds: dict[tuple[str, int], int] = {}
         self._ns_index: dict[str, int] = {}
@@ -451,15 +453,13 @@ class TraceBuilder:
         n = times.shape[0]
         order = np.lexsort((np.arange(n), times)) if n else np.zeros(0, dtype=np.int64)
         nb_in = self._keys.lengths()
-        if not self.index_singletons:
-            # the filter is sized by distinct keys (a sample pass), not occurrences: a log whose
-            # requests share long prefixes has many more occurrences than distinct keys
-            distinct = estimate_distinct(self._keys.iter_chunks(COUNT_CHUNK))
-            self._twice = TwiceFilter.of(self._keys.iter_chunks(COUNT_CHUNK), distinct)
-            expected = int(1.05 * self._twice.twice_slots()) + 1024
-        else:
-            expected = int(1.05 * estimate_distinct(self._keys.iter_chunks(COUNT_CHUNK))) + 1024
-        end, known, start, attach = self._assign_ids(order, nb_in[order], expected)
+        # the index and the filters are sized by distinct keys (a sample pass), not occurrences:
+        # a log whose requests share long prefixes has many more occurrences than distinct keys
+        distinct, repeated = estimate_keys(self._keys.iter_chunks(COUNT_CHUNK))
+        indexed = distinct if self.index_singletons else repeated
+        expected = int(1.05 * indexed) + 1024
+        filtered = 0 if self.index_singletons else distinct + 1024
+        end, known, start, attach = self._assign_ids(order, nb_in[order], expected, filtered)
         if self.observer is not None:
             for i in order.tolist():
                 req, at = self._observed[i]
@@ -512,7 +512,7 @@ class TraceBuilder:
             yield batch_lo, n, before
 
     def _assign_ids(
-        self, order: np.ndarray, lengths: np.ndarray, expected: int
+        self, order: np.ndarray, lengths: np.ndarray, expected: int, filtered: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Block ids as if the rows (arrivals; ``lengths`` keys each) were added one by one: a key
         is known to a request when an earlier arrival brought it, and the keys after a request's
@@ -526,24 +526,32 @@ class TraceBuilder:
         ``expected`` keys in all). A pass records where each row's first key new to its part is;
         a row's known keys end at the first such place over all parts (or at its first key seen
         once). Each part maps a key to where it first occurred (its position among all keys in
-        arrival order), which becomes its id once every row's known count is known."""
+        arrival order), which becomes its id once every row's known count is known.
+
+        With ``filtered`` (about that many distinct keys in all) each part first counts its own
+        keys in a :class:`TwiceFilter`, and its pass indexes a row's keys of the part only up to
+        the first the filter calls single: a key after it is single too (chained), and lowers the
+        row's known count there. A repeated key is never called single, so every known count is
+        the same as with one filter over all keys (or none)."""
         n = int(order.shape[0])
         total = int(lengths.sum())
         occ_dtype = np.int32 if total < 2**31 else np.int64
         bits = index_bits(expected, np.dtype(occ_dtype).itemsize)
         known = lengths.copy()  # per row, the first position found new so far
         before = np.zeros(n, dtype=np.uint64)  # the key just before it (its deepest known one)
-        # per row, its first key seen once (found by the first pass; the rest skip the filter)
-        first_single = np.zeros(n if self._twice is not None else 0, dtype=np.int32)
         parts: list[U64Index] = []
         for part in range(1 << bits):
+            twice = None
+            if filtered:
+                chunks = self._keys.iter_chunks(COUNT_CHUNK)
+                mine = chunks if not bits else (c[key_parts(c, bits) == part] for c in chunks)
+                twice = TwiceFilter.of(mine, filtered >> bits)
             index = U64Index(capacity=part_capacity(expected, bits), id_dtype=occ_dtype)
             for lo, hi, offset in self._batches(lengths):
-                self._scan(order, lo, hi, offset, part, bits, index, lengths, first_single, known, before)
+                self._scan(order, lo, hi, offset, part, bits, index, twice, lengths, known, before)
+            del twice
             index.freeze(spill_budget=self._keys.budget >> bits)  # from disk for resolve(): a few keys
             parts.append(index)
-        self._twice = None
-        del first_single
         brought = lengths - known
         start = np.cumsum(brought) - brought
         self._next_id = int(brought.sum())
@@ -578,14 +586,15 @@ class TraceBuilder:
         part: int,
         bits: int,
         index: U64Index,
+        twice: TwiceFilter | None,
         all_lengths: np.ndarray,
-        first_single: np.ndarray,
         known: np.ndarray,
         before: np.ndarray,
     ) -> None:
         """One batch of arrivals ``lo`` to ``hi`` (its first key is the ``offset``-th in arrival
-        order) in the pass over ``part``: index the part's new keys with their occurrence and
-        lower ``known`` (and ``before``) of the rows where one is found (:meth:`_assign_ids`)."""
+        order) in the pass over ``part``: index the part's new keys (those before a row's first
+        single one, by ``twice``) with their occurrence and lower ``known`` (and ``before``) of
+        the rows where a new or single one is found (:meth:`_assign_ids`)."""
         lengths = all_lengths[lo:hi]
         total = int(lengths.sum())
         if total == 0:
@@ -597,19 +606,17 @@ class TraceBuilder:
         has = np.flatnonzero(lengths > 0)
         if part == 0:  # before any new key is found, a row's deepest known key is its last
             before[lo + has] = keys[starts[has] + lengths[has] - 1]
-        if self._twice is None:
-            mine = np.ones(total, dtype=bool)
-        else:
-            if part == 0:
-                # a request's keys from its first single one on are single (chained): not indexed
-                single_at = np.where(self._twice.maybe_twice(keys), lengths[owner], pos)
-                first = lengths.copy()
-                first[has] = np.minimum.reduceat(single_at, starts[has])
-                first_single[lo:hi] = first
-                _lower(lo, first, keys, starts, known, before)
-            mine = pos < first_single[lo:hi][owner]
-        if bits:
-            mine &= key_parts(keys, bits) == part
+        mine = key_parts(keys, bits) == part if bits else np.ones(total, dtype=bool)
+        if twice is not None:
+            # a request's keys from its first single one on are single (chained): not indexed
+            single_at = lengths[owner]
+            ours = np.flatnonzero(mine)
+            single = ours[~twice.maybe_twice(keys[ours])]
+            single_at[single] = pos[single]
+            first = lengths.copy()
+            first[has] = np.minimum.reduceat(single_at, starts[has])
+            _lower(lo, first, keys, starts, known, before)
+            mine &= pos < first[owner]
         at = np.flatnonzero(mine)
         if not at.shape[0]:
             return
