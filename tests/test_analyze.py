@@ -78,6 +78,7 @@ def test_reuse_equals_bruteforce_oracle(tmp_path):
         assert persistent["hit_tokens"] == expected
         assert result.to_json()["summary"]["prompt_tokens"] == sum(len(t) for t in prompts)
         assert result.to_json()["granularity"]["block_size"] == block
+        assert result.to_json()["summary"]["distinct_tenants"] == 4  # u0, u1, u2, u9
 
 
 def test_candidates_are_labelled_and_nested(tmp_path):

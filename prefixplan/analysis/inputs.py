@@ -34,9 +34,12 @@ def files_json(store: RowStore, errors: LineErrors) -> list[dict[str, Any]]:
     c = store.columns()
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     if len(store):
-        pairs, n = np.unique(np.stack([c["source"], c["format"]]), axis=1, return_counts=True)
-        for (src, fmt), k in zip(pairs.T.tolist(), n.tolist(), strict=True):
-            counts[store.sources.names[src]][store.formats.names[fmt]] += int(k)
+        # one count per (source, format) pair: a bincount of both ids in one int64
+        n_formats = max(1, len(store.formats.names))
+        n = np.bincount(c["source"].astype(np.int64) * n_formats + c["format"])
+        for pair in np.flatnonzero(n).tolist():
+            src, fmt = divmod(pair, n_formats)
+            counts[store.sources.names[src]][store.formats.names[fmt]] += int(n[pair])
     out = []
     for source in dict.fromkeys([*errors.sources, *store.sources.names]):
         info = errors.sources.get(source)

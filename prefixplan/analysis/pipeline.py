@@ -290,6 +290,14 @@ def analyze(
     return analysis
 
 
+def _distinct(values: np.ndarray) -> int:
+    """Distinct values of ``values`` (a copy, sorted in place: no further temporaries)."""
+    if not values.shape[0]:
+        return 0
+    values.sort()
+    return 1 + int(np.count_nonzero(values[1:] != values[:-1]))
+
+
 def _rank_and_record(
     options: AnalyzeOptions,
     first: _FirstPass,
@@ -401,7 +409,7 @@ def _rank_and_record(
         shared_prefix_tokens=ranking.marginal_tokens,
         candidates=ranking.count,
         namespaces=len(store.namespaces.names),
-        distinct_tenants=int(np.unique(tenants[tenants != 0]).shape[0]),
+        distinct_tenants=_distinct(tenants[tenants != 0]),
         exact=exact,
         approximate_reason="; ".join(approx) or None,
         logged_cached_tokens=int(cached[logged].sum()) if logged.any() else None,
