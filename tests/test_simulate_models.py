@@ -711,13 +711,20 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
 @given(traces(), st.integers(1, 2), st.sampled_from([None, 0.0, 1.0, 5.0]), st.booleans(), st.data())
 def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, block, ttl, pin, data):
     """Stack positions renumbered whenever they run out (no slack), now and then, or never give
-    the same touches, stack distances and expiries."""
+    the same touches, stack distances and expiries. The requests come four times over (later),
+    so positions run out: at least once without slack."""
     from unittest import mock
 
     import prefixplan.simulation.lru as lru
     from prefixplan.simulation.models import LRUStack
     from prefixplan.simulation.tree import build_tree
 
+    end = max(r.time for r in reqs)
+    reqs = [
+        SimRequest(time=r.time + k * (end + 1.0), namespace=r.namespace, tokens=r.tokens, index=k * len(reqs) + r.index)
+        for k in range(4)
+        for r in reqs
+    ]
     trace = _trace(reqs, block)
     tree = build_tree(trace)
     pinned = np.zeros(tree.n_nodes, dtype=bool)
@@ -729,7 +736,10 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
     assert stack.renumbered == 0
     for slack in (0.0, 0.5):
         with mock.patch.object(lru, "STACK_SLACK", slack):
-            assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want
+            stack = LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)
+        assert _stack_arrays(stack) == want
+        if slack == 0.0 and not pin and stack.t_node.shape[0]:
+            assert stack.renumbered > 0
 
 
 def test_the_lru_stack_positions_grow_with_nodes_not_touches():

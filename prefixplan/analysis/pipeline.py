@@ -291,7 +291,8 @@ def analyze(
 
 
 def _distinct(values: np.ndarray) -> int:
-    """Distinct values of ``values`` (a copy, sorted in place: no further temporaries)."""
+    """Distinct values of ``values``, which it sorts in place (pass a copy: no further
+    temporaries)."""
     if not values.shape[0]:
         return 0
     values.sort()

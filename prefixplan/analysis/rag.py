@@ -131,10 +131,8 @@ def chunk_request_counts(
     if rows_per_step < 1:
         raise ValueError(f"rows_per_step must be >= 1, got {rows_per_step}")
     total = int(store.columns()["chunk_off"][-1]) if len(store) else 0
-    bits = max(0, (-(-total // CHUNKS_PER_PART) - 1).bit_length())
+    bits = (max(1, -(-total // CHUNKS_PER_PART)) - 1).bit_length()
     found = [_count_part(store, rows_per_step, part, bits, min_requests) for part in range(1 << bits)]
-    if not found:
-        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     hashes, requests, tokens = (np.concatenate([f[i] for f in found]) for i in range(3))
     return hashes, requests, tokens
 

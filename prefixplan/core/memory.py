@@ -50,14 +50,15 @@ def map_large_allocations(threshold: int = MAP_FROM) -> bool:
     """Map allocations of ``threshold`` bytes or more on their own, for the rest of the process
     (module docstring), Arrow's buffers included; False where that is not possible (not glibc)."""
     mallopt = _glibc("mallopt")
-    if mallopt is None:
+    if mallopt is None or not mallopt(M_MMAP_THRESHOLD, int(threshold)):
         return False
     if ARROW_POOL not in os.environ:
-        os.environ[ARROW_POOL] = "system"  # read when pyarrow is imported (worker processes too)
+        # read when pyarrow is imported: child processes (render workers) inherit it too
+        os.environ[ARROW_POOL] = "system"
         arrow = sys.modules.get("pyarrow")
         if arrow is not None:
             arrow.set_memory_pool(arrow.system_memory_pool())
-    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    return True
 
 
 ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"

@@ -32,6 +32,11 @@ def slot_bits(distinct_keys: int) -> int:
     return max(MIN_BITS, min(MAX_BITS, (need - 1).bit_length()))
 
 
+MERGE_AT = 1 << 16
+""":func:`estimate_keys` merges the sample's per-chunk counts once this many wait (or as many as
+it holds merged already, whichever is more)."""
+
+
 def estimate_keys(chunks: Iterable[np.ndarray]) -> tuple[int, int]:
     """About how many distinct keys ``chunks`` hold, and how many of them occur at least twice:
     the keys whose hash falls in one bucket of ``2**SAMPLE_SHIFT``, counted exactly, times that
@@ -44,13 +49,14 @@ def estimate_keys(chunks: Iterable[np.ndarray]) -> tuple[int, int]:
     waiting: list[tuple[np.ndarray, np.ndarray]] = []
     held = 0
     for chunk in chunks:
+        chunk = np.asarray(chunk, dtype=np.uint64)
         with np.errstate(over="ignore"):
-            picked = chunk[(np.asarray(chunk, dtype=np.uint64) * _MUL) >> shift == 0]
+            picked = chunk[(chunk * _MUL) >> shift == 0]
         if picked.shape[0]:
             uniq, n = np.unique(picked, return_counts=True)
             waiting.append((uniq, n))
             held += uniq.shape[0]
-        if held > max(1 << 16, keys.shape[0]):  # merge now and then: bounded by the sample
+        if held > max(MERGE_AT, keys.shape[0]):  # merge now and then: bounded by the sample
             keys, counts = _merge_counts(keys, counts, waiting)
             waiting, held = [], 0
     keys, counts = _merge_counts(keys, counts, waiting)

@@ -40,7 +40,8 @@ MB of lists: the build keeps no Python list over every touch or node but the sta
 STACK_SLACK = 1.0
 """Stack positions kept beyond the nodes and the longest path, as a fraction of the nodes: when
 they run out, the positions in use are renumbered 1..m in stack order (:func:`_renumber`), so the
-Fenwick tree holds about two slots per node, not one per touch."""
+Fenwick tree holds ``nodes + longest path + STACK_SLACK * nodes`` slots (about two per node),
+not one per touch."""
 
 
 RENUMBER_STEP = 1 << 16

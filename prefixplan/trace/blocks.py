@@ -30,8 +30,8 @@ Blocks seen once. Most distinct blocks of a real log occur in one request only (
 of each prompt: 64% of them on the 100k benchmark log). Such a block is never reused, so with
 ``index_singletons=False`` the builder counts the keys of each index part in a
 :class:`~prefixplan.core.twice.TwiceFilter` of that part's own (one more pass over the keys
-per part, so the filter, like the table, is a part's size: 64 MiB instead of 256 MiB for the
-1M-request benchmark log) and leaves a request's keys from its first certainly-single one
+per part, so the filter, like the table, is a part's size: 2 x 8 MiB instead of 2 x 32 MiB for
+each of the 1M-request benchmark log's 4 parts) and leaves a request's keys from its first certainly-single one
 onwards out of the index (chained keys: every later one is single too). They still get their
 ids, in the same order, so every result is the same; only :meth:`resolve` then finds blocks that
 occur in at least two requests (what pins and hot prefixes are), and some seen once (a filter's
@@ -456,6 +456,8 @@ class TraceBuilder:
         # the index and the filters are sized by distinct keys (a sample pass), not occurrences:
         # a log whose requests share long prefixes has many more occurrences than distinct keys
         distinct, repeated = estimate_keys(self._keys.iter_chunks(COUNT_CHUNK))
+        # (each part's filter also lets through some keys seen once, about 1 in 8: the table
+        # grows past its size when they are many, results do not change)
         indexed = distinct if self.index_singletons else repeated
         expected = int(1.05 * indexed) + 1024
         filtered = 0 if self.index_singletons else distinct + 1024
