@@ -43,10 +43,11 @@ _KIND_GROUP = {"tool": "tools", "tool_result": "history", "user": "user", "assis
 
 
 def kind_accounting(
-    store: RowStore, reused: np.ndarray, recurring: np.ndarray, rows_per_step: int = 1 << 16
+    store: RowStore, reused: np.ndarray, recurring: np.ndarray, rows_per_step: int = 1 << 14
 ) -> dict[str, Any]:
     """Prompt tokens and reused tokens per segment kind (chunks whose hash is in ``recurring``
-    counted as rag), ``rows_per_step`` requests at a time (bounded temporaries)."""
+    counted as rag), ``rows_per_step`` requests at a time (bounded temporaries: a dozen
+    arrays of 8 bytes per segment, about 30 MB for 16,384 requests of 18 segments)."""
     c = store.columns()
     n_kinds = len(SEGMENT_KINDS)
     per_tok = np.zeros(n_kinds)
@@ -54,7 +55,7 @@ def kind_accounting(
     present = np.zeros(n_kinds, dtype=np.int64)
     rag = [0, 0]
     rag_from = np.zeros((2, n_kinds))  # recurring chunks' tokens by the kind of their segment
-    wanted = np.asarray(recurring, dtype=np.uint64) if len(recurring) else None
+    wanted = np.sort(np.asarray(recurring, dtype=np.uint64)) if len(recurring) else None
     for lo in range(0, len(store), rows_per_step):
         hi = min(len(store), lo + rows_per_step)
         off = c["seg_off"][lo : hi + 1]
@@ -75,7 +76,8 @@ def kind_accounting(
         if ca == cb:
             continue
         cowner = store.owners("chunk_off", lo, hi)
-        rec = np.isin(store.ragged("chunk_hash", ca, cb), wanted)
+        hashes = store.ragged("chunk_hash", ca, cb)
+        rec = wanted[np.minimum(np.searchsorted(wanted, hashes), wanted.shape[0] - 1)] == hashes
         cscale = c["scale"][cowner][rec]
         cs = store.ragged("chunk_start", ca, cb)[rec].astype(np.int64)
         ce = store.ragged("chunk_end", ca, cb)[rec].astype(np.int64)
