@@ -671,6 +671,19 @@ def test_the_lru_stack_evaluates_the_same_in_steps(reqs, block, gpu, cpu, prewar
         assert all(sum(counts[a : b - 1]) < step for a, b in cuts)
 
 
+def _stack_inputs(reqs, block, pin, data):  # type: ignore[no-untyped-def]
+    """The block trace of ``reqs``, its tree, a pinned node drawn when ``pin``, and drawn
+    service times: what an :class:`LRUStack` is built from."""
+    from prefixplan.simulation.tree import build_tree
+
+    trace = _trace(reqs, block)
+    tree = build_tree(trace)
+    pinned = np.zeros(tree.n_nodes, dtype=bool)
+    if pin and tree.n_nodes:
+        pinned[data.draw(st.integers(0, tree.n_nodes - 1))] = True
+    return trace, tree, pinned, _rows(trace, services(len(reqs), data))
+
+
 def _stack_arrays(stack):  # type: ignore[no-untyped-def]
     return (
         stack.touch_end.tolist(),
@@ -693,14 +706,8 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
 
     import prefixplan.simulation.lru as lru
     from prefixplan.simulation.models import LRUStack
-    from prefixplan.simulation.tree import build_tree
 
-    trace = _trace(reqs, block)
-    tree = build_tree(trace)
-    pinned = np.zeros(tree.n_nodes, dtype=bool)
-    if pin and tree.n_nodes:
-        pinned[data.draw(st.integers(0, tree.n_nodes - 1))] = True
-    rows = _rows(trace, services(len(reqs), data))
+    trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
     want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
     for window in (1, 2, 3):
         with mock.patch.object(lru, "BUILD_TOUCHES", window):
@@ -717,7 +724,6 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
 
     import prefixplan.simulation.lru as lru
     from prefixplan.simulation.models import LRUStack
-    from prefixplan.simulation.tree import build_tree
 
     end = max(r.time for r in reqs)
     reqs = [
@@ -725,12 +731,7 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
         for k in range(4)
         for r in reqs
     ]
-    trace = _trace(reqs, block)
-    tree = build_tree(trace)
-    pinned = np.zeros(tree.n_nodes, dtype=bool)
-    if pin and tree.n_nodes:
-        pinned[data.draw(st.integers(0, tree.n_nodes - 1))] = True
-    rows = _rows(trace, services(len(reqs), data))
+    trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
     with mock.patch.object(lru, "STACK_SLACK", 1e9):
         want = _stack_arrays(stack := LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
     assert stack.renumbered == 0

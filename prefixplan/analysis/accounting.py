@@ -15,6 +15,7 @@ import numpy as np
 from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.types import SEGMENT_KINDS
+from prefixplan.core.u64index import sorted_lookup
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 
 
@@ -76,8 +77,7 @@ def kind_accounting(
         if ca == cb:
             continue
         cowner = store.owners("chunk_off", lo, hi)
-        hashes = store.ragged("chunk_hash", ca, cb)
-        rec = wanted[np.minimum(np.searchsorted(wanted, hashes), wanted.shape[0] - 1)] == hashes
+        _, rec = sorted_lookup(wanted, store.ragged("chunk_hash", ca, cb))
         cscale = c["scale"][cowner][rec]
         cs = store.ragged("chunk_start", ca, cb)[rec].astype(np.int64)
         ce = store.ragged("chunk_end", ca, cb)[rec].astype(np.int64)

@@ -26,6 +26,7 @@ from prefixplan.core.granularity import Granularity
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request
+from prefixplan.core.u64index import key_parts, sorted_lookup
 from prefixplan.errors import TokenizerError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
@@ -150,7 +151,7 @@ def _count_part(
         owner = store.owners("chunk_off", lo, hi) - lo
         length = store.ragged("chunk_end", a, b).astype(np.int64) - store.ragged("chunk_start", a, b)
         if bits:
-            mine = (hashes >> np.uint64(64 - bits)) == np.uint64(part)
+            mine = key_parts(hashes, bits) == part
             hashes, owner, length = hashes[mine], owner[mine], length[mine]
             if not hashes.shape[0]:
                 continue
@@ -188,9 +189,7 @@ def rag_report(
     per_chunk = np.zeros(uniq.shape[0], dtype=np.int64)
     for lo, hi, a, b in _row_steps(store, rows_per_step):
         owner = store.owners("chunk_off", lo, hi)
-        hashes = store.ragged("chunk_hash", a, b)
-        idx = np.minimum(np.searchsorted(uniq, hashes), uniq.shape[0] - 1)
-        rec = uniq[idx] == hashes
+        idx, rec = sorted_lookup(uniq, store.ragged("chunk_hash", a, b))
         if not rec.any():
             continue
         units = scale[owner]
@@ -219,16 +218,18 @@ def _distinct_starts(store: RowStore, uniq: np.ndarray, chunks: np.ndarray, rows
     """Distinct start offsets of each of ``chunks`` (indices into ``uniq``) over all requests:
     a second pass for the few reported, so no (chunk, start) pair is kept for the others (a
     million-request log has millions)."""
-    wanted = np.sort(uniq[chunks])
+    if not chunks.shape[0]:
+        return {}
+    chunks = np.sort(chunks)  # uniq is sorted: so are their hashes
+    wanted = uniq[chunks]
     seen: dict[int, set[int]] = {int(j): set() for j in chunks.tolist()}
     for _lo, _hi, a, b in _row_steps(store, rows_per_step):
-        hashes = store.ragged("chunk_hash", a, b)
-        at = np.flatnonzero(np.isin(hashes, wanted))
+        idx, found = sorted_lookup(wanted, store.ragged("chunk_hash", a, b))
+        at = np.flatnonzero(found)
         if not at.shape[0]:
             continue
-        idx = np.searchsorted(uniq, hashes[at])
         start = store.ragged("chunk_start", a, b)[at]
-        for j, st in zip(idx.tolist(), start.tolist(), strict=True):
+        for j, st in zip(chunks[idx[at]].tolist(), start.tolist(), strict=True):
             seen[j].add(st)
     return {j: len(starts) for j, starts in seen.items()}
 

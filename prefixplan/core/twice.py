@@ -21,7 +21,7 @@ MAX_BITS = 30
 
 
 SAMPLE_SHIFT = 6
-""":func:`estimate_distinct` looks at one key in ``2**SAMPLE_SHIFT`` (by a hash of the key)."""
+""":func:`estimate_keys` looks at one key in ``2**SAMPLE_SHIFT`` (by a hash of the key)."""
 
 
 def slot_bits(distinct_keys: int) -> int:
@@ -72,14 +72,9 @@ def _merge_counts(
     k = np.concatenate([keys, *(m[0] for m in more)])
     c = np.concatenate([counts, *(m[1] for m in more)])
     order = np.argsort(k, kind="stable")
-    k, c = k[order], c[order]
-    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))) if k.shape[0] else np.zeros(0, dtype=np.int64)
-    return k[starts], np.add.reduceat(c, starts) if k.shape[0] else c
-
-
-def estimate_distinct(chunks: Iterable[np.ndarray]) -> int:
-    """About how many distinct keys ``chunks`` hold (:func:`estimate_keys`)."""
-    return estimate_keys(chunks)[0]
+    k, c = k[order], c[order]  # not empty: ``more`` holds only samples with keys
+    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    return k[starts], np.add.reduceat(c, starts)
 
 
 class TwiceFilter:
@@ -94,7 +89,7 @@ class TwiceFilter:
     @classmethod
     def of(cls, chunks: Iterable[np.ndarray], distinct_keys: int) -> TwiceFilter:
         """A filter that has seen every key of ``chunks`` (about ``distinct_keys`` distinct ones:
-        :func:`estimate_distinct`)."""
+        :func:`estimate_keys`)."""
         out = cls(slot_bits(distinct_keys))
         for chunk in chunks:
             out.add(chunk)

@@ -291,6 +291,13 @@ def key_parts(keys: np.ndarray, bits: int) -> np.ndarray:
     return (np.asarray(keys, dtype=np.uint64) >> np.uint64(64 - bits)).astype(np.int64)
 
 
+def sorted_lookup(sorted_keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``values`` is in ``sorted_keys`` (ascending, not empty), and whether it is
+    there: ``(index, found)``; ``index`` is only meaningful where ``found``."""
+    at = np.minimum(np.searchsorted(sorted_keys, values), sorted_keys.shape[0] - 1)
+    return at, sorted_keys[at] == values
+
+
 class SplitIndex:
     """Frozen :class:`U64Index` parts over the ``2**bits`` ranges of keys' top bits: a lookup asks
     each key's part. What a large index becomes when its parts were built one pass at a time

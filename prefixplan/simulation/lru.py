@@ -134,7 +134,7 @@ class LRUStack:
         pin_mark = none_mark - 1
         longest = int(lengths.max()) if nreq else 0
         size = min(total_touch, n + longest + int(STACK_SLACK * n)) + 1
-        # Fenwick tree over stack positions (a list: an array("q") is smaller but 23% slower here)
+        # Fenwick tree over stack positions (a list: see the class docstring)
         fen = [0] * (size + 1)
         regular = np.logical_not(pinned)
         renumbered = 0

@@ -31,8 +31,8 @@ of each prompt: 64% of them on the 100k benchmark log). Such a block is never re
 ``index_singletons=False`` the builder counts the keys of each index part in a
 :class:`~prefixplan.core.twice.TwiceFilter` of that part's own (one more pass over the keys
 per part, so the filter, like the table, is a part's size: 2 x 8 MiB instead of 2 x 32 MiB for
-each of the 1M-request benchmark log's 4 parts) and leaves a request's keys from its first certainly-single one
-onwards out of the index (chained keys: every later one is single too). They still get their
+each of the 1M-request benchmark log's 4 parts) and leaves a request's keys from its first
+certainly-single one onwards out of the index (chained keys: every later one is single too). They still get their
 ids, in the same order, so every result is the same; only :meth:`resolve` then finds blocks that
 occur in at least two requests (what pins and hot prefixes are), and some seen once (a filter's
 false positives).
