@@ -100,7 +100,7 @@ def export_mooncake(
         spill.flush()
         arrival = fill_times(np.asarray(times, dtype=np.float64), np.asarray(untimed, dtype=bool))
         times = arrival.tolist()
-        order = np.lexsort((np.arange(len(times)), arrival)) if times else []
+        order = np.lexsort((np.arange(len(times)), arrival)) if times else np.zeros(0, dtype=np.int64)
         t0 = min(times) if times else 0.0
         index = U64Index()
         tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
