@@ -95,6 +95,12 @@ def test_a_trace_simulates_exactly_as_its_log(rows_and_file: tuple[list[TraceRow
     from_log = _sim(rows, config)
     from_trace = _sim(list(TraceFile(path).rows()), config)
     assert from_trace == from_log
+    with pytest.MonkeyPatch.context() as patch:  # every per-request column in a mapped file
+        from prefixplan.core import mapped
+
+        patch.setattr(mapped, "CHUNK", 4)
+        patch.setattr(mapped, "MIN_MAPPED", 0)
+        assert _sim(list(TraceFile(path).rows()), config) == from_log
     assert from_log["runs"] and sum(r["hit_tokens"] + (r.get("cache_write_tokens") or 0) for r in from_log["runs"]) > 0
 
 
@@ -347,11 +353,31 @@ def test_the_row_store_reads_the_same_from_disk_and_in_steps(rows_and_file: tupl
 def test_analyze_is_the_same_with_the_row_store_on_disk(
     tmp_path: Path, rows_and_file: tuple[list[TraceRow], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Segments and chunks on disk, and every per-request column (the row store's, the block
+    trace's, the LRU stack's touches) in a mapped file dropped between passes: the same record."""
     import prefixplan.analysis.rowstore as rowstore
+    from prefixplan.core import mapped
 
     _, trace = rows_and_file
     a, b = tmp_path / "memory.json", tmp_path / "disk.json"
     assert main(["analyze", str(trace), "--no-store", "-q", "--json", str(a)]) == 0
     monkeypatch.setattr(rowstore, "RAGGED_BUDGET", 0)
+    monkeypatch.setattr(mapped, "CHUNK", 3)
+    monkeypatch.setattr(mapped, "MIN_MAPPED", 0)
+    monkeypatch.setattr(mapped, "GATHER_WINDOW", 5)
+    dropped: list[int] = []
+    real_drop = mapped.drop_resident
+
+    def counting_drop(*arrays: object) -> int:
+        n = real_drop(*arrays)
+        dropped.append(n)
+        return n
+
+    import prefixplan.simulation.lru as lru
+    import prefixplan.trace.blocks as blocks
+
+    for module in (rowstore, blocks, lru):
+        monkeypatch.setattr(module, "drop_resident", counting_drop)
     assert main(["analyze", str(trace), "--no-store", "-q", "--json", str(b)]) == 0
     assert _record_without_clock(a) == _record_without_clock(b)
+    assert sum(dropped) > 0  # the columns were mapped files, and were handed back

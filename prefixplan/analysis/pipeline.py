@@ -315,7 +315,15 @@ def _rank_and_record(
     release_free_memory()  # what reading freed (a trace file's batches, parsed lines)
     trace = first.builder.finish()
     release_free_memory()  # what building the block trace freed (key batches, the twice filter)
+
+    def between_passes() -> None:
+        """Hand back what the pass just done freed or read in (mapped columns: core.mapped)."""
+        trace.drop_resident()
+        store.drop_resident()
+        release_free_memory()
+
     tree = BlockTree(trace)
+    between_passes()
     n_requests = len(store)
     c = store.columns()
     # reusable tokens of each request with an infinite cache, in input order
@@ -325,6 +333,7 @@ def _rank_and_record(
     total = int(c["prompt"].sum())
     reused_total = int(reused.sum())
     rag, recurring = rag_report(store, reused)
+    between_passes()
 
     def is_recurring(text_hash: str) -> bool:
         h = np.uint64(int(text_hash, 16))
@@ -351,6 +360,7 @@ def _rank_and_record(
         limit=options.top or None,
     )
     shown = ranking.candidates
+    between_passes()
 
     def tenant_of(row: int, tenant_col: np.ndarray = c["tenant"]) -> str:
         i = int(trace.order[row])
@@ -361,7 +371,7 @@ def _rank_and_record(
     del tenant_of
     arena_tokens = tree.arena_tokens()
     del tree  # the per-block counts are done with; the headline replays the trace itself
-    release_free_memory()
+    between_passes()
     shown = [replace(cand, tenants=counted[cand.node_id][0], tenants_capped=counted[cand.node_id][1]) for cand in shown]
     rag_whatif_json: dict[str, Any] | None
     if facts is None:
@@ -438,15 +448,16 @@ def _rank_and_record(
     ns_counts = np.bincount(c["ns"], minlength=len(store.namespaces.names))
     model_counts = np.bincount(c["model"], minlength=len(store.models.names))
     per_model = models_json(store, reused, spec_of, engine_used)
+    between_passes()
     kinds = kind_accounting(store, reused, recurring)
     namespaces, models = list(store.namespaces.names), list(store.models.names)
     del c, cached, tenants, times, logged, reused
     store.release()
-    release_free_memory()
+    between_passes()
     rep_tokens = representative_tokens(
         source, trace, {k: ref for k, (_, ref) in places.items()}, shown, renderers, meta
     )
-    release_free_memory()  # what the tokenizer it may have loaded for a trace's log freed
+    between_passes()  # and what the tokenizer it may have loaded for a trace's log freed
 
     candidates = tuple(
         candidate_record(

@@ -1,10 +1,11 @@
 """What the analysis keeps of every request between its first pass and the ranking: compact
 columns (numpy-backed arrays, strings interned), never one Python object per request.
 
-Per request, in memory: arrival time, namespace, model, format, source and line, tenant (as a
-64-bit hash; anonymous requests have none), prompt tokens, units and scale, exactness, the logged
-cached tokens, and where its segments and document chunks begin in their flat columns (about 90
-bytes a request).
+Per request: arrival time, namespace, model, format, source and line, tenant (as a 64-bit hash;
+anonymous requests have none), prompt tokens, units and scale, exactness, the logged cached
+tokens, and where its segments and document chunks begin in their flat columns (about 90 bytes a
+request). These columns go to temporary files as they grow and are mapped when read
+(:mod:`prefixplan.core.mapped`): resident only while a pass reads them.
 
 The segments and chunks themselves (18 and 4 a request on the benchmark log, about 260 bytes) are
 read in two ways only: all of them once, a slice of requests at a time (the token accounting, the
@@ -17,10 +18,10 @@ budget, and each segment's hash, message index and name in a
 from __future__ import annotations
 
 import hashlib
-from array import array
 
 import numpy as np
 
+from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, is_mapped, mapped_copy
 from prefixplan.core.spill import RaggedU64, SpillColumn
 from prefixplan.core.types import SEGMENT_KINDS, Chunk, Segment, SegmentHash
 from prefixplan.trace.rows import TraceRow
@@ -49,10 +50,6 @@ class Interned:
             i = self.ids[name] = len(self.names)
             self.names.append(name)
         return i
-
-
-def _np(a: array, dtype: type) -> np.ndarray:
-    return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
 
 
 _COLUMNS: dict[str, tuple[type, type]] = {
@@ -99,21 +96,11 @@ class RowStore:
         self.formats = Interned()
         self.sources = Interned()
         self.names = Interned()
-        self._time = array("d")
-        self._has_time = array("b")
-        self._ns = array("i")
-        self._model = array("i")
-        self._format = array("i")
-        self._source = array("i")
-        self._line = array("q")
-        self._tenant = array("Q")
-        self._prompt = array("q")
-        self._scale = array("i")
-        self._units = array("q")
-        self._exact = array("b")
-        self._cached = array("q")
-        self._seg_off = array("q", [0])
-        self._chunk_off = array("q", [0])
+        # per-request columns: to temporary files as they grow, mapped when read (core.mapped)
+        self._cols = {name: ColumnWriter(dtype) for name, (dtype, _) in _COLUMNS.items()}
+        self._cols["seg_off"].append(0)
+        self._cols["chunk_off"].append(0)
+        self._rows = 0
         self._ragged = {name: SpillColumn(dtype, ragged_budget) for name, dtype in RAGGED.items()}
         # hash, message index and name of each segment: read back only for the few requests shown
         # (a candidate's representative), so they wait on disk past a small budget
@@ -122,26 +109,27 @@ class RowStore:
         self._released = False
 
     def __len__(self) -> int:
-        return len(self._ns) if self._frozen is None else int(self._frozen["ns"].shape[0])
+        return self._rows
 
     def add(self, row: TraceRow) -> None:
         if self._released:
             raise RuntimeError("RowStore used after release()")
         if self._frozen is not None:
             self._thaw()
-        self._time.append(row.time if row.time is not None else 0.0)
-        self._has_time.append(row.time is not None)
-        self._ns.append(self.namespaces.id(row.namespace))
-        self._model.append(self.models.id(row.model or "-"))
-        self._format.append(self.formats.id(row.format))
-        self._source.append(self.sources.id(row.source))
-        self._line.append(int(row.line))
-        self._tenant.append(tenant_hash(row.tenant))
-        self._prompt.append(int(row.prompt_tokens))
-        self._scale.append(int(row.token_scale))
-        self._units.append(int(row.units))
-        self._exact.append(bool(row.exact))
-        self._cached.append(-1 if row.logged_cached_tokens is None else int(row.logged_cached_tokens))
+        cols = self._cols
+        cols["time"].append(row.time if row.time is not None else 0.0)
+        cols["has_time"].append(row.time is not None)
+        cols["ns"].append(self.namespaces.id(row.namespace))
+        cols["model"].append(self.models.id(row.model or "-"))
+        cols["format"].append(self.formats.id(row.format))
+        cols["source"].append(self.sources.id(row.source))
+        cols["line"].append(int(row.line))
+        cols["tenant"].append(tenant_hash(row.tenant))
+        cols["prompt"].append(int(row.prompt_tokens))
+        cols["scale"].append(int(row.token_scale))
+        cols["units"].append(int(row.units))
+        cols["exact"].append(bool(row.exact))
+        cols["cached"].append(-1 if row.logged_cached_tokens is None else int(row.logged_cached_tokens))
         ragged = self._ragged
         for name in ("seg_kind", "seg_start", "seg_end"):
             ragged[name].append(getattr(row, name))
@@ -152,11 +140,15 @@ class RowStore:
         names = np.fromiter((0 if n is None else self.names.id(n) + 1 for n in row.seg_names), np.uint64, n_segs)
         detail[1::2] = (index << np.uint64(32)) | names
         self._seg_detail.append(detail)
-        self._seg_off.append(len(ragged["seg_kind"]))
+        cols["seg_off"].append(len(ragged["seg_kind"]))
         if row.chunk_start.shape[0]:
             for name in ("chunk_start", "chunk_end", "chunk_msg", "chunk_hash", "chunk_chars"):
                 ragged[name].append(getattr(row, name))
-        self._chunk_off.append(len(ragged["chunk_start"]))
+        cols["chunk_off"].append(len(ragged["chunk_start"]))
+        self._rows += 1
+        if not self._rows % SPILL_EVERY:
+            for col in cols.values():
+                col.spill()
 
     def ragged(self, name: str, start: int, stop: int) -> np.ndarray:
         """Entries ``start`` up to ``stop`` of the flat column ``name`` (one of :data:`RAGGED`;
@@ -182,23 +174,24 @@ class RowStore:
         if self._frozen is None:
             frozen: dict[str, np.ndarray] = {}
             for name, (dtype, out) in _COLUMNS.items():
-                attr = f"_{name}"
-                a: array = getattr(self, attr)
-                col = _np(a, dtype)
-                setattr(self, attr, array(a.typecode))  # release the array's buffer now
-                frozen[name] = col.astype(out) if out is not dtype else col
-            frozen["has_time"] = frozen["has_time"].astype(bool)
-            frozen["exact"] = frozen["exact"].astype(bool)
+                col = self._cols[name].finish()
+                frozen[name] = mapped_copy(col, out) if out is not dtype else col
+                del col
+            frozen["has_time"] = frozen["has_time"].view(bool)
+            frozen["exact"] = frozen["exact"].view(bool)
             self._frozen = frozen
         return self._frozen
+
+    def drop_resident(self) -> None:
+        """Hand back the resident pages of the file-backed columns (between passes)."""
+        if self._frozen is not None:
+            drop_resident(*self._frozen.values())
 
     def _thaw(self) -> None:
         frozen, self._frozen = self._frozen, None
         assert frozen is not None
         for name, (dtype, _) in _COLUMNS.items():
-            attr = f"_{name}"
-            typecode = getattr(self, attr).typecode
-            setattr(self, attr, array(typecode, np.ascontiguousarray(frozen[name], dtype=dtype).tobytes()))
+            self._cols[name].extend(np.asarray(frozen[name]).astype(dtype, copy=False))
 
     def segments(self, i: int) -> tuple[Segment, ...]:
         """The segments of request ``i`` (input order) as :class:`Segment` records."""
@@ -242,9 +235,8 @@ class RowStore:
         if self._frozen is not None:
             self._frozen.clear()
         self._frozen = None
-        for name in _COLUMNS:
-            attr = f"_{name}"
-            setattr(self, attr, array(getattr(self, attr).typecode))
+        for writer in self._cols.values():
+            writer.close()
         for col in self._ragged.values():
             col.close()
         self._seg_detail.close()
@@ -254,5 +246,5 @@ class RowStore:
         """Bytes in memory (what waits on disk not counted)."""
         ragged = sum(col.nbytes for col in self._ragged.values())
         if self._frozen is not None:
-            return ragged + sum(int(v.nbytes) for v in self._frozen.values())
-        return ragged + sum(a.buffer_info()[1] * a.itemsize for a in vars(self).values() if isinstance(a, array))
+            return ragged + sum(int(v.nbytes) for v in self._frozen.values() if not is_mapped(v))
+        return ragged + sum(col.nbytes for col in self._cols.values())

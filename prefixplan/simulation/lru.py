@@ -10,6 +10,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from prefixplan.core.mapped import drop_resident, mapped_empty
 from prefixplan.simulation.spec import finish_times
 from prefixplan.simulation.trace import BlockTrace
 from prefixplan.simulation.tree import NodeTree
@@ -35,6 +36,8 @@ TOUCHES_PER_STEP = 1 << 18
 BUILD_TOUCHES = 1 << 16
 """Touches whose nodes and weights :class:`LRUStack` turns into Python values at a time (a few
 MB of lists: the build keeps no Python list over every touch or node but the stack's own)."""
+DROP_STEPS = 16
+"""Build steps between hand-backs of the touch columns' resident pages (about 1M touches, 8 MB)."""
 
 
 STACK_SLACK = 1.0
@@ -122,11 +125,12 @@ class LRUStack:
         ttl = ttl_s if ttl_s is not None and not math.isinf(ttl_s) else None
         finish_all = finish_times(trace, service_s) if ttl is not None else trace.times
         ends = tree.req_node
-        lengths = np.zeros(nreq, dtype=np.int64)
+        lengths = mapped_empty(nreq, np.int64)  # per request: file-backed (core.mapped)
         if n:
             has = ends >= 0
             lengths[has] = tree.depths()[ends[has]]
-        touch_end = np.cumsum(lengths)
+            del has
+        touch_end = np.cumsum(lengths, out=mapped_empty(nreq, np.int64))
         total_touch = int(touch_end[-1]) if nreq else 0
         small = int(tree.weight.sum()) < int(np.iinfo(np.uint32).max) - 1  # below both marks
         dtype = np.uint32 if small else np.uint64
@@ -143,13 +147,15 @@ class LRUStack:
         exp: list[tuple[float, int]] = []  # (last use, node); stale entries skipped
         e_above: list[float] = []  # per expiry: regular blocks above the node, and its weight
         e_w: list[int] = []
-        t_node = np.empty(total_touch, dtype=np.int32)
-        t_above = np.empty(total_touch, dtype=dtype)
-        m_reg = np.zeros(nreq, dtype=np.int64)
+        # written once in touch order and read in windows: file-backed, resident only as read
+        t_node = mapped_empty(total_touch, np.int32)
+        t_above = mapped_empty(total_touch, dtype)
+        m_reg = mapped_empty(nreq, np.int64)
         node_weight = tree.weight
         inf = math.inf
         total = 0
         ts = 0
+        steps = 0
         for lo, hi in _request_steps(touch_end, BUILD_TOUCHES):
             a = int(touch_end[lo - 1]) if lo else 0
             b = int(touch_end[hi - 1])
@@ -243,6 +249,10 @@ class LRUStack:
                 k = end
             t_above[a:b] = above
             m_reg[lo:hi] = regs
+            steps += 1
+            if not steps % DROP_STEPS:
+                drop_resident(t_node, t_above)
+        drop_resident(t_node, t_above, lengths, touch_end, m_reg)
         self.touch_end = touch_end  # touches of requests 0..r: touch_end[r]
         self.t_node = t_node
         self.t_above = t_above
@@ -275,9 +285,11 @@ class LRUStack:
         cums = [np.zeros(nreq, dtype=np.int64) for _ in bounds]
         pinned_present = np.zeros(nreq, dtype=np.int64)
         touch_end = self.touch_end
-        for r0, r1 in _request_steps(touch_end, TOUCHES_PER_STEP):
+        for step, (r0, r1) in enumerate(_request_steps(touch_end, TOUCHES_PER_STEP)):
             lo = int(touch_end[r0 - 1]) if r0 else 0
             hi = int(touch_end[r1 - 1])
+            if step:
+                drop_resident(self.t_node, self.t_above)  # the window before this one
             if hi == lo:
                 continue
             counts = np.diff(touch_end[r0:r1], prepend=lo)
@@ -299,6 +311,7 @@ class LRUStack:
                 present += pin_present
                 cum[r0:r1] += np.bincount(local, weights=present, minlength=r1 - r0).astype(np.int64)
             pinned_present[r0:r1] += np.bincount(local, weights=pin_present, minlength=r1 - r0).astype(np.int64)
+        drop_resident(self.t_node, self.t_above)
         per_tier = [cums[0], *(b - a for a, b in pairwise(cums))]
         prev_present = cums[-1]
         if math.isinf(cap_blocks):

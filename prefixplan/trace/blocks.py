@@ -41,7 +41,6 @@ false positives).
 from __future__ import annotations
 
 import functools
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
@@ -49,6 +48,7 @@ import numpy as np
 
 from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
+from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_gather
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
 from prefixplan.core.twice import TwiceFilter, estimate_keys
 from prefixplan.core.u64index import SplitIndex, U64Index, key_parts, table_bytes
@@ -288,6 +288,29 @@ class BlockTrace:
         """:meth:`first_rows` of every block id (8 bytes per block: for small traces and tests)."""
         return self.first_rows(np.arange(self.n_distinct_blocks, dtype=np.int64))
 
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """Every per-request column."""
+        return (
+            self.times,
+            self.order,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.n_blocks,
+            self.cap_blocks,
+            self.end_block,
+            self.known_blocks,
+            self.block_tokens,
+            self.ns,
+            self.unit_tokens,
+            self.block_start,
+            self.attach,
+        )
+
+    def drop_resident(self) -> None:
+        """Hand back the resident pages of the file-backed columns (:mod:`prefixplan.core.mapped`):
+        call between passes; the next pass reads them in again."""
+        drop_resident(*self.columns())
+
     def rows_of_inputs(self) -> np.ndarray:
         """Row of each input position (the inverse of ``order``)."""
         inv = np.empty_like(self.order)
@@ -343,14 +366,16 @@ class TraceBuilder:
         self._ns_scale: dict[str, int] = {}  # block scale of each namespace's first request
         self._keys = RaggedU64(spill_bytes)
         self._observed: list[tuple[SimRequest, dict[int, int]]] = []
-        self._times = array("d")
-        self._untimed = array("b")
-        self._ns = array("i")
-        self._prompt = array("q")
-        self._out = array("q")
-        self._cap = array("i")
-        self._btok = array("i")
-        self._scale = array("i")
+        # per-request columns in input order: to temporary files as they grow (core.mapped)
+        self._times = ColumnWriter(np.float64)
+        self._untimed = ColumnWriter(np.int8)
+        self._ns = ColumnWriter(np.int32)
+        self._prompt = ColumnWriter(np.int64)
+        self._out = ColumnWriter(np.int64)
+        self._cap = ColumnWriter(np.int32)
+        self._btok = ColumnWriter(np.int32)
+        self._scale = ColumnWriter(np.int32)
+        self._rows = 0
         self._finished = False
 
     def _seed(self, namespace: str, scale: int) -> int:
@@ -424,6 +449,13 @@ class TraceBuilder:
         self._cap.append(min(cap, nb))
         self._btok.append(btok)
         self._scale.append(scale)
+        self._rows += 1
+        if not self._rows % SPILL_EVERY:
+            for col in self._columns():
+                col.spill()
+
+    def _columns(self) -> tuple[ColumnWriter, ...]:
+        return (self._times, self._untimed, self._ns, self._prompt, self._out, self._cap, self._btok, self._scale)
 
     def resolve(self, tokens: np.ndarray, namespace: str, block_scale: int | None = None) -> list[int]:
         """Ids of the leading full blocks of ``tokens`` seen in the trace (after :meth:`finish`)."""
@@ -440,8 +472,8 @@ class TraceBuilder:
         if self._finished:
             raise RuntimeError("TraceBuilder.finish called twice")
         self._finished = True
-        times = _frozen(self._times, np.float64)
-        untimed = np.frombuffer(self._untimed, dtype=np.int8).astype(bool)
+        times = self._times.finish()
+        untimed = self._untimed.finish().astype(bool)
         filled = fill_times(times, untimed)
         if filled is not times:
             times = filled
@@ -450,8 +482,9 @@ class TraceBuilder:
                     (replace(req, time=float(times[i])), at) if untimed[i] else (req, at)
                     for i, (req, at) in enumerate(self._observed)
                 ]
-        n = times.shape[0]
-        order = np.lexsort((np.arange(n), times)) if n else np.zeros(0, dtype=np.int64)
+        del untimed
+        # arrival order, ties in input order (a stable sort)
+        order = mapped_copy(np.argsort(times, kind="stable").astype(np.int64, copy=False))
         nb_in = self._keys.lengths()
         # the index and the filters are sized by distinct keys (a sample pass), not occurrences:
         # a log whose requests share long prefixes has many more occurrences than distinct keys
@@ -461,40 +494,40 @@ class TraceBuilder:
         indexed = distinct if self.index_singletons else repeated
         expected = int(1.05 * indexed) + 1024
         filtered = 0 if self.index_singletons else distinct + 1024
-        end, known, start, attach = self._assign_ids(order, nb_in[order], expected, filtered)
+        n_blocks = mapped_gather(nb_in, order)
+        del nb_in
+        end, known, start, attach = self._assign_ids(order, n_blocks, expected, filtered)
         if self.observer is not None:
             for i in order.tolist():
                 req, at = self._observed[i]
                 self.observer(req, at)
             self._observed.clear()
         self._keys.close()
+        # each column sorted into its own file-backed array, one column at a time
+        sorted_times = mapped_gather(times, order)
+        del times
         trace = BlockTrace(
             granularity=self.granularity,
-            times=times[order],
-            order=order.astype(np.int64),
-            prompt_tokens=_frozen(self._prompt, np.int64)[order],
-            output_tokens=_frozen(self._out, np.int64)[order],
-            n_blocks=nb_in[order],
-            cap_blocks=_frozen(self._cap, np.int32).astype(np.int64)[order],
-            end_block=end,
-            known_blocks=known,
-            block_tokens=_frozen(self._btok, np.int32).astype(np.int64)[order],
-            ns=_frozen(self._ns, np.int32)[order],
+            times=sorted_times,
+            order=order,
+            prompt_tokens=mapped_gather(self._prompt.finish(), order),
+            output_tokens=mapped_gather(self._out.finish(), order),
+            n_blocks=n_blocks,
+            cap_blocks=mapped_gather(self._cap.finish(), order, np.int64),
+            end_block=mapped_copy(end),
+            known_blocks=mapped_copy(known),
+            block_tokens=mapped_gather(self._btok.finish(), order, np.int64),
+            ns=mapped_gather(self._ns.finish(), order),
             namespaces=list(self._ns_index),
             index=self,
-            unit_tokens=_frozen(self._scale, np.int32).astype(np.int64)[order],
-            block_start=start,
-            attach=attach,
+            unit_tokens=mapped_gather(self._scale.finish(), order, np.int64),
+            block_start=mapped_copy(start),
+            attach=mapped_copy(attach),
             distinct_blocks=self._next_id,
         )
-        self._release_rows()
+        del end, known, start, attach
+        trace.drop_resident()
         return trace
-
-    def _release_rows(self) -> None:
-        """The per-request columns live on in the trace (sorted): free the builder's copies."""
-        for name in ("_times", "_ns", "_prompt", "_out", "_cap", "_btok", "_scale"):
-            a = getattr(self, name)
-            setattr(self, name, array(a.typecode))
 
     @staticmethod
     def _batches(lengths: np.ndarray) -> Iterator[tuple[int, int, int]]:
@@ -662,10 +695,6 @@ def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Which run each of ``ids`` falls in, for consecutive runs of ids beginning at ``starts``
     (non-decreasing; an empty run shares its start with the next one, which wins)."""
     return np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right") - 1
-
-
-def _frozen(a: array, dtype: type) -> np.ndarray:
-    return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
 
 
 def build_trace(
