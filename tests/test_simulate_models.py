@@ -288,6 +288,23 @@ def test_policies_match_reference(reqs, block, cap, policy, data):
 
 
 @SETTINGS
+@given(traces(), st.integers(1, 3))
+def test_node_depths_count_the_walk_to_the_root(reqs, block):
+    """NodeTree.depths (pointer jumping in numpy) equals walking each node's parents one by one."""
+    from prefixplan.simulation.tree import build_tree
+
+    tree = build_tree(_trace(reqs, block))
+    walked = []
+    for v in range(tree.n_nodes):
+        d, u = 0, v
+        while u >= 0:
+            d, u = d + 1, int(tree.node_parent[u])
+        walked.append(d)
+    assert tree.depths().tolist() == walked
+    assert all(len(tree.path(r)) == (tree.depths()[e] if e >= 0 else 0) for r, e in enumerate(tree.req_node.tolist()))
+
+
+@SETTINGS
 @given(traces(), st.integers(1, 3), st.integers(0, 10))
 def test_lru_stack_matches_generic_lru_and_reference(reqs, block, cap):
     from prefixplan.simulation.models import GenericCache

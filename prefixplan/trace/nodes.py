@@ -58,12 +58,18 @@ class NodeTree:
         return out
 
     def depths(self) -> np.ndarray:
-        """Nodes on each node's path to its root, itself included (parents have smaller ids)."""
-        parent = self.node_parent.tolist()
-        depth = [0] * len(parent)
-        for v, p in enumerate(parent):
-            depth[v] = depth[p] + 1 if p >= 0 else 1
-        return np.asarray(depth, dtype=np.int64)
+        """Nodes on each node's path to its root, itself included, by pointer jumping: each
+        round adds the depth gathered at a node's current ancestor and jumps to that ancestor's,
+        so a path of d nodes takes about log2(d) numpy rounds and no Python value per node."""
+        depth = np.ones(self.n_nodes, dtype=np.int64)  # nodes from v up to, not including, up[v]
+        up = self.node_parent.astype(np.int64, copy=True)
+        live = np.flatnonzero(up >= 0)
+        while live.shape[0]:
+            at = up[live]
+            depth[live] += depth[at]  # both right-hand sides read before either write
+            up[live] = up[at]
+            live = live[up[live] >= 0]
+        return depth
 
     def paths(self, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Each of ``ends``' path to its root, deepest node first, one path after another
