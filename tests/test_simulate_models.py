@@ -762,7 +762,7 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
 
 def test_the_lru_stack_positions_grow_with_nodes_not_touches():
     """The same few prompts asked many times: positions run out and are renumbered, the Fenwick
-    tree stays about two slots per node, and the stack distances equal those of a stack that
+    tree stays about 1.5 slots per node, and the stack distances equal those of a stack that
     never renumbers."""
     from unittest import mock
 
