@@ -300,8 +300,9 @@ def test_node_depths_count_the_walk_to_the_root(reqs, block):
         while u >= 0:
             d, u = d + 1, int(tree.node_parent[u])
         walked.append(d)
-    assert tree.depths().tolist() == walked
-    assert all(len(tree.path(r)) == (tree.depths()[e] if e >= 0 else 0) for r, e in enumerate(tree.req_node.tolist()))
+    depths = tree.depths().tolist()
+    assert depths == walked
+    assert all(len(tree.path(r)) == (depths[e] if e >= 0 else 0) for r, e in enumerate(tree.req_node.tolist()))
 
 
 @SETTINGS
