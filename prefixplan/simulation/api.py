@@ -18,6 +18,7 @@ import numpy as np
 from prefixplan.core.granularity import (
     Granularity,
 )
+from prefixplan.core.memory import release_free_memory
 from prefixplan.core.spill import ArrayShelf, ShelvedArray
 from prefixplan.errors import UsageError
 from prefixplan.savings.prefill import (
@@ -253,6 +254,14 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
     return sim.result()
 
 
+def _settle(trace: BlockTrace) -> None:
+    """Between two cache models: hand back the trace's mapped pages the model read in
+    (:mod:`prefixplan.core.mapped`) and the memory its temporaries freed, so that the next
+    model's peak does not stack on the last one's."""
+    trace.drop_resident()
+    release_free_memory()
+
+
 def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | None) -> SimResult:
     gran = config.granularity()
     ttl = parse_ttl(config.cache.ttl)
@@ -286,6 +295,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     else:
         if config.cache.provider is None:
             hits = in_batch_hits(trace, build_tree(trace), service)
+            _settle(trace)
             in_batch_label = "in-batch sharing (generation a)"
             runs.append(_run_from_blocks(trace, in_batch_label, "in-batch", None, hits, 0, gran))
             if config.workload.batch_window is None:
@@ -300,6 +310,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
             notes.append(_ttl_note(config, in_batch_label is not None))
         base = CacheSpec(policy="lru", ttl_s=ttl)
         out = run_model(trace, base, service_s=service)
+        _settle(trace)
         persistent = "radix cache, unbounded (generation b)" + (f", ttl {ttl:g}s" if ttl is not None else "")
         runs.append(_run_from_blocks(trace, persistent, "infinite", None, out.hit_blocks, 0, gran))
         headline = persistent
@@ -323,6 +334,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                     prewarm_pins=config.cache.prewarm_pins,
                 )
                 res = run_model(trace, spec, priorities=prios, service_s=service, _stack_cache=stacks)
+                _settle(trace)
                 label = spec.label(
                     float(cap),
                     config.cache.pinned_fraction,

@@ -14,6 +14,7 @@ length, :data:`DEFAULT_OUTPUT_TOKENS` (assumptions; queueing is not modelled).
 from __future__ import annotations
 
 import heapq
+from array import array
 
 import numpy as np
 
@@ -42,10 +43,11 @@ def service_times(
 
 def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> np.ndarray:
     """Reused blocks per request when only in-flight requests share prefixes (rows are arrivals,
-    replayed in order)."""
-    node_parent = tree.node_parent.tolist()
-    weight = tree.weight.tolist()
-    refs = [0] * tree.n_nodes
+    replayed in order). The per-node state is in ``array("q")``s, 8 bytes a node: lists of
+    Python ints took about 100 MB on the 1.1M nodes of the 1M-request benchmark trace."""
+    node_parent = array("q", tree.node_parent.astype(np.int64, copy=False).tobytes())
+    weight = array("q", tree.weight.astype(np.int64, copy=False).tobytes())
+    refs = array("q", bytes(8 * tree.n_nodes))  # requests in flight through each node
     running: list[tuple[float, int]] = []
     hits = np.zeros(trace.n_requests, dtype=np.int64)
 

@@ -44,31 +44,31 @@ STACK_SLACK = 0.5
 """Stack positions kept beyond the nodes and the longest path, as a fraction of the nodes: when
 they run out, the positions in use are renumbered 1..m in stack order (:func:`_renumber`), so the
 Fenwick tree holds ``nodes + longest path + STACK_SLACK * nodes`` slots (about 1.5 per node),
-not one per touch. 0.5 rather than 1.0: 12 MB less at the peak of the 1M-request benchmark
-trace (Fenwick slots are Python ints) for 6 renumberings instead of 4, in the same build time."""
+not one per touch."""
 
 
 RENUMBER_STEP = 1 << 16
 """Fenwick slots rebuilt at a time when positions are renumbered (a few MB of temporaries)."""
 
 
-def _renumber(fen: list[int], last_ts: array, regular: np.ndarray, weight: np.ndarray) -> int:
+def _renumber(fen: array, last_ts: array, regular: np.ndarray, weight: np.ndarray) -> int:
     """Give the regular nodes in the stack positions 1..m in their stack order and rebuild the
     Fenwick tree ``fen`` over them, in place; returns m. Stack distances only depend on the
     order of positions, so nothing a touch records changes. Pinned nodes keep their mark."""
-    pos = np.frombuffer(last_ts, dtype=np.int64)  # a view: written in place
+    pos = np.frombuffer(last_ts, dtype=np.int64)  # views: written in place
+    slots = np.frombuffer(fen, dtype=np.int64)
     live = np.flatnonzero((pos > 0) & regular)
     order = live[np.argsort(pos[live], kind="stable")]
     m = int(order.shape[0])
     pos[order] = np.arange(1, m + 1)
-    del pos
-    cum = np.zeros(len(fen), dtype=np.int64)  # cum[i]: weight at positions 1..i
+    cum = np.zeros(slots.shape[0], dtype=np.int64)  # cum[i]: weight at positions 1..i
     cum[1 : m + 1] = weight[order]
     np.cumsum(cum, out=cum)
-    for lo in range(0, len(fen), RENUMBER_STEP):
-        idx = np.arange(lo, min(len(fen), lo + RENUMBER_STEP), dtype=np.int64)
+    for lo in range(0, slots.shape[0], RENUMBER_STEP):
+        idx = np.arange(lo, min(slots.shape[0], lo + RENUMBER_STEP), dtype=np.int64)
         # a Fenwick slot i holds the weights of positions (i - lowbit(i), i]
-        fen[lo : lo + idx.shape[0]] = (cum[idx] - cum[idx - (idx & -idx)]).tolist()
+        slots[idx] = cum[idx] - cum[idx - (idx & -idx)]
+    del pos, slots  # no view may outlive the call: the arrays stay resizable
     return m
 
 
@@ -102,10 +102,11 @@ class LRUStack:
     touch.
     ``touch_end`` holds each request's cumulative touches. A window of requests' paths is walked
     in numpy (:meth:`NodeTree.paths`) and turned into Python values :data:`BUILD_TOUCHES` at a
-    time. Each node's stack position is in an ``array("q")`` (8 bytes, no Python int), the
-    Fenwick tree over positions in a list (an ``array("q")`` would save about 40 MB on the
-    1M-request benchmark trace but makes the build 20% slower); positions are renumbered when
-    they run out (:data:`STACK_SLACK`), so both grow with the nodes, not with the touches.
+    time. Each node's stack position and the Fenwick tree over positions are ``array("q")``s
+    (8 bytes a slot, no Python int object: a list of ints would take 40 bytes a slot, ~50 MB
+    more on the 1M-request benchmark trace, and leave its freed ints scattered over the
+    allocator's arenas); positions are renumbered when they run out (:data:`STACK_SLACK`), so
+    both grow with the nodes, not with the touches.
     """
 
     def __init__(
@@ -139,8 +140,7 @@ class LRUStack:
         pin_mark = none_mark - 1
         longest = int(lengths.max()) if nreq else 0
         size = min(total_touch, n + longest + int(STACK_SLACK * n)) + 1
-        # Fenwick tree over stack positions (a list: see the class docstring)
-        fen = [0] * (size + 1)
+        fen = array("q", bytes(8 * (size + 1)))  # Fenwick tree over stack positions
         regular = np.logical_not(pinned)
         renumbered = 0
         last_ts = array("q", bytes(8 * n))  # stack position (0: not in the stack), no object per node
@@ -252,8 +252,8 @@ class LRUStack:
             m_reg[lo:hi] = regs
             steps += 1
             if not steps % DROP_STEPS:
-                drop_resident(t_node, t_above)
-        drop_resident(t_node, t_above, lengths, touch_end, m_reg)
+                drop_resident(t_node, t_above, lengths, touch_end, m_reg, trace.times, finish_all)
+        drop_resident(t_node, t_above, lengths, touch_end, m_reg, trace.times, finish_all)
         self.touch_end = touch_end  # touches of requests 0..r: touch_end[r]
         self.t_node = t_node
         self.t_above = t_above

@@ -694,7 +694,9 @@ def _lower(
 def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Which run each of ``ids`` falls in, for consecutive runs of ids beginning at ``starts``
     (non-decreasing; an empty run shares its start with the next one, which wins)."""
-    return np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right") - 1
+    out = np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right")
+    out -= 1  # in place: one array of len(ids), not two
+    return out
 
 
 def build_trace(

@@ -8,7 +8,7 @@ of nodes per request instead of hundreds of blocks. Block ids inside a node are 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,25 +129,43 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     if d == 0:
         empty = np.zeros(0, dtype=np.int64)
         return NodeTree(empty, empty, empty, np.full(trace.n_requests, -1, dtype=np.int64))
-    brought = trace.brought()
     end = trace.end_block
     attach = trace.attach
     member = np.unique(np.asarray(list(extra_ends), dtype=np.int64))
     # where membership changes along a run: a member after a non-member, or the reverse
     after = np.setdiff1d(member + 1, member)
     changes = np.concatenate((np.setdiff1d(member, member + 1), after[after < d]))
-    starts = np.concatenate(
-        (
-            trace.block_start[brought > 0],  # a row's first block: its parent is a branch or an end
-            end[end >= 0] + 1,  # after a request's end
-            attach[attach >= 0] + 1,  # after a block with another child
-            changes,
-        )
+    first_block = _sorted_unique_below(
+        d,
+        lambda: trace.block_start[trace.brought() > 0],  # a row's first block: its parent is a branch or an end
+        lambda: end[end >= 0] + 1,  # after a request's end
+        lambda: attach[attach >= 0] + 1,  # after a block with another child
+        lambda: changes,
     )
-    first_block = np.unique(starts[starts < d])
-    del starts
     weight = np.diff(np.append(first_block, d)).astype(np.int64)
-    pf = trace.parents_of(first_block)
-    node_parent = np.where(pf >= 0, runs_of(first_block, np.maximum(pf, 0)), -1).astype(np.int64)
-    req_node = np.where(end >= 0, runs_of(first_block, np.maximum(end, 0)), -1).astype(np.int64)
+    node_parent = runs_of(first_block, trace.parents_of(first_block))  # -1 stays -1: ids start at 0
+    req_node = runs_of(first_block, end)
     return NodeTree(first_block, weight, node_parent, req_node)
+
+
+def _sorted_unique_below(limit: int, *parts: Callable[[], np.ndarray]) -> np.ndarray:
+    """The distinct values below ``limit`` of the arrays ``parts`` make, sorted: each part is made
+    and copied into one buffer in turn, sorted and deduplicated in place, so the only temporaries
+    are one part and the buffer (``np.unique`` of their concatenation would hold both plus a
+    sorted copy: ~40 MB more at a million requests)."""
+    sizes: list[int] = []
+    for make in parts:
+        sizes.append(int(make().shape[0]))
+    buf = np.empty(sum(sizes), dtype=np.int64)
+    at = 0
+    for make, size in zip(parts, sizes, strict=True):
+        buf[at : at + size] = make()
+        at += size
+    buf.sort()
+    buf = buf[: int(np.searchsorted(buf, limit, side="left"))]
+    if not buf.shape[0]:
+        return buf.copy()
+    keep = np.empty(buf.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(buf[1:], buf[:-1], out=keep[1:])
+    return buf[keep]
