@@ -735,8 +735,8 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
 @SETTINGS
 @given(traces(), st.integers(1, 2), st.sampled_from([None, 0.0, 1.0, 5.0]), st.booleans(), st.data())
 def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, block, ttl, pin, data):
-    """Stack positions renumbered whenever they run out (no slack), now and then, or never give
-    the same touches, stack distances and expiries. The requests come four times over (later),
+    """Stack positions renumbered whenever they run out (no slack), now and then, or never, in
+    4- or 8-byte slots, give the same touches, stack distances and expiries. The requests come four times over (later),
     so positions run out: at least once without slack."""
     from unittest import mock
 
@@ -753,8 +753,9 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
     with mock.patch.object(lru, "STACK_SLACK", 1e9):
         want = _stack_arrays(stack := LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
     assert stack.renumbered == 0
-    for slack in (0.0, 0.5):
-        with mock.patch.object(lru, "STACK_SLACK", slack):
+    for slack, narrow in ((0.0, lru.NARROW_LIMIT), (0.5, lru.NARROW_LIMIT), (0.0, 0)):
+        # narrow 0: positions and Fenwick sums in 8-byte slots, as on a tree of 2**31 blocks
+        with mock.patch.object(lru, "STACK_SLACK", slack), mock.patch.object(lru, "NARROW_LIMIT", narrow):
             stack = LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)
         assert _stack_arrays(stack) == want
         if slack == 0.0 and not pin and stack.t_node.shape[0]:

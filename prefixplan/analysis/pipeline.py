@@ -330,8 +330,10 @@ def _rank_and_record(
     reused_rows = np.minimum(trace.known_blocks, trace.cap_blocks) * trace.block_tokens
     reused = np.zeros(n_requests, dtype=np.int64)
     reused[trace.order] = reused_rows
+    del reused_rows
     total = int(c["prompt"].sum())
     reused_total = int(reused.sum())
+    between_passes()
     rag, recurring = rag_report(store, reused)
     between_passes()
 

@@ -109,11 +109,19 @@ def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, 
         raise ValueError(f"rows_per_step must be >= 1, got {rows_per_step}")
     off = store.columns()["chunk_off"]
     n = len(store)
-    for lo in range(0, n, rows_per_step):
+    for step, lo in enumerate(range(0, n, rows_per_step), start=1):
         hi = min(n, lo + rows_per_step)
         a, b = int(off[lo]), int(off[hi])
         if a < b:
             yield lo, hi, a, b
+        if not step % DROP_STEPS:
+            store.drop_resident()  # the mapped columns' pages read so far (core.mapped)
+    store.drop_resident()
+
+
+DROP_STEPS = 16
+"""Steps of :func:`_row_steps` between hand-backs of the row store's mapped pages: a pass over a
+million requests otherwise ends with all of the columns it read resident."""
 
 
 CHUNKS_PER_PART = 1 << 20

@@ -18,6 +18,7 @@ import numpy as np
 from prefixplan.core.granularity import (
     Granularity,
 )
+from prefixplan.core.mapped import drop_resident, mapped_copy
 from prefixplan.core.memory import release_free_memory
 from prefixplan.core.spill import ArrayShelf, ShelvedArray
 from prefixplan.errors import UsageError
@@ -254,11 +255,12 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
     return sim.result()
 
 
-def _settle(trace: BlockTrace) -> None:
-    """Between two cache models: hand back the trace's mapped pages the model read in
-    (:mod:`prefixplan.core.mapped`) and the memory its temporaries freed, so that the next
-    model's peak does not stack on the last one's."""
+def _settle(trace: BlockTrace, *mapped: np.ndarray) -> None:
+    """Between two cache models: hand back the mapped pages the model read in (the trace's and
+    ``mapped``: :mod:`prefixplan.core.mapped`) and the memory its temporaries freed, so that the
+    next model's peak does not stack on the last one's."""
     trace.drop_resident()
+    drop_resident(*mapped)
     release_free_memory()
 
 
@@ -270,7 +272,10 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     curves: dict[str, list[tuple[float, float, float]]] = {}
     in_batch_label = None
     work = config.workload
-    service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
+    # per request, file-backed (core.mapped): read by the in-batch model and the TTL's expiry
+    service = mapped_copy(
+        service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
+    )
     if anthropic is not None:
         read = np.asarray(anthropic.read, dtype=np.int64)
         ttl_s = ttl if ttl is not None else 300.0
@@ -295,7 +300,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     else:
         if config.cache.provider is None:
             hits = in_batch_hits(trace, build_tree(trace), service)
-            _settle(trace)
+            _settle(trace, service)
             in_batch_label = "in-batch sharing (generation a)"
             runs.append(_run_from_blocks(trace, in_batch_label, "in-batch", None, hits, 0, gran))
             if config.workload.batch_window is None:
@@ -310,7 +315,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
             notes.append(_ttl_note(config, in_batch_label is not None))
         base = CacheSpec(policy="lru", ttl_s=ttl)
         out = run_model(trace, base, service_s=service)
-        _settle(trace)
+        _settle(trace, service)
         persistent = "radix cache, unbounded (generation b)" + (f", ttl {ttl:g}s" if ttl is not None else "")
         runs.append(_run_from_blocks(trace, persistent, "infinite", None, out.hit_blocks, 0, gran))
         headline = persistent
@@ -334,7 +339,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
                     prewarm_pins=config.cache.prewarm_pins,
                 )
                 res = run_model(trace, spec, priorities=prios, service_s=service, _stack_cache=stacks)
-                _settle(trace)
+                _settle(trace, service)
                 label = spec.label(
                     float(cap),
                     config.cache.pinned_fraction,

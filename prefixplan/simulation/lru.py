@@ -47,6 +47,11 @@ Fenwick tree holds ``nodes + longest path + STACK_SLACK * nodes`` slots (about 1
 not one per touch."""
 
 
+NARROW_LIMIT = 2**31
+"""Below this many stack positions (blocks in the tree), :class:`LRUStack` keeps stack positions
+(Fenwick sums) in 4-byte ints, 8-byte ones from it on."""
+
+
 RENUMBER_STEP = 1 << 16
 """Fenwick slots rebuilt at a time when positions are renumbered (a few MB of temporaries)."""
 
@@ -55,8 +60,8 @@ def _renumber(fen: array, last_ts: array, regular: np.ndarray, weight: np.ndarra
     """Give the regular nodes in the stack positions 1..m in their stack order and rebuild the
     Fenwick tree ``fen`` over them, in place; returns m. Stack distances only depend on the
     order of positions, so nothing a touch records changes. Pinned nodes keep their mark."""
-    pos = np.frombuffer(last_ts, dtype=np.int64)  # views: written in place
-    slots = np.frombuffer(fen, dtype=np.int64)
+    pos = np.frombuffer(last_ts, dtype=f"i{last_ts.itemsize}")  # views: written in place
+    slots = np.frombuffer(fen, dtype=f"i{fen.itemsize}")
     live = np.flatnonzero((pos > 0) & regular)
     order = live[np.argsort(pos[live], kind="stable")]
     m = int(order.shape[0])
@@ -70,6 +75,11 @@ def _renumber(fen: array, last_ts: array, regular: np.ndarray, weight: np.ndarra
         slots[idx] = cum[idx] - cum[idx - (idx & -idx)]
     del pos, slots  # no view may outlive the call: the arrays stay resizable
     return m
+
+
+def _zeros(typecode: str, n: int) -> array:
+    """An ``array`` of ``n`` zeros of ``typecode`` (no Python int per slot)."""
+    return array(typecode, bytes(array(typecode).itemsize * n))
 
 
 def _request_steps(touch_end: np.ndarray, step: int) -> list[tuple[int, int]]:
@@ -102,10 +112,10 @@ class LRUStack:
     touch.
     ``touch_end`` holds each request's cumulative touches. A window of requests' paths is walked
     in numpy (:meth:`NodeTree.paths`) and turned into Python values :data:`BUILD_TOUCHES` at a
-    time. Each node's stack position and the Fenwick tree over positions are ``array("q")``s
-    (8 bytes a slot, no Python int object: a list of ints would take 40 bytes a slot, ~50 MB
-    more on the 1M-request benchmark trace, and leave its freed ints scattered over the
-    allocator's arenas); positions are renumbered when they run out (:data:`STACK_SLACK`), so
+    time. Each node's stack position and the Fenwick tree over positions are ``array``s of
+    4-byte ints (8 bytes past 2**31 positions or blocks), no Python int object: a list of ints
+    would take 40 bytes a slot, ~60 MB more on the 1M-request benchmark trace, and leave its
+    freed ints scattered over the allocator's arenas; positions are renumbered when they run out (:data:`STACK_SLACK`), so
     both grow with the nodes, not with the touches.
     """
 
@@ -140,10 +150,12 @@ class LRUStack:
         pin_mark = none_mark - 1
         longest = int(lengths.max()) if nreq else 0
         size = min(total_touch, n + longest + int(STACK_SLACK * n)) + 1
-        fen = array("q", bytes(8 * (size + 1)))  # Fenwick tree over stack positions
+        # Fenwick tree over stack positions; 4-byte slots while every sum fits
+        fen = _zeros("i" if int(tree.weight.sum()) < NARROW_LIMIT else "q", size + 1)
         regular = np.logical_not(pinned)
         renumbered = 0
-        last_ts = array("q", bytes(8 * n))  # stack position (0: not in the stack), no object per node
+        # stack position (0: not in the stack), no object per node
+        last_ts = _zeros("i" if size < NARROW_LIMIT else "q", n)
         last_use = [-math.inf] * n if ttl is not None else []  # latest finish of the requests that used the node
         exp: list[tuple[float, int]] = []  # (last use, node); stale entries skipped
         e_above: list[float] = []  # per expiry: regular blocks above the node, and its weight
@@ -252,8 +264,8 @@ class LRUStack:
             m_reg[lo:hi] = regs
             steps += 1
             if not steps % DROP_STEPS:
-                drop_resident(t_node, t_above, lengths, touch_end, m_reg, trace.times, finish_all)
-        drop_resident(t_node, t_above, lengths, touch_end, m_reg, trace.times, finish_all)
+                drop_resident(t_node, t_above, lengths, touch_end, m_reg, trace.times, finish_all, ends)
+        drop_resident(t_node, t_above, lengths, touch_end, m_reg, trace.times, finish_all, ends)
         self.touch_end = touch_end  # touches of requests 0..r: touch_end[r]
         self.t_node = t_node
         self.t_above = t_above

@@ -48,7 +48,7 @@ import numpy as np
 
 from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
-from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_gather
+from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_empty, mapped_gather
 from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
 from prefixplan.core.twice import TwiceFilter, estimate_keys
 from prefixplan.core.u64index import SplitIndex, U64Index, key_parts, table_bytes
@@ -514,15 +514,15 @@ class TraceBuilder:
             output_tokens=mapped_gather(self._out.finish(), order),
             n_blocks=n_blocks,
             cap_blocks=mapped_gather(self._cap.finish(), order, np.int64),
-            end_block=mapped_copy(end),
-            known_blocks=mapped_copy(known),
+            end_block=end,  # file-backed already (_assign_ids)
+            known_blocks=known,
             block_tokens=mapped_gather(self._btok.finish(), order, np.int64),
             ns=mapped_gather(self._ns.finish(), order),
             namespaces=list(self._ns_index),
             index=self,
             unit_tokens=mapped_gather(self._scale.finish(), order, np.int64),
-            block_start=mapped_copy(start),
-            attach=mapped_copy(attach),
+            block_start=start,
+            attach=attach,
             distinct_blocks=self._next_id,
         )
         del end, known, start, attach
@@ -572,8 +572,10 @@ class TraceBuilder:
         total = int(lengths.sum())
         occ_dtype = np.int32 if total < 2**31 else np.int64
         bits = index_bits(expected, np.dtype(occ_dtype).itemsize)
-        known = lengths.copy()  # per row, the first position found new so far
-        before = np.zeros(n, dtype=np.uint64)  # the key just before it (its deepest known one)
+        # per row (file-backed: core.mapped), the first position found new so far and the key
+        # just before it (its deepest known one)
+        known = mapped_copy(lengths, np.int64)
+        before = mapped_empty(n, np.uint64)
         parts: list[U64Index] = []
         for part in range(1 << bits):
             twice = None
@@ -587,12 +589,17 @@ class TraceBuilder:
             del twice
             index.freeze(spill_budget=self._keys.budget >> bits)  # from disk for resolve(): a few keys
             parts.append(index)
+            drop_resident(known, before, lengths)
+        # the per-row results go straight to file-backed arrays, one at a time
         brought = lengths - known
-        start = np.cumsum(brought) - brought
+        start = np.cumsum(brought, out=mapped_empty(n, np.int64))
+        start -= brought
         self._next_id = int(brought.sum())
+        del brought
         # an occurrence's id: the new keys before it, i.e. its position less the known keys of
         # its row and the rows before it
-        row_first = np.cumsum(lengths) - lengths
+        row_first = np.cumsum(lengths)
+        row_first -= lengths
         known_through = np.cumsum(known)
 
         to_id = functools.partial(_ids_of, row_first=row_first, known_through=known_through)
@@ -600,14 +607,17 @@ class TraceBuilder:
             index.map_ids(to_id)
         del to_id, row_first, known_through
         self._index = SplitIndex(bits, parts)
-        end = np.full(n, -1, dtype=np.int64)
-        attach = np.full(n, -1, dtype=np.int64)
+        end = mapped_empty(n, np.int64)
+        attach = mapped_empty(n, np.int64)
+        end.fill(-1)
+        attach.fill(-1)
         rows = np.flatnonzero(known > 0)
         last_known = self._index.lookup(before[rows])
         del before
         brings = known[rows] < lengths[rows]
         attach[rows[brings]] = last_known[brings]
         end[rows[~brings]] = last_known[~brings]
+        del rows, last_known, brings
         new = np.flatnonzero(known < lengths)
         end[new] = start[new] + lengths[new] - 1 - known[new]
         return end, known, start, attach
