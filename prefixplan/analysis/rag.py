@@ -102,6 +102,11 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
     return replace(request, messages=tuple(messages)) if changed else None
 
 
+DROP_STEPS = 16
+"""Steps of :func:`_row_steps` between hand-backs of the row store's mapped pages: a pass over a
+million requests otherwise ends with all of the columns it read resident."""
+
+
 def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, int, int]]:
     """``(first row, end row, first chunk, end chunk)`` of each step of ``rows_per_step``
     requests that holds chunks (bounded temporaries: the chunk columns may be on disk)."""
@@ -117,11 +122,6 @@ def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, 
         if not step % DROP_STEPS:
             store.drop_resident()  # the mapped columns' pages read so far (core.mapped)
     store.drop_resident()
-
-
-DROP_STEPS = 16
-"""Steps of :func:`_row_steps` between hand-backs of the row store's mapped pages: a pass over a
-million requests otherwise ends with all of the columns it read resident."""
 
 
 CHUNKS_PER_PART = 1 << 20

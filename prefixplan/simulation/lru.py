@@ -113,10 +113,10 @@ class LRUStack:
     ``touch_end`` holds each request's cumulative touches. A window of requests' paths is walked
     in numpy (:meth:`NodeTree.paths`) and turned into Python values :data:`BUILD_TOUCHES` at a
     time. Each node's stack position and the Fenwick tree over positions are ``array``s of
-    4-byte ints (8 bytes past 2**31 positions or blocks), no Python int object: a list of ints
-    would take 40 bytes a slot, ~60 MB more on the 1M-request benchmark trace, and leave its
-    freed ints scattered over the allocator's arenas; positions are renumbered when they run out (:data:`STACK_SLACK`), so
-    both grow with the nodes, not with the touches.
+    4-byte ints (8 bytes past :data:`NARROW_LIMIT` positions or blocks), no Python int object:
+    a list of ints would take 40 bytes a slot, ~60 MB more on the 1M-request benchmark trace,
+    and leave its freed ints scattered over the allocator's arenas. Positions are renumbered
+    when they run out (:data:`STACK_SLACK`), so both grow with the nodes, not with the touches.
     """
 
     def __init__(

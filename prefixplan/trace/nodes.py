@@ -8,7 +8,7 @@ of nodes per request instead of hundreds of blocks. Block ids inside a node are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,13 +136,16 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     # where membership changes along a run: a member after a non-member, or the reverse
     after = np.setdiff1d(member + 1, member)
     changes = np.concatenate((np.setdiff1d(member, member + 1), after[after < d]))
-    first_block = _sorted_unique_below(
-        d,
-        lambda: trace.block_start[trace.brought() > 0],  # a row's first block: its parent is a branch or an end
-        lambda: end[end >= 0] + 1,  # after a request's end
-        lambda: attach[attach >= 0] + 1,  # after a block with another child
-        lambda: changes,
-    )
+
+    def starts() -> Iterator[np.ndarray]:
+        """Node starts, one kind at a time (repeats and ids >= d included)."""
+        yield trace.block_start[trace.brought() > 0]  # a row's first block: its parent is a branch or an end
+        yield end[end >= 0] + 1  # after a request's end
+        yield attach[attach >= 0] + 1  # after a block with another child
+        yield changes
+
+    most = trace.block_start.shape[0] + end.shape[0] + attach.shape[0] + changes.shape[0]
+    first_block = _sorted_unique_below(d, starts(), most)
     weight = np.diff(np.append(first_block, d)).astype(np.int64)
     node_parent = runs_of(first_block, trace.parents_of(first_block))  # -1 stays -1: ids start at 0
     req_node = mapped_empty(end.shape[0], np.int64)  # per request: file-backed (core.mapped)
@@ -152,19 +155,19 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     return NodeTree(first_block, weight, node_parent, req_node)
 
 
-def _sorted_unique_below(limit: int, *parts: Callable[[], np.ndarray]) -> np.ndarray:
-    """The distinct values below ``limit`` of the arrays ``parts`` make, sorted: each part is made
-    and copied into one buffer in turn, sorted and deduplicated in place, so the only temporaries
-    are one part and the buffer (``np.unique`` of their concatenation would hold both plus a
-    sorted copy: ~40 MB more at a million requests)."""
-    sizes: list[int] = []
-    for make in parts:
-        sizes.append(int(make().shape[0]))
-    buf = np.empty(sum(sizes), dtype=np.int64)
+def _sorted_unique_below(limit: int, parts: Iterator[np.ndarray], most: int) -> np.ndarray:
+    """The distinct values below ``limit`` of the arrays ``parts`` yields (``most`` values at most
+    in all), sorted: each part is copied into one buffer as it comes, which is sorted and
+    deduplicated in place, so the only temporaries are one part and the buffer (``np.unique`` of
+    their concatenation would hold them all plus a sorted copy: ~40 MB more at a million
+    requests). The buffer is sized for ``most``; pages past what the parts fill are never
+    touched (large allocations are mapped: :func:`prefixplan.core.memory.map_large_allocations`)."""
+    buf = np.empty(most, dtype=np.int64)
     at = 0
-    for make, size in zip(parts, sizes, strict=True):
-        buf[at : at + size] = make()
-        at += size
+    for part in parts:
+        buf[at : at + part.shape[0]] = part
+        at += part.shape[0]
+    buf = buf[:at]
     buf.sort()
     buf = buf[: int(np.searchsorted(buf, limit, side="left"))]
     if not buf.shape[0]:
