@@ -53,11 +53,12 @@ from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, source_meter
 from prefixplan.trace.blocks import BlockTrace, TraceBuilder, request_of_row
+from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
 from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.shards import ShardResult
-from prefixplan.trace.workers import Rendered, iter_rendered, row_segments
+from prefixplan.trace.workers import Rendered, RenderedColumns, iter_rendered, row_segments
 
 PrefixSink = Callable[[TraceRow], object]
 """Receives every trace row during the single pass (e.g. the simulation headline)."""
@@ -192,6 +193,12 @@ class _FirstPass:
         self.store.add(row)
         self.total += int(row.prompt_tokens)
 
+    def add_columns(self, cols: RowColumns) -> None:
+        """A batch of rows at once (the same as :meth:`add_row` of each)."""
+        self.builder.add_columns(cols)
+        self.store.add_columns(cols)
+        self.total += int(cols.prompt_tokens.sum())
+
 
 def analyze(
     options: AnalyzeOptions,
@@ -220,11 +227,17 @@ def analyze(
         errors = line_errors_of(trace_in.meta.get("line_errors"))
         progress.begin("reading the trace", None)
         n = 0
-        for n, row in enumerate(trace_in.rows(), start=1):
-            first.add_row(row)
-            for sink in sink_list:
-                sink(row)
-            if n % 4096 == 1:
+        if sink_list:  # sinks see each row
+            for n, row in enumerate(trace_in.rows(), start=1):
+                first.add_row(row)
+                for sink in sink_list:
+                    sink(row)
+                if n % 4096 == 1:
+                    progress.update(n, first.total, None)
+        else:  # a batch of rows at a time, no object per request
+            for cols in trace_in.columns():
+                first.add_columns(cols)
+                n += cols.n
                 progress.update(n, first.total, None)
         progress.update(n, first.total, None)
         progress.end()
@@ -248,18 +261,25 @@ def analyze(
             text=functools.partial(TextPass, options.min_tenants, options.show_user_text),
             on_shard=first.add_shard,
             preload=True,  # the shown candidates' token ids are rendered here at the end
+            columns=writer is None and not sink_list,  # workers' rows a job at a time, as columns
         )
         try:
-            i = -1
-            for i, one in enumerate(rendered):
+            n = 0
+            for one in rendered:
+                if isinstance(one, RenderedColumns):
+                    first.add_columns(one.columns)
+                    n += one.columns.n
+                    progress.update(n, first.total, meter.done() if meter is not None else None)
+                    continue
                 row = first.add_rendered(one)
                 if writer is not None:
                     writer.write(row)
                 for sink in sink_list:
                     sink(row)
-                if i % 256 == 0:
-                    progress.update(i + 1, first.total, meter.done() if meter is not None else None)
-            progress.update(i + 1, first.total, meter.done() if meter is not None else None)
+                if n % 256 == 0:
+                    progress.update(n + 1, first.total, meter.done() if meter is not None else None)
+                n += 1
+            progress.update(n, first.total, meter.done() if meter is not None else None)
         except BaseException:
             if writer is not None:
                 writer.abort()

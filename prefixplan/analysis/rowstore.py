@@ -24,6 +24,7 @@ import numpy as np
 from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, is_mapped, mapped_copy
 from prefixplan.core.spill import RaggedU64, SpillColumn
 from prefixplan.core.types import SEGMENT_KINDS, Chunk, Segment, SegmentHash
+from prefixplan.trace.columns import Labels, RowColumns
 from prefixplan.trace.rows import TraceRow
 
 _ANON = 0
@@ -50,6 +51,17 @@ class Interned:
             i = self.ids[name] = len(self.names)
             self.names.append(name)
         return i
+
+
+def _interned(names: Interned, labels: Labels, default: str | None = None) -> np.ndarray:
+    """The ids of a batch's string column (None as ``default``), given in order of first row as
+    :meth:`Interned.id` of each row would."""
+    codes = labels.codes
+    id_of_code = np.zeros(len(labels.values), dtype=np.int64)
+    for i in sorted(np.unique(codes, return_index=True)[1].tolist()):
+        value = labels.values[int(codes[i])]
+        id_of_code[int(codes[i])] = names.id(str(default if value is None else value))
+    return id_of_code[codes]
 
 
 _COLUMNS: dict[str, tuple[type, type]] = {
@@ -149,6 +161,47 @@ class RowStore:
         if not self._rows % SPILL_EVERY:
             for col in cols.values():
                 col.spill()
+
+    def add_columns(self, batch: RowColumns) -> None:
+        """Add a batch of rows at once: the same columns as :meth:`add` of each row."""
+        if self._released:
+            raise RuntimeError("RowStore used after release()")
+        if self._frozen is not None:
+            self._thaw()
+        if not batch.n:
+            return
+        cols = self._cols
+        cols["time"].extend(batch.time)
+        cols["has_time"].extend(batch.has_time)
+        cols["ns"].extend(_interned(self.namespaces, batch.namespace))
+        cols["model"].extend(_interned(self.models, batch.model, "-"))
+        cols["format"].extend(_interned(self.formats, batch.format))
+        cols["source"].extend(_interned(self.sources, batch.source))
+        cols["line"].extend(batch.line)
+        cols["tenant"].extend(batch.tenant.mapped(tenant_hash, np.uint64))
+        cols["prompt"].extend(batch.prompt_tokens)
+        cols["scale"].extend(batch.token_scale)
+        cols["units"].extend(batch.units)
+        cols["exact"].extend(batch.exact)
+        cols["cached"].extend(batch.cached)
+        ragged = self._ragged
+        segs_before = len(ragged["seg_kind"])
+        for name in ("seg_kind", "seg_start", "seg_end"):
+            ragged[name].append(getattr(batch, name).values)
+        n_segs = batch.seg_kind.lengths
+        detail = np.empty(2 * int(n_segs.sum()), dtype=np.uint64)
+        detail[0::2] = batch.seg_hash.values.astype(np.uint64, copy=False)
+        index = batch.seg_index.values.astype(np.int32, copy=False).view(np.uint32).astype(np.uint64)
+        ids = self.names.id
+        names = np.fromiter((0 if n is None else ids(n) + 1 for n in batch.seg_names), np.uint64, len(batch.seg_names))
+        detail[1::2] = (index << np.uint64(32)) | names
+        self._seg_detail.extend(detail, 2 * n_segs)
+        cols["seg_off"].extend(segs_before + np.cumsum(n_segs))
+        chunks_before = len(ragged["chunk_start"])
+        for name in ("chunk_start", "chunk_end", "chunk_msg", "chunk_hash", "chunk_chars"):
+            ragged[name].append(getattr(batch, name).values)
+        cols["chunk_off"].extend(chunks_before + np.cumsum(batch.chunk_start.lengths))
+        self._rows += batch.n
 
     def ragged(self, name: str, start: int, stop: int) -> np.ndarray:
         """Entries ``start`` up to ``stop`` of the flat column ``name`` (one of :data:`RAGGED`;

@@ -87,6 +87,32 @@ class RaggedU64:
             self._written += int(keys.shape[0])
             self._dirty = True
 
+    def extend(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Append ``len(lengths)`` arrays at once: consecutive runs of ``flat`` of those lengths
+        (what :meth:`append` of each would do; a batch that does not fit the budget goes to the
+        file whole)."""
+        flat = np.ascontiguousarray(flat, dtype=np.uint64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if not lengths.shape[0]:
+            return
+        if int(lengths.sum()) != flat.shape[0]:
+            raise ValueError(f"RaggedU64.extend: {flat.shape[0]} keys for lengths summing to {int(lengths.sum())}")
+        if self._file is None and self._mem_bytes + flat.nbytes > self.budget:
+            self._spill()
+        self._lengths.frombytes(lengths.tobytes())
+        if self._file is None:
+            self._mem.extend(np.split(flat, np.cumsum(lengths[:-1])))
+            self._mem_bytes += flat.nbytes
+            self._offsets.frombytes(np.full(lengths.shape[0], -1, dtype=np.int64).tobytes())
+            return
+        offsets = np.cumsum(lengths)
+        offsets -= lengths
+        offsets += self._written
+        self._offsets.frombytes(offsets.tobytes())
+        self._file.write(flat.tobytes())
+        self._written += int(flat.shape[0])
+        self._dirty = True
+
     def _spill(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="prefixplan-keys-")  # noqa: SIM115 - closed in close()
         self._spilled_from = len(self._mem)

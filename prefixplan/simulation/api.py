@@ -50,6 +50,7 @@ from prefixplan.trace.rows import RowMaker
 
 if TYPE_CHECKING:
     from prefixplan.core.types import Prompt
+    from prefixplan.trace.columns import RowColumns
     from prefixplan.trace.rows import TraceRow
 from prefixplan.simulation.result import CacheRun, SimResult
 
@@ -195,6 +196,20 @@ class Simulation:
 
         self.add(row_request(row))
         self._count += 1
+
+    @property
+    def takes_columns(self) -> bool:
+        """Whether :meth:`add_columns` applies: no model that looks at each request (a fleet's
+        router, Anthropic breakpoints)."""
+        return self.config.fleet is None and self._anthropic is None
+
+    def add_columns(self, cols: RowColumns) -> None:
+        """Add a batch of trace rows at once (:attr:`takes_columns`; the same as :meth:`add_row`
+        of each)."""
+        if not self.takes_columns:
+            raise RuntimeError("Simulation.add_columns with a fleet or Anthropic breakpoints: add each row")
+        self._builder.add_columns(cols)
+        self._count += cols.n
 
     def _prepare(self) -> None:
         config = self.config

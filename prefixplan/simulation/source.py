@@ -95,11 +95,18 @@ def simulate_source(
     if trace_in is not None:
         progress.begin("reading the trace", trace_in.num_rows)
         n = tokens = 0
-        for n, row in enumerate(trace_in.rows(), start=1):
-            sim.add_row(row)
-            tokens += row.prompt_tokens
-            if n % 4096 == 1:
+        if sim.takes_columns:  # a batch of rows at a time, no object per request
+            for cols in trace_in.columns():
+                sim.add_columns(cols)
+                n += cols.n
+                tokens += int(cols.prompt_tokens.sum())
                 progress.update(n, tokens, None)
+        else:
+            for n, row in enumerate(trace_in.rows(), start=1):
+                sim.add_row(row)
+                tokens += row.prompt_tokens
+                if n % 4096 == 1:
+                    progress.update(n, tokens, None)
         progress.update(n, tokens, None)
         progress.end()
         errors = line_errors_of(trace_in.meta.get("line_errors"))

@@ -53,6 +53,7 @@ from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
 from prefixplan.core.twice import TwiceFilter, estimate_keys
 from prefixplan.core.u64index import SplitIndex, U64Index, key_parts, table_bytes
 from prefixplan.errors import UsageError
+from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.rows import TraceRow
 
 COUNT_CHUNK = 1 << 20
@@ -453,6 +454,62 @@ class TraceBuilder:
         if not self._rows % SPILL_EVERY:
             for col in self._columns():
                 col.spill()
+
+    def add_columns(self, cols: RowColumns) -> None:
+        """Add a batch of trace rows at once: the same as :meth:`add` of each row's
+        :func:`request_of_row`, with no per-request object (not with an observer, which is
+        called per request)."""
+        if self._finished:
+            raise RuntimeError("TraceBuilder.add_columns after finish")
+        if self.observer is not None:
+            raise RuntimeError("TraceBuilder.add_columns with an observer: add each request")
+        n = cols.n
+        if not n:
+            return
+        scale = np.maximum(cols.token_scale, 1)
+        bu = np.maximum(self.granularity.block_size // scale, 1)
+        btok = bu * scale
+        ku = np.maximum(cols.keys_units, 1)
+        bad = np.flatnonzero(bu % ku)
+        if bad.shape[0]:
+            i = int(bad[0])
+            raise UsageError(
+                f"the trace has block keys every {int(ku[i] * scale[i])} tokens; blocks of {int(btok[i])} tokens "
+                "cannot be cut from them",
+                hint=f"simulate with a block size that is a multiple of {int(ku[i] * scale[i])}, or write the "
+                "trace at the finer granularity (--granularity / --block-size when writing it)",
+            )
+        step = bu // ku
+        lengths = cols.block_keys.lengths
+        n_real = cols.prompt_tokens
+        nb = np.minimum(lengths // step, n_real // btok)
+        # a row's keys: every step-th of its block keys, its first nb of them
+        flat = cols.block_keys.values
+        owner = np.repeat(np.arange(n), lengths)
+        pos = np.arange(flat.shape[0], dtype=np.int64) - cols.block_keys.offsets[:-1][owner]
+        pos += 1
+        row_step = step[owner]
+        keep = (pos % row_step == 0) & (pos // row_step <= nb[owner])
+        self._keys.extend(flat[keep], nb)
+        if self.granularity.last_token_rule:
+            cap = np.where(n_real > 0, np.maximum((n_real - 1) // btok, 0), 0)
+        else:
+            cap = nb
+        codes, names = cols.namespace.codes, cols.namespace.values
+        ns_of_code = np.full(len(names), -1, dtype=np.int32)
+        for i in sorted(np.unique(codes, return_index=True)[1].tolist()):  # in order of first request
+            name = str(names[int(codes[i])])
+            ns_of_code[int(codes[i])] = self._ns_index.setdefault(name, len(self._ns_index))
+            self._ns_scale.setdefault(name, int(scale[i]))
+        self._times.extend(np.where(cols.has_time, cols.time, cols.index.astype(np.float64)))
+        self._untimed.extend(~cols.has_time)
+        self._ns.extend(ns_of_code[codes])
+        self._prompt.extend(n_real)
+        self._out.extend(cols.output_tokens)
+        self._cap.extend(np.minimum(cap, nb))
+        self._btok.extend(btok)
+        self._scale.extend(scale)
+        self._rows += n
 
     def _columns(self) -> tuple[ColumnWriter, ...]:
         return (self._times, self._untimed, self._ns, self._prompt, self._out, self._cap, self._btok, self._scale)

@@ -28,6 +28,7 @@ from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs.remote import filesystem, is_url, open_remote, shown, upload
 from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.columns import ARROW_FIELDS, RowColumns
 from prefixplan.trace.rows import TraceRow
 
 FORMAT = "prefixplan-trace"
@@ -389,12 +390,35 @@ class TraceFile:
             except InputError as exc:  # a damaged batch: say which file
                 raise InputError(f"{self.path}: {exc}", hint="write the trace again from its log") from None
 
+    def columns(self, batch_rows: int = BATCH_ROWS) -> Iterator[RowColumns]:
+        """The rows in file order as :class:`~prefixplan.trace.columns.RowColumns`, a batch at a
+        time (only the columns they hold are decoded)."""
+        for batch in iter_batches(self._file, batch_rows, ARROW_FIELDS):
+            try:
+                yield batch_columns_of(batch)
+            except InputError as exc:
+                raise InputError(f"{self.path}: {exc}", hint="write the trace again from its log") from None
+
 
 def _flat(arr: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, values) of a list column."""
     offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
     values = arr.values.to_numpy(zero_copy_only=False)
     return offsets, np.asarray(values, dtype=dtype)
+
+
+def _odd_keys(name: str, keys: np.ndarray) -> None:
+    if keys.size and not bool(np.all(keys & np.uint64(1))):
+        # keys of the scheme are odd: an even one (0 marks an empty index slot) is damage
+        raise InputError(f"{name} holds an even value, which no key of scheme {SCHEME} is: a damaged trace")
+
+
+def batch_columns_of(batch: Any) -> RowColumns:
+    """One record batch (of at least :data:`~prefixplan.trace.columns.ARROW_FIELDS`) as
+    :class:`RowColumns`, its block keys checked."""
+    cols = RowColumns.of_arrow(batch)
+    _odd_keys("block_keys", cols.block_keys.values)
+    return cols
 
 
 def batch_rows_of(batch: Any) -> Iterator[TraceRow]:
@@ -425,10 +449,7 @@ def batch_rows_of(batch: Any) -> Iterator[TraceRow]:
     }
     flats = {name: _flat(cols[name], np.uint64) for name in _LISTS_U64}
     for name in ("block_keys", "boundary_keys"):
-        keys = flats[name][1]
-        if keys.size and not bool(np.all(keys & np.uint64(1))):
-            # keys of the scheme are odd: an even one (0 marks an empty index slot) is damage
-            raise InputError(f"{name} holds an even value, which no key of scheme {SCHEME} is: a damaged trace")
+        _odd_keys(name, flats[name][1])
     flats.update({name: _flat(cols[name], np.int32) for name in _LISTS_I32})
     flats["seg_kind"] = _flat(cols["seg_kind"], np.int8)
     flats["breakpoints"] = _flat(cols["breakpoints"], np.int64)

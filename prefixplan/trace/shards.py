@@ -28,6 +28,7 @@ from prefixplan.logs import LineErrors
 from prefixplan.logs.read import LineBatch
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions
+from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.rows import TraceRow, pack_rows, unpack_rows
 
 IN_FLIGHT_PER_WORKER = 3
@@ -97,7 +98,23 @@ class ShardResult:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, rows=unpack_rows(state["rows"]))
+        # unpacked when taken: as rows (take_rows) or straight as columns (take_columns)
+        self.__dict__.update(state, rows=[], _packed=state["rows"])
+
+    def take_rows(self) -> list[TraceRow]:
+        """The rows (from another process: unpacked now)."""
+        packed = self.__dict__.pop("_packed", None)
+        if packed is not None:
+            self.rows = unpack_rows(packed)
+        return self.rows
+
+    def take_columns(self) -> RowColumns:
+        """The rows as columns, with no row object when they came from another process; the
+        result keeps no rows after this."""
+        packed = self.__dict__.pop("_packed", None)
+        cols = RowColumns.of_packed(packed) if packed is not None else RowColumns.of_rows(self.rows)
+        self.rows = []
+        return cols
 
 
 # -- worker side -----------------------------------------------------------------------------

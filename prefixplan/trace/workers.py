@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal, overload
+
+import numpy as np
 
 from prefixplan.core.gcpolicy import relaxed_gc
 from prefixplan.core.types import Prompt, Request, Segment, SegmentHash
@@ -34,6 +36,7 @@ from prefixplan.logs import LineErrors, ReadMeter
 from prefixplan.logs.read import no_requests_error, nothing_left_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
+from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.rows import RowMaker, TraceRow
 from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, merge_stats, run_local
 
@@ -66,6 +69,14 @@ class Rendered:
     segments: tuple[Segment, ...] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RenderedColumns:
+    """A worker's rendered requests for one job as columns (``iter_rendered(columns=True)``):
+    their text pass came with the job, so nothing here needs a row object."""
+
+    columns: RowColumns
+
+
 def row_segments(row: TraceRow) -> tuple[Segment, ...]:
     """A row's segment spans as :class:`Segment` records."""
     from prefixplan.core.types import SEGMENT_KINDS
@@ -88,6 +99,7 @@ def row_segments(row: TraceRow) -> tuple[Segment, ...]:
 # -- parent side -----------------------------------------------------------------------------
 
 
+@overload
 def iter_rendered(
     source: SourceOptions,
     errors: LineErrors,
@@ -102,7 +114,45 @@ def iter_rendered(
     text: Callable[[], TextPartial] | None = None,
     on_shard: Callable[[ShardResult], None] | None = None,
     preload: bool = False,
-) -> Iterator[Rendered]:
+    columns: Literal[False] = False,
+) -> Iterator[Rendered]: ...
+
+
+@overload
+def iter_rendered(
+    source: SourceOptions,
+    errors: LineErrors,
+    renderers: RenderSet,
+    *,
+    block_size: int,
+    routing: bool = False,
+    workers: int | None = None,
+    transform: Callable[[Request], Request] | None = None,
+    failures: list[RenderFailure] | None = None,
+    meter: ReadMeter | None = None,
+    text: Callable[[], TextPartial] | None = None,
+    on_shard: Callable[[ShardResult], None] | None = None,
+    preload: bool = False,
+    columns: bool,
+) -> Iterator[Rendered | RenderedColumns]: ...
+
+
+def iter_rendered(
+    source: SourceOptions,
+    errors: LineErrors,
+    renderers: RenderSet,
+    *,
+    block_size: int,
+    routing: bool = False,
+    workers: int | None = None,
+    transform: Callable[[Request], Request] | None = None,
+    failures: list[RenderFailure] | None = None,
+    meter: ReadMeter | None = None,
+    text: Callable[[], TextPartial] | None = None,
+    on_shard: Callable[[ShardResult], None] | None = None,
+    preload: bool = False,
+    columns: bool = False,
+) -> Iterator[Rendered | RenderedColumns]:
     """Read ``source`` and render it into rows at ``block_size`` tokens, in input order, on
     ``workers`` processes (None: ``source.workers``, else :func:`default_workers`). Render failures are counted in
     ``errors`` (and listed in ``failures``) unless the read options are strict.
@@ -111,7 +161,9 @@ def iter_rendered(
     docstring); each job's text-level partial (``text``) and outcome reach ``on_shard`` in input
     order and rows come without their request. In this process, rows come with their request.
     ``preload``: the caller renders a few requests itself afterwards; with workers, the first
-    row's renderer loads here meanwhile (:meth:`RenderSet.preload`).
+    row's renderer loads here meanwhile (:meth:`RenderSet.preload`). ``columns``: a worker's
+    rows come as one :class:`RenderedColumns` per job, not a :class:`Rendered` per row (for a
+    caller that does not look at each row).
     """
     if workers is None:
         workers = source.workers
@@ -119,7 +171,7 @@ def iter_rendered(
     n = (1 if source.executor == "ray" else default_workers(source)) if workers is None else max(1, int(workers))
     files = _shardable(source, n)
     job_text = text if on_shard is not None else None
-    rendered: Iterator[Rendered]
+    rendered: Iterator[Rendered | RenderedColumns]
     jobs: Iterator[ShardJob]
     if files is not None:
         from prefixplan.logs.read import check_columns
@@ -132,7 +184,7 @@ def iter_rendered(
             results = run_ray(jobs, source.ray_address, asked)
         else:
             results = run_local(jobs, n)
-        rendered = _merge_results(results, errors, renderers, failures, meter, on_shard, preload)
+        rendered = _merge_results(results, errors, renderers, failures, meter, on_shard, preload, columns)
     elif n <= 1:
         requests: Iterator[Request] = iter_source_requests(source, errors, meter)
         if transform is not None:
@@ -143,12 +195,12 @@ def iter_rendered(
         )
     else:
         jobs = _batch_jobs(source, errors, meter, block_size, routing, transform, job_text)
-        rendered = _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard, preload)
+        rendered = _merge_results(run_local(jobs, n), errors, renderers, failures, meter, on_shard, preload, columns)
     produced = 0
     with relaxed_gc():  # reading makes garbage by the million, and almost no cycles
-        for row in rendered:
-            produced += 1
-            yield row
+        for one in rendered:
+            produced += one.columns.n if isinstance(one, RenderedColumns) else 1
+            yield one
     if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
         raise no_requests_error(errors, source.display)
     if produced == 0 and errors.requests_read > 0:
@@ -245,7 +297,8 @@ def _merge_results(
     meter: ReadMeter | None,
     on_shard: Callable[[ShardResult], None] | None,
     preload: bool = False,
-) -> Iterator[Rendered]:
+    columns: bool = False,
+) -> Iterator[Rendered | RenderedColumns]:
     """Rows of the workers' results in job order; their errors, failures, statistics and text
     partials merged into the parent's (``preload``: :func:`iter_rendered`)."""
     index = 0
@@ -253,17 +306,28 @@ def _merge_results(
         for result in results:
             if result.error is not None:
                 raise result.error
-            if preload and result.rows:
-                preload = False
-                renderers.preload(result.rows[0].model)
             errors.merge(result.errors)
             if failures is not None:
                 failures.extend(result.failures)
             merge_stats(renderers, result.stats)
-            for row in result.rows:
-                row.index = index  # indexes count rendered requests, as in-process
-                index += 1
-                yield Rendered(None, row)
+            if columns:
+                cols = result.take_columns()
+                if cols.n:
+                    if preload:
+                        preload = False
+                        renderers.preload(cols.model.values[int(cols.model.codes[0])])
+                    # indexes count rendered requests, as in-process
+                    yield RenderedColumns(replace(cols, index=np.arange(index, index + cols.n, dtype=np.int64)))
+                    index += cols.n
+            else:
+                rows = result.take_rows()
+                if preload and rows:
+                    preload = False
+                    renderers.preload(rows[0].model)
+                for row in rows:
+                    row.index = index  # indexes count rendered requests, as in-process
+                    index += 1
+                    yield Rendered(None, row)
             if meter is not None and result.size:
                 meter.add_done(result.size)
             if on_shard is not None:

@@ -1,0 +1,304 @@
+"""A batch of trace rows as columns: what the first pass of ``analyze`` stores per request.
+
+Reading a trace file row by row built a :class:`~prefixplan.trace.rows.TraceRow` per request
+and then took it apart again into the row store's and the block trace's columns: about a third
+of ``analyze T.parquet`` on the benchmark trace went to those per-request objects.
+:class:`RowColumns` carries a batch of requests the way the file stores it (one array per field,
+list fields flat with offsets), made from an Arrow record batch of a trace file, from the packed
+rows a render worker sends, or from rows; :meth:`~prefixplan.trace.blocks.TraceBuilder.add_columns`
+and :meth:`~prefixplan.analysis.rowstore.RowStore.add_columns` take a whole batch at once.
+
+Only the fields those two read are here (no breakpoints, boundary keys or routing units: a run
+that needs them, the Anthropic model or a sink that sees every row, reads rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from prefixplan.errors import InputError
+from prefixplan.trace.rows import TraceRow
+
+ARROW_FIELDS = (
+    "index",
+    "time",
+    "source",
+    "line",
+    "namespace",
+    "model",
+    "format",
+    "tenant",
+    "prompt_tokens",
+    "output_tokens",
+    "token_scale",
+    "units",
+    "keys_units",
+    "block_keys",
+    "seg_kind",
+    "seg_start",
+    "seg_end",
+    "seg_index",
+    "seg_hash",
+    "seg_name",
+    "chunk_start",
+    "chunk_end",
+    "chunk_msg",
+    "chunk_hash",
+    "chunk_chars",
+    "exact",
+    "logged_cached_tokens",
+)
+"""The trace file's columns (:mod:`prefixplan.trace.parquet`) that :meth:`RowColumns.of_arrow`
+reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ragged:
+    """One list field of a batch: row ``i``'s values are ``values[offsets[i]:offsets[i + 1]]``."""
+
+    offsets: np.ndarray  # int64, n + 1 entries, from 0
+    values: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """A string field of a batch, dictionary-encoded: row ``i``'s value is ``values[codes[i]]``."""
+
+    codes: np.ndarray  # int64
+    values: Sequence[str | None]
+
+    @classmethod
+    def of(cls, items: Sequence[str | None]) -> Labels:
+        index: dict[str | None, int] = {}
+        codes = np.fromiter((index.setdefault(v, len(index)) for v in items), dtype=np.int64, count=len(items))
+        return cls(codes, list(index))
+
+    def mapped(self, fn: Callable[[str | None], int], dtype: type = np.int64) -> np.ndarray:
+        """``fn(value)`` of every row, calling ``fn`` once per distinct value."""
+        per_value: np.ndarray = np.fromiter((fn(v) for v in self.values), dtype=dtype, count=len(self.values))
+        return per_value[self.codes] if per_value.shape[0] else np.zeros(0, dtype=dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class RowColumns:
+    """``n`` consecutive trace rows as columns (module docstring); fields as in
+    :class:`~prefixplan.trace.rows.TraceRow`. ``time`` is 0 where ``has_time`` is False;
+    ``cached`` is -1 where the log gave no cached-token count."""
+
+    n: int
+    index: np.ndarray
+    time: np.ndarray
+    has_time: np.ndarray
+    source: Labels
+    line: np.ndarray
+    namespace: Labels
+    model: Labels
+    format: Labels
+    tenant: Labels
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    token_scale: np.ndarray
+    units: np.ndarray
+    keys_units: np.ndarray
+    exact: np.ndarray
+    cached: np.ndarray
+    block_keys: Ragged
+    seg_kind: Ragged
+    seg_start: Ragged
+    seg_end: Ragged
+    seg_index: Ragged
+    seg_hash: Ragged
+    seg_names: Sequence[str | None]  # flat, by seg_kind's offsets
+    chunk_start: Ragged
+    chunk_end: Ragged
+    chunk_msg: Ragged
+    chunk_hash: Ragged
+    chunk_chars: Ragged
+
+    @classmethod
+    def of_arrow(cls, batch: Any) -> RowColumns:
+        """One Arrow record batch of a trace file (at least :data:`ARROW_FIELDS`)."""
+        col = batch.column
+        time = col("time")
+        names = col("seg_name")
+        seg_kind = _ragged(col("seg_kind"), np.int8)
+        flat_names = names.flatten().to_pylist()
+        if len(flat_names) != seg_kind.values.shape[0] or names.null_count:
+            raise InputError("segment names and kinds differ in number: a damaged trace")
+        return cls(
+            n=batch.num_rows,
+            index=_ints(col("index")),
+            time=np.asarray(time.fill_null(0.0).to_numpy(zero_copy_only=False), dtype=np.float64),
+            has_time=np.asarray(time.is_valid().to_numpy(zero_copy_only=False), dtype=bool),
+            source=_labels(col("source")),
+            line=_ints(col("line")),
+            namespace=_labels(col("namespace")),
+            model=_labels(col("model")),
+            format=_labels(col("format")),
+            tenant=_labels(col("tenant")),
+            prompt_tokens=_ints(col("prompt_tokens")),
+            output_tokens=_ints(col("output_tokens")),
+            token_scale=_ints(col("token_scale")),
+            units=_ints(col("units")),
+            keys_units=_ints(col("keys_units")),
+            exact=np.asarray(col("exact").fill_null(False).to_numpy(zero_copy_only=False), dtype=bool),
+            cached=_ints(col("logged_cached_tokens"), -1),
+            block_keys=_ragged(col("block_keys"), np.uint64),
+            seg_kind=seg_kind,
+            seg_start=_ragged(col("seg_start"), np.int32),
+            seg_end=_ragged(col("seg_end"), np.int32),
+            seg_index=_ragged(col("seg_index"), np.int32),
+            seg_hash=_ragged(col("seg_hash"), np.uint64),
+            seg_names=flat_names,
+            chunk_start=_ragged(col("chunk_start"), np.int32),
+            chunk_end=_ragged(col("chunk_end"), np.int32),
+            chunk_msg=_ragged(col("chunk_msg"), np.int32),
+            chunk_hash=_ragged(col("chunk_hash"), np.uint64),
+            chunk_chars=_ragged(col("chunk_chars"), np.int32),
+        )
+
+    @classmethod
+    def of_packed(cls, packed: Mapping[str, Any]) -> RowColumns:
+        """The columns of rows packed by :func:`~prefixplan.trace.rows.pack_rows` (what a render
+        worker sends), without a row object in between."""
+        n = int(packed["n"])
+        if not n:
+            return cls.of_rows([])
+
+        def values(name: str) -> list[Any]:
+            kind, *data = packed[name]
+            if kind != "list":
+                raise ValueError(f"packed rows: {name} is not a list field")
+            return data[0]
+
+        def ints(name: str, none: int = 0) -> np.ndarray:
+            return np.fromiter((none if v is None else int(v) for v in values(name)), dtype=np.int64, count=n)
+
+        def ragged(name: str, dtype: type) -> Ragged:
+            kind, *data = packed[name]
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            if kind == "flat":
+                flat, lengths = data
+                np.cumsum(lengths, out=offsets[1:])
+                return Ragged(offsets, np.asarray(flat, dtype=dtype))
+            parts: list[np.ndarray] = [np.asarray(v, dtype=dtype) for v in data[0]]
+            np.cumsum([p.shape[0] for p in parts], out=offsets[1:])
+            return Ragged(offsets, np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
+
+        times = values("time")
+        return cls(
+            n=n,
+            index=ints("index"),
+            time=np.fromiter((0.0 if t is None else float(t) for t in times), np.float64, n),
+            has_time=np.fromiter((t is not None for t in times), bool, n),
+            source=Labels.of(values("source")),
+            line=ints("line"),
+            namespace=Labels.of(values("namespace")),
+            model=Labels.of(values("model")),
+            format=Labels.of(values("format")),
+            tenant=Labels.of(values("tenant")),
+            prompt_tokens=ints("prompt_tokens"),
+            output_tokens=ints("output_tokens"),
+            token_scale=ints("token_scale"),
+            units=ints("units"),
+            keys_units=ints("keys_units"),
+            exact=np.fromiter((bool(v) for v in values("exact")), bool, n),
+            cached=ints("logged_cached_tokens", -1),
+            block_keys=ragged("block_keys", np.uint64),
+            seg_kind=ragged("seg_kind", np.int8),
+            seg_start=ragged("seg_start", np.int32),
+            seg_end=ragged("seg_end", np.int32),
+            seg_index=ragged("seg_index", np.int32),
+            seg_hash=ragged("seg_hash", np.uint64),
+            seg_names=[name for names in values("seg_names") for name in names],
+            chunk_start=ragged("chunk_start", np.int32),
+            chunk_end=ragged("chunk_end", np.int32),
+            chunk_msg=ragged("chunk_msg", np.int32),
+            chunk_hash=ragged("chunk_hash", np.uint64),
+            chunk_chars=ragged("chunk_chars", np.int32),
+        )
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[TraceRow]) -> RowColumns:
+        """The columns of ``rows`` (tests compare both ways of adding rows with it)."""
+
+        def ints(name: str) -> np.ndarray:
+            return np.fromiter((int(getattr(r, name)) for r in rows), dtype=np.int64, count=len(rows))
+
+        def ragged(name: str, dtype: type) -> Ragged:
+            parts: list[np.ndarray] = [np.asarray(getattr(r, name), dtype=dtype) for r in rows]
+            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum([p.shape[0] for p in parts], out=offsets[1:])
+            return Ragged(offsets, np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
+
+        return cls(
+            n=len(rows),
+            index=ints("index"),
+            time=np.fromiter((0.0 if r.time is None else float(r.time) for r in rows), np.float64, len(rows)),
+            has_time=np.fromiter((r.time is not None for r in rows), bool, len(rows)),
+            source=Labels.of([r.source for r in rows]),
+            line=ints("line"),
+            namespace=Labels.of([r.namespace for r in rows]),
+            model=Labels.of([r.model for r in rows]),
+            format=Labels.of([r.format for r in rows]),
+            tenant=Labels.of([r.tenant for r in rows]),
+            prompt_tokens=ints("prompt_tokens"),
+            output_tokens=ints("output_tokens"),
+            token_scale=ints("token_scale"),
+            units=ints("units"),
+            keys_units=ints("keys_units"),
+            exact=np.fromiter((bool(r.exact) for r in rows), bool, len(rows)),
+            cached=np.fromiter(
+                (-1 if r.logged_cached_tokens is None else int(r.logged_cached_tokens) for r in rows),
+                np.int64,
+                len(rows),
+            ),
+            block_keys=ragged("block_keys", np.uint64),
+            seg_kind=ragged("seg_kind", np.int8),
+            seg_start=ragged("seg_start", np.int32),
+            seg_end=ragged("seg_end", np.int32),
+            seg_index=ragged("seg_index", np.int32),
+            seg_hash=ragged("seg_hash", np.uint64),
+            seg_names=[name for r in rows for name in r.seg_names],
+            chunk_start=ragged("chunk_start", np.int32),
+            chunk_end=ragged("chunk_end", np.int32),
+            chunk_msg=ragged("chunk_msg", np.int32),
+            chunk_hash=ragged("chunk_hash", np.uint64),
+            chunk_chars=ragged("chunk_chars", np.int32),
+        )
+
+
+def _labels(arr: Any) -> Labels:
+    """An Arrow string column (dictionary-encoded or not, nulls as None) as :class:`Labels`."""
+    if not hasattr(arr, "dictionary"):
+        arr = arr.dictionary_encode()
+    values: list[str | None] = arr.dictionary.to_pylist()
+    indices = arr.indices
+    if indices.null_count:
+        indices = indices.fill_null(len(values))
+        values.append(None)
+    return Labels(np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64), values)
+
+
+def _ragged(arr: Any, dtype: Any) -> Ragged:
+    """An Arrow list column (a slice of one, too) as :class:`Ragged`."""
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=dtype)
+    return Ragged(offsets - offsets[0], values[offsets[0] : offsets[-1]])
+
+
+def _ints(arr: Any, fill: int = 0) -> np.ndarray:
+    if arr.null_count:
+        arr = arr.fill_null(fill)
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
