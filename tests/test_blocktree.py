@@ -82,7 +82,7 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
     from unittest import mock
 
     import prefixplan.core.twice as twice
-    import prefixplan.trace.blocks as blocks_mod
+    import prefixplan.trace.blockids as blockids_mod
 
     gran = engine_granularity("custom", block)
     built = []
@@ -100,9 +100,9 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
             builder.add(SimRequest(time=t, namespace=ns, tokens=toks, index=i))
         with (
             mock.patch.object(twice, "slot_bits", lambda _n: bits),
-            mock.patch.object(blocks_mod, "ASSIGN_WINDOW", window),
-            mock.patch.object(blocks_mod, "INDEX_BUDGET", 1 << 40 if parts_bits == 0 else 0),
-            mock.patch.object(blocks_mod, "MAX_INDEX_BITS", parts_bits),
+            mock.patch.object(blockids_mod, "ASSIGN_WINDOW", window),
+            mock.patch.object(blockids_mod, "INDEX_BUDGET", 1 << 40 if parts_bits == 0 else 0),
+            mock.patch.object(blockids_mod, "MAX_INDEX_BITS", parts_bits),
         ):
             built.append(builder.finish())
         assert built[-1].index._index.bits == parts_bits
