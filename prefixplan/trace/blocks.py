@@ -372,12 +372,7 @@ class TraceBuilder:
             raise UsageError(f"request {req.index} has neither tokens nor block keys")
         ku = max(1, int(req.keys_units))
         if bu % ku:
-            raise UsageError(
-                f"the trace has block keys every {ku * scale} tokens; blocks of {bu * scale} tokens cannot be "
-                "cut from them",
-                hint=f"simulate with a block size that is a multiple of {ku * scale}, or write the trace at the "
-                "finer granularity (--granularity / --block-size when writing it)",
-            )
+            raise _coarser_keys(ku * scale, bu * scale)
         step = bu // ku
         keys = np.asarray(req.block_keys, dtype=np.uint64)[step - 1 :: step]
         if self.observer is None:
@@ -435,12 +430,7 @@ class TraceBuilder:
         bad = np.flatnonzero(bu % ku)
         if bad.shape[0]:
             i = int(bad[0])
-            raise UsageError(
-                f"the trace has block keys every {int(ku[i] * scale[i])} tokens; blocks of {int(btok[i])} tokens "
-                "cannot be cut from them",
-                hint=f"simulate with a block size that is a multiple of {int(ku[i] * scale[i])}, or write the "
-                "trace at the finer granularity (--granularity / --block-size when writing it)",
-            )
+            raise _coarser_keys(int(ku[i] * scale[i]), int(btok[i]))
         step = bu // ku
         lengths = cols.block_keys.lengths
         n_real = cols.prompt_tokens
@@ -550,6 +540,16 @@ class TraceBuilder:
         del end, known, start, attach
         trace.drop_resident()
         return trace
+
+
+def _coarser_keys(key_tokens: int, block_tokens: int) -> UsageError:
+    """The error for trace keys every ``key_tokens`` tokens, which blocks of ``block_tokens``
+    cannot be cut from."""
+    return UsageError(
+        f"the trace has block keys every {key_tokens} tokens; blocks of {block_tokens} tokens cannot be cut from them",
+        hint=f"simulate with a block size that is a multiple of {key_tokens}, or write the trace at the "
+        "finer granularity (--granularity / --block-size when writing it)",
+    )
 
 
 def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:

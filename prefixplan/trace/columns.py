@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan.errors import InputError
-from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.rows import TraceRow, pack_rows
 
 ARROW_FIELDS = (
     "index",
@@ -56,6 +56,24 @@ ARROW_FIELDS = (
 reads."""
 
 
+_INT_FIELDS = ("index", "line", "prompt_tokens", "output_tokens", "token_scale", "units", "keys_units")
+_LABEL_FIELDS = ("source", "namespace", "model", "format", "tenant")
+RAGGED_FIELDS: dict[str, type] = {
+    "block_keys": np.uint64,
+    "seg_kind": np.int8,
+    "seg_start": np.int32,
+    "seg_end": np.int32,
+    "seg_index": np.int32,
+    "seg_hash": np.uint64,
+    "chunk_start": np.int32,
+    "chunk_end": np.int32,
+    "chunk_msg": np.int32,
+    "chunk_hash": np.uint64,
+    "chunk_chars": np.int32,
+}
+"""The list fields of :class:`RowColumns` and their dtypes."""
+
+
 @dataclass(frozen=True, slots=True)
 class Ragged:
     """One list field of a batch: row ``i``'s values are ``values[offsets[i]:offsets[i + 1]]``."""
@@ -68,6 +86,7 @@ class Ragged:
         return np.diff(self.offsets)
 
     def row(self, i: int) -> np.ndarray:
+        """Row ``i``'s values."""
         return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
 
@@ -127,45 +146,40 @@ class RowColumns:
     chunk_chars: Ragged
 
     @classmethod
+    def _assemble(
+        cls,
+        n: int,
+        ints: Callable[[str], np.ndarray],
+        labels: Callable[[str], Labels],
+        ragged: Callable[[str, type], Ragged],
+        **rest: Any,
+    ) -> RowColumns:
+        """The columns of ``n`` rows from a source's readers of int, string and list fields
+        (``rest``: the fields each source reads its own way)."""
+        fields: dict[str, Any] = {name: ints(name) for name in _INT_FIELDS}
+        fields.update({name: labels(name) for name in _LABEL_FIELDS})
+        fields.update({name: ragged(name, dtype) for name, dtype in RAGGED_FIELDS.items()})
+        return cls(n=n, **fields, **rest)
+
+    @classmethod
     def of_arrow(cls, batch: Any) -> RowColumns:
         """One Arrow record batch of a trace file (at least :data:`ARROW_FIELDS`)."""
         col = batch.column
         time = col("time")
         names = col("seg_name")
-        seg_kind = _ragged(col("seg_kind"), np.int8)
         flat_names = names.flatten().to_pylist()
-        if len(flat_names) != seg_kind.values.shape[0] or names.null_count:
+        if len(flat_names) != len(col("seg_kind").flatten()) or names.null_count:
             raise InputError("segment names and kinds differ in number: a damaged trace")
-        return cls(
-            n=batch.num_rows,
-            index=_ints(col("index")),
+        return cls._assemble(
+            batch.num_rows,
+            lambda name: arrow_ints(col(name)),
+            lambda name: _labels(col(name)),
+            lambda name, dtype: arrow_ragged(col(name), dtype),
             time=np.asarray(time.fill_null(0.0).to_numpy(zero_copy_only=False), dtype=np.float64),
             has_time=np.asarray(time.is_valid().to_numpy(zero_copy_only=False), dtype=bool),
-            source=_labels(col("source")),
-            line=_ints(col("line")),
-            namespace=_labels(col("namespace")),
-            model=_labels(col("model")),
-            format=_labels(col("format")),
-            tenant=_labels(col("tenant")),
-            prompt_tokens=_ints(col("prompt_tokens")),
-            output_tokens=_ints(col("output_tokens")),
-            token_scale=_ints(col("token_scale")),
-            units=_ints(col("units")),
-            keys_units=_ints(col("keys_units")),
             exact=np.asarray(col("exact").fill_null(False).to_numpy(zero_copy_only=False), dtype=bool),
-            cached=_ints(col("logged_cached_tokens"), -1),
-            block_keys=_ragged(col("block_keys"), np.uint64),
-            seg_kind=seg_kind,
-            seg_start=_ragged(col("seg_start"), np.int32),
-            seg_end=_ragged(col("seg_end"), np.int32),
-            seg_index=_ragged(col("seg_index"), np.int32),
-            seg_hash=_ragged(col("seg_hash"), np.uint64),
+            cached=arrow_ints(col("logged_cached_tokens"), -1),
             seg_names=flat_names,
-            chunk_start=_ragged(col("chunk_start"), np.int32),
-            chunk_end=_ragged(col("chunk_end"), np.int32),
-            chunk_msg=_ragged(col("chunk_msg"), np.int32),
-            chunk_hash=_ragged(col("chunk_hash"), np.uint64),
-            chunk_chars=_ragged(col("chunk_chars"), np.int32),
         )
 
     @classmethod
@@ -173,11 +187,9 @@ class RowColumns:
         """The columns of rows packed by :func:`~prefixplan.trace.rows.pack_rows` (what a render
         worker sends), without a row object in between."""
         n = int(packed["n"])
-        if not n:
-            return cls.of_rows([])
 
         def values(name: str) -> list[Any]:
-            kind, *data = packed[name]
+            kind, *data = packed.get(name, ("list", []))  # no rows: no fields
             if kind != "list":
                 raise ValueError(f"packed rows: {name} is not a list field")
             return data[0]
@@ -186,7 +198,7 @@ class RowColumns:
             return np.fromiter((none if v is None else int(v) for v in values(name)), dtype=np.int64, count=n)
 
         def ragged(name: str, dtype: type) -> Ragged:
-            kind, *data = packed[name]
+            kind, *data = packed.get(name, ("list", []))
             offsets = np.zeros(n + 1, dtype=np.int64)
             if kind == "flat":
                 flat, lengths = data
@@ -197,86 +209,22 @@ class RowColumns:
             return Ragged(offsets, np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
 
         times = values("time")
-        return cls(
-            n=n,
-            index=ints("index"),
+        return cls._assemble(
+            n,
+            ints,
+            lambda name: Labels.of(values(name)),
+            ragged,
             time=np.fromiter((0.0 if t is None else float(t) for t in times), np.float64, n),
             has_time=np.fromiter((t is not None for t in times), bool, n),
-            source=Labels.of(values("source")),
-            line=ints("line"),
-            namespace=Labels.of(values("namespace")),
-            model=Labels.of(values("model")),
-            format=Labels.of(values("format")),
-            tenant=Labels.of(values("tenant")),
-            prompt_tokens=ints("prompt_tokens"),
-            output_tokens=ints("output_tokens"),
-            token_scale=ints("token_scale"),
-            units=ints("units"),
-            keys_units=ints("keys_units"),
             exact=np.fromiter((bool(v) for v in values("exact")), bool, n),
             cached=ints("logged_cached_tokens", -1),
-            block_keys=ragged("block_keys", np.uint64),
-            seg_kind=ragged("seg_kind", np.int8),
-            seg_start=ragged("seg_start", np.int32),
-            seg_end=ragged("seg_end", np.int32),
-            seg_index=ragged("seg_index", np.int32),
-            seg_hash=ragged("seg_hash", np.uint64),
             seg_names=[name for names in values("seg_names") for name in names],
-            chunk_start=ragged("chunk_start", np.int32),
-            chunk_end=ragged("chunk_end", np.int32),
-            chunk_msg=ragged("chunk_msg", np.int32),
-            chunk_hash=ragged("chunk_hash", np.uint64),
-            chunk_chars=ragged("chunk_chars", np.int32),
         )
 
     @classmethod
     def of_rows(cls, rows: Sequence[TraceRow]) -> RowColumns:
-        """The columns of ``rows`` (tests compare both ways of adding rows with it)."""
-
-        def ints(name: str) -> np.ndarray:
-            return np.fromiter((int(getattr(r, name)) for r in rows), dtype=np.int64, count=len(rows))
-
-        def ragged(name: str, dtype: type) -> Ragged:
-            parts: list[np.ndarray] = [np.asarray(getattr(r, name), dtype=dtype) for r in rows]
-            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum([p.shape[0] for p in parts], out=offsets[1:])
-            return Ragged(offsets, np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
-
-        return cls(
-            n=len(rows),
-            index=ints("index"),
-            time=np.fromiter((0.0 if r.time is None else float(r.time) for r in rows), np.float64, len(rows)),
-            has_time=np.fromiter((r.time is not None for r in rows), bool, len(rows)),
-            source=Labels.of([r.source for r in rows]),
-            line=ints("line"),
-            namespace=Labels.of([r.namespace for r in rows]),
-            model=Labels.of([r.model for r in rows]),
-            format=Labels.of([r.format for r in rows]),
-            tenant=Labels.of([r.tenant for r in rows]),
-            prompt_tokens=ints("prompt_tokens"),
-            output_tokens=ints("output_tokens"),
-            token_scale=ints("token_scale"),
-            units=ints("units"),
-            keys_units=ints("keys_units"),
-            exact=np.fromiter((bool(r.exact) for r in rows), bool, len(rows)),
-            cached=np.fromiter(
-                (-1 if r.logged_cached_tokens is None else int(r.logged_cached_tokens) for r in rows),
-                np.int64,
-                len(rows),
-            ),
-            block_keys=ragged("block_keys", np.uint64),
-            seg_kind=ragged("seg_kind", np.int8),
-            seg_start=ragged("seg_start", np.int32),
-            seg_end=ragged("seg_end", np.int32),
-            seg_index=ragged("seg_index", np.int32),
-            seg_hash=ragged("seg_hash", np.uint64),
-            seg_names=[name for r in rows for name in r.seg_names],
-            chunk_start=ragged("chunk_start", np.int32),
-            chunk_end=ragged("chunk_end", np.int32),
-            chunk_msg=ragged("chunk_msg", np.int32),
-            chunk_hash=ragged("chunk_hash", np.uint64),
-            chunk_chars=ragged("chunk_chars", np.int32),
-        )
+        """The columns of ``rows`` (a render job run in this process; tests)."""
+        return cls.of_packed(pack_rows(rows))
 
 
 def _labels(arr: Any) -> Labels:
@@ -291,14 +239,15 @@ def _labels(arr: Any) -> Labels:
     return Labels(np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64), values)
 
 
-def _ragged(arr: Any, dtype: Any) -> Ragged:
+def arrow_ragged(arr: Any, dtype: Any) -> Ragged:
     """An Arrow list column (a slice of one, too) as :class:`Ragged`."""
     offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
     values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=dtype)
     return Ragged(offsets - offsets[0], values[offsets[0] : offsets[-1]])
 
 
-def _ints(arr: Any, fill: int = 0) -> np.ndarray:
+def arrow_ints(arr: Any, fill: int = 0) -> np.ndarray:
+    """An Arrow integer column as int64 (nulls as ``fill``)."""
     if arr.null_count:
         arr = arr.fill_null(fill)
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.int64)

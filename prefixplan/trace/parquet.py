@@ -28,7 +28,7 @@ from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs.remote import filesystem, is_url, open_remote, shown, upload
 from prefixplan.render.stream import SourceOptions
-from prefixplan.trace.columns import ARROW_FIELDS, RowColumns
+from prefixplan.trace.columns import ARROW_FIELDS, RowColumns, arrow_ragged
 from prefixplan.trace.rows import TraceRow
 
 FORMAT = "prefixplan-trace"
@@ -400,13 +400,6 @@ class TraceFile:
                 raise InputError(f"{self.path}: {exc}", hint="write the trace again from its log") from None
 
 
-def _flat(arr: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, values) of a list column."""
-    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)
-    return offsets, np.asarray(values, dtype=dtype)
-
-
 def _odd_keys(name: str, keys: np.ndarray) -> None:
     if keys.size and not bool(np.all(keys & np.uint64(1))):
         # keys of the scheme are odd: an even one (0 marks an empty index slot) is damage
@@ -447,19 +440,18 @@ def batch_rows_of(batch: Any) -> Iterator[TraceRow]:
             "logged_cached_tokens",
         )
     }
-    flats = {name: _flat(cols[name], np.uint64) for name in _LISTS_U64}
+    flats = {name: arrow_ragged(cols[name], np.uint64) for name in _LISTS_U64}
     for name in ("block_keys", "boundary_keys"):
-        _odd_keys(name, flats[name][1])
-    flats.update({name: _flat(cols[name], np.int32) for name in _LISTS_I32})
-    flats["seg_kind"] = _flat(cols["seg_kind"], np.int8)
-    flats["breakpoints"] = _flat(cols["breakpoints"], np.int64)
-    flats["boundaries"] = _flat(cols["boundaries"], np.int64)
+        _odd_keys(name, flats[name].values)
+    flats.update({name: arrow_ragged(cols[name], np.int32) for name in _LISTS_I32})
+    flats["seg_kind"] = arrow_ragged(cols["seg_kind"], np.int8)
+    flats["breakpoints"] = arrow_ragged(cols["breakpoints"], np.int64)
+    flats["boundaries"] = arrow_ragged(cols["boundaries"], np.int64)
     names = cols["seg_name"].to_pylist()
     route = cols["route_units"].to_pylist()
 
     def part(name: str, i: int) -> np.ndarray:
-        off, val = flats[name]
-        return val[off[i] : off[i + 1]]
+        return flats[name].row(i)
 
     for i in range(n):
         yield TraceRow(
