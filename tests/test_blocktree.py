@@ -78,7 +78,8 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
     """Leaving blocks seen once out of the index (the twice-filter; 2**2 slots makes most single
     keys false positives, 2**16 almost none) gives the same block trace, and every prefix that
     two requests share still resolves to the same ids; so do keys and index kept on disk, key
-    counts read a few rows at a time, and the index built in 2, 4 or 8 parts (one pass each)."""
+    counts read a few rows at a time, passes over one to three arrivals at a time (later
+    batches bisect what earlier ones indexed), and the index built in 2, 4 or 8 parts."""
     from unittest import mock
 
     import prefixplan.core.twice as twice
@@ -86,14 +87,14 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
 
     gran = engine_granularity("custom", block)
     built = []
-    for singletons, spill, window, parts_bits in (
-        (True, 1 << 24, 1 << 16, 0),
-        (False, 1 << 24, 1 << 16, 0),
-        (False, 0, 1 << 16, 0),
-        (False, 0, 3, 0),
-        (False, 1 << 24, 1 << 16, 2),
-        (False, 0, 2, 3),
-        (True, 0, 1 << 16, 1),
+    for singletons, spill, window, parts_bits, batch in (
+        (True, 1 << 24, 1 << 16, 0, 512),
+        (False, 1 << 24, 1 << 16, 0, 512),
+        (False, 0, 1 << 16, 0, 1),
+        (False, 0, 3, 0, 2),
+        (False, 1 << 24, 1 << 16, 2, 3),
+        (False, 0, 2, 3, 1),
+        (True, 0, 1 << 16, 1, 2),
     ):
         builder = TraceBuilder(gran, index_singletons=singletons, spill_bytes=spill)
         for i, (t, ns, toks, _) in enumerate(stream):
@@ -103,6 +104,7 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
             mock.patch.object(blockids_mod, "ASSIGN_WINDOW", window),
             mock.patch.object(blockids_mod, "INDEX_BUDGET", 1 << 40 if parts_bits == 0 else 0),
             mock.patch.object(blockids_mod, "MAX_INDEX_BITS", parts_bits),
+            mock.patch.object(blockids_mod, "BATCH_ROWS", batch),
         ):
             built.append(builder.finish())
         assert built[-1].index._index.bits == parts_bits
