@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: render once, reuse everywhere (the block-hash trace), in one run.
 
-    python benchmarks/bench_trace.py [--requests 100000] [--skip-single] [--one-thread] [--sweep 1e6,1e7,1e8,1e9]
+    python benchmarks/bench_trace.py [--requests 100000] [--skip-single] [--one-thread] [--pair] [--sweep 1e6,1e7,1e8,1e9]
 
 The log is the pinned generated one (`python scripts/make_logs.py bench`, seed 7; with
 `--requests N` the same generator writes N requests to benchmarks/out/bench-N.jsonl.gz); it is
@@ -17,6 +17,10 @@ worker's too):
                 tokenizer's own thread pool still encodes a batch's new pieces on every core
   analyze 1thr  (--one-thread) the same with TOKENIZERS_PARALLELISM=false: one core
   analyze w=2   the same with --workers 2
+  pair          (--pair) what this machine gives two independent processes now: `analyze` of
+                the log's first 10,000 requests on one thread, alone and then two copies side by
+                side; 2 x alone / side by side is the most two workers can give over one core
+                (shared or hyper-threaded cores give less than 2)
   sim log       `simulate` from the log: a capacity sweep (--policies, default LRU; renders again)
   sim trace     the same sweep from the trace written by `analyze w=1` (no tokenizer)
 Ratios: analyze w=1 vs parse+hash, w=2 vs w=1 (and vs 1thr), sim trace vs sim log. Not run
@@ -33,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from pinned import OUT, QWEN3, ensure_qwen3, pinned_log, run_child
+from pinned import OUT, QWEN3, ensure_qwen3, log_slice, pinned_log, run_child, run_children
 
 
 def child_parse_hash(log: Path) -> dict:
@@ -113,6 +117,9 @@ def main() -> int:
     ap.add_argument("--skip-sim-log", action="store_true", help="skip simulate from the log")
     ap.add_argument("--skip-parse", action="store_true", help="skip the parse-and-hash limit")
     ap.add_argument("--one-thread", action="store_true", help="also analyze w=1 with the tokenizer on one thread")
+    ap.add_argument(
+        "--pair", action="store_true", help="also time two one-thread runs side by side (the box's own scaling)"
+    )
     ap.add_argument("--child")
     ap.add_argument("args", nargs="*")
     args = ap.parse_args()
@@ -139,6 +146,14 @@ def main() -> int:
         results["analyze 1thr"] = run_child(__file__, "analyze", str(log), "1", "-")
         del os.environ["TOKENIZERS_PARALLELISM"]
     results["analyze w=2"] = run_child(__file__, "analyze", str(log), "2", "-" if not args.skip_single else str(trace))
+    pair: tuple[float, float] | None = None
+    if args.pair:
+        part = log_slice(log, 10_000)
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        alone_s = run_child(__file__, "analyze", str(part), "1", "-")["seconds"]
+        side_by_side = run_children(__file__, [("analyze", str(part), "1", "-")] * 2)
+        del os.environ["TOKENIZERS_PARALLELISM"]
+        pair = (alone_s, max(r["seconds"] for r in side_by_side))
     if not args.skip_sim_log:
         results["sim log"] = run_child(__file__, "simulate", str(log), args.sweep, args.policies)
     results["sim trace"] = run_child(__file__, "simulate", str(trace), args.sweep, args.policies)
@@ -158,6 +173,15 @@ def main() -> int:
     ratio("analyze w=2", "analyze w=1", "analyze --workers 2 vs 1 (speed-up)")
     ratio("analyze w=2", "analyze 1thr", "analyze --workers 2 vs 1 on one thread (speed-up)")
     ratio("analyze w=1", "analyze 1thr", "analyze w=1: tokenizer thread pool vs one thread (speed-up)")
+    if pair is not None:
+        alone, both = pair
+        print(
+            f"this machine, two one-thread runs (10,000 requests) side by side vs one alone: {alone:.1f} s alone, "
+            f"{both:.1f} s side by side: {2 * alone / both:.2f}x the work in the same time"
+        )
+        if "analyze 1thr" in results:
+            w2 = results["analyze 1thr"]["seconds"] / results["analyze w=2"]["seconds"]
+            print(f"analyze --workers 2 vs one thread, as a share of that: {w2 / (2 * alone / both):.0%}")
     if "analyze w=1" in results and "parse+hash" in results:
         r, p = results["analyze w=1"], results["parse+hash"]
         print(

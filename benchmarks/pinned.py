@@ -35,9 +35,42 @@ def run_child(script: str, *args: str) -> dict:
     """Run ``script --child ARGS`` and return the JSON object its last output line holds. The
     child keeps compiled bytecode even where PYTHONDONTWRITEBYTECODE is set (else each process,
     and each render worker, compiles transformers from source again: seconds per process)."""
+    return run_children(script, [args])[0]
+
+
+def run_children(script: str, arg_sets: list[tuple[str, ...]]) -> list[dict]:
+    """:func:`run_child` for each of ``arg_sets``, all at once (side by side); their results in
+    that order."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    out = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True, env=env)
-    if out.returncode:
-        sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"child {args} failed ({out.returncode})")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, "--child", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for args in arg_sets
+    ]
+    results = []
+    for args, proc in zip(arg_sets, procs, strict=True):
+        stdout, stderr = proc.communicate()
+        if proc.returncode:
+            sys.stderr.write(stderr[-4000:])
+            raise SystemExit(f"child {args} failed ({proc.returncode})")
+        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    return results
+
+
+def log_slice(log: Path, lines: int) -> Path:
+    """The first ``lines`` lines of ``log``, written next to it once (gzip)."""
+    out = log.with_name(f"{log.name.removesuffix('.jsonl.gz')}-first{lines}.jsonl.gz")
+    if not out.is_file():
+        import gzip
+        import itertools
+
+        tmp = out.with_suffix(".tmp")
+        with gzip.open(log, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            dst.writelines(itertools.islice(src, lines))
+        tmp.replace(out)
+    return out
