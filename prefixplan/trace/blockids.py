@@ -297,7 +297,7 @@ class _PartKeys:
         edges = np.arange((1 << bits) + 1)
         for lo, hi, offset in _batches(lengths):
             batch = keys.gather(order[lo:hi])
-            part = key_parts(batch, bits)
+            part = key_parts(batch, bits).astype(np.uint16)  # a radix sort: MAX_INDEX_BITS <= 16
             by = np.argsort(part, kind="stable")  # each part's keys, in arrival order
             bounds = np.searchsorted(part[by], edges).tolist()
             out.spans.append((lo, hi, offset))
