@@ -3,21 +3,24 @@ brought, and ids for the rest, in arrival order (:func:`assign_ids`, for
 :meth:`~prefixplan.trace.blocks.TraceBuilder.finish`).
 
 Ids come from a :class:`~prefixplan.core.u64index.U64Index` (17 bytes per indexed block; past
-:data:`INDEX_BUDGET` built in parts by the keys' top bits, each part's keys first written to a
-file of its own) and the keys wait for the sort in a
+:data:`INDEX_BUDGET` built in parts by the keys' top bits, after one pass writes the keys grouped by part to a
+temporary file) and the keys wait for the sort in a
 :class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory budget.
 
-Lookups. The keys of a request that the index already holds are a prefix of its keys (chained
-keys: whoever brought a key brought the ones before it), so a pass finds that prefix by
+Lookups. The keys of a request that an index part already holds are a prefix of its keys in
+that part (chained keys: whoever brought a key brought the ones before it, and a pass indexes a
+request's keys of its part up to its first single one), so a pass finds that prefix by
 bisection, a few lookups per request, and looks at the keys after it one by one: most
 occurrences of a log's keys are in its shared prefixes (91% on the 100k benchmark log), and
-they are never looked up one at a time.
+they are never looked up one at a time. Keys must chain (each covers its parent's key and its
+own tokens), as the trace's own hashing makes them: keys that do not chain (a hand-made trace
+file) would be taken as known past their first difference.
 
 Blocks seen once. Most distinct blocks of a real log occur in one request only (the unique tail
 of each prompt: 64% of them on the 100k benchmark log). Such a block is never reused, so with
 ``filtered`` the pass counts the keys of each index part in a
-:class:`~prefixplan.core.twice.TwiceFilter` of that part's own (one more pass over the keys per
-part, so the filter, like the table, is a part's size: 2 x 8 MiB instead of 2 x 32 MiB for each
+:class:`~prefixplan.core.twice.TwiceFilter` of that part's own (filled from that part's keys
+alone, so the filter, like the table, is a part's size: 2 x 8 MiB instead of 2 x 32 MiB for each
 of the 1M-request benchmark log's 4 parts) and leaves a request's keys from its first
 certainly-single one onwards out of the index (chained keys: every later one is single too).
 They still get their ids, in the same order, so every result is the same; only lookups then
@@ -46,8 +49,10 @@ ASSIGN_WINDOW = 1 << 16
 """Rows whose key counts the id-assigning pass turns into Python values at a time."""
 INDEX_BUDGET = 64 * 2**20
 """Bytes of key index table in memory while ids are assigned: a larger index is built in parts
-(ranges of the keys' top bits), one pass over the keys each (:func:`assign_ids`)."""
+(ranges of the keys' top bits), each part reading its share of the keys grouped by
+part (:func:`assign_ids`)."""
 MAX_INDEX_BITS = 10
+"""At most ``2**10`` index parts (1024 x 64 MiB of table: about 5 billion indexed keys)."""
 BATCH_ROWS = 512
 BATCH_KEYS = 1 << 18
 """A pass over the keys takes consecutive arrivals a batch at a time: this many rows at most, or
@@ -134,11 +139,11 @@ def assign_ids(keys: RaggedU64, order: np.ndarray, lengths: np.ndarray, expected
             index = U64Index(capacity=part_capacity(expected, bits), id_dtype=occ_dtype)
             for lo, hi, offset, at, part_keys in by_part.batches(part):
                 _scan(lengths, lo, hi, offset, part_keys, at, index, twice, known, None)
-            by_part.close(part)
             del twice
             index.freeze(spill_budget=keys.budget >> bits)
             parts.append(index)
             drop_resident(known, lengths)
+        by_part.close()
         before = _keys_before(keys, order, lengths, known)
     drop_resident(known, before, lengths)
     # the per-row results go straight to file-backed arrays, one at a time
@@ -280,16 +285,18 @@ def _first_per_row(lengths: np.ndarray, owner: np.ndarray, pos: np.ndarray, pick
 
 
 class _PartKeys:
-    """Each index part's keys in arrival order, with their positions in their batch of rows
-    (:func:`_batches`), in temporary files of their own (a buffer of 1 MiB per column in
-    memory): written by one pass over every key, so each part's own passes read a
-    ``2**-bits`` share of them."""
+    """Every key in arrival order, each batch of rows (:func:`_batches`) with its keys grouped
+    by index part (in arrival order within a part) and their positions in the batch, in two
+    temporary files whatever the number of parts (1 MiB write buffers; 12 bytes a key on disk,
+    freed when the ids are given): written by one pass over the keys, after which a part's
+    passes read only that part's share of each batch, one positioned read a batch."""
 
     def __init__(self, parts: int) -> None:
-        self.keys = [SpillColumn(np.uint64, budget_bytes=0, buffer_bytes=1 << 20) for _ in range(parts)]
-        self.at = [SpillColumn(np.int32, budget_bytes=0, buffer_bytes=1 << 20) for _ in range(parts)]
-        self.counts = [array("q") for _ in range(parts)]
+        self.parts = parts
+        self.keys = SpillColumn(np.uint64, budget_bytes=0, buffer_bytes=1 << 20)
+        self.at = SpillColumn(np.int32, budget_bytes=0, buffer_bytes=1 << 20)
         self.spans: list[tuple[int, int, int]] = []
+        self._bounds = array("q")  # per batch: where each part's keys start, and where the batch ends
 
     @classmethod
     def of(cls, keys: RaggedU64, order: np.ndarray, lengths: np.ndarray, bits: int) -> _PartKeys:
@@ -299,39 +306,42 @@ class _PartKeys:
             batch = keys.gather(order[lo:hi])
             part = key_parts(batch, bits).astype(np.uint16)  # a radix sort: MAX_INDEX_BITS <= 16
             by = np.argsort(part, kind="stable")  # each part's keys, in arrival order
-            bounds = np.searchsorted(part[by], edges).tolist()
+            bounds = np.searchsorted(part[by], edges).astype(np.int64) + len(out.keys)
             out.spans.append((lo, hi, offset))
-            for p in range(1 << bits):
-                mine = by[bounds[p] : bounds[p + 1]]
-                out.keys[p].append(batch[mine])
-                out.at[p].append(mine)
-                out.counts[p].append(int(mine.shape[0]))
+            out._bounds.frombytes(bounds.tobytes())
+            out.keys.append(batch[by])
+            out.at.append(by)
         return out
 
+    def _ranges(self, part: int) -> Iterator[tuple[tuple[int, int, int], int, int]]:
+        """Each batch's span, and where its keys of ``part`` start and end in the files."""
+        bounds = np.frombuffer(self._bounds, dtype=np.int64).reshape(-1, self.parts + 1)
+        starts, ends = bounds[:, part].tolist(), bounds[:, part + 1].tolist()
+        return zip(self.spans, starts, ends, strict=True)
+
     def chunks(self, part: int) -> Iterator[np.ndarray]:
-        """The part's keys, :data:`COUNT_CHUNK` at a time."""
-        column = self.keys[part]
-        for start in range(0, len(column), COUNT_CHUNK):
-            yield column.read(start, start + COUNT_CHUNK)
+        """The part's keys, about :data:`COUNT_CHUNK` at a time."""
+        pieces: list[np.ndarray] = []
+        held = 0
+        for _, start, stop in self._ranges(part):
+            if stop > start:
+                pieces.append(self.keys.read(start, stop))
+                held += stop - start
+            if held >= COUNT_CHUNK:
+                yield np.concatenate(pieces)
+                pieces, held = [], 0
+        if pieces:
+            yield np.concatenate(pieces)
 
     def batches(self, part: int) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray]]:
         """``(lo, hi, offset, at, keys)`` of each batch with keys of the part."""
-        start = 0
-        for (lo, hi, offset), count in zip(self.spans, self.counts[part], strict=True):
-            if count:
-                stop = start + count
-                yield (
-                    lo,
-                    hi,
-                    offset,
-                    self.at[part].read(start, stop).astype(np.int64),
-                    self.keys[part].read(start, stop),
-                )
-                start = stop
+        for (lo, hi, offset), start, stop in self._ranges(part):
+            if stop > start:
+                yield lo, hi, offset, self.at.read(start, stop).astype(np.int64), self.keys.read(start, stop)
 
-    def close(self, part: int) -> None:
-        self.keys[part].close()
-        self.at[part].close()
+    def close(self) -> None:
+        self.keys.close()
+        self.at.close()
 
 
 def _keys_before(keys: RaggedU64, order: np.ndarray, lengths: np.ndarray, known: np.ndarray) -> np.ndarray:
