@@ -418,28 +418,8 @@ def batch_rows_of(batch: Any) -> Iterator[TraceRow]:
     """The rows of one record batch."""
     n = batch.num_rows
     cols = {name: batch.column(name) for name in batch.schema.names}
-    plain = {
-        name: cols[name].to_pylist()
-        for name in (
-            "index",
-            "time",
-            "source",
-            "line",
-            "namespace",
-            "model",
-            "format",
-            "tenant",
-            "prompt_tokens",
-            "output_tokens",
-            "token_scale",
-            "units",
-            "keys_units",
-            "gw_key",
-            "gw_key_tokens",
-            "exact",
-            "logged_cached_tokens",
-        )
-    }
+    is_list = _pyarrow().types.is_list
+    plain = {f.name: cols[f.name].to_pylist() for f in batch.schema if not is_list(f.type)}  # the scalar fields
     flats = {name: arrow_ragged(cols[name], np.uint64) for name in _LISTS_U64}
     for name in ("block_keys", "boundary_keys"):
         _odd_keys(name, flats[name].values)
