@@ -89,6 +89,7 @@ class FakeEngine:
     """A fake engine server on 127.0.0.1; use as a context manager (``with FakeEngine() as f``).
 
     fault: None | "http500" | "malformed" | "slow" | "ignore_max_tokens" | "echo_auth_500" | "cut_stream"
+           | "echo_auth_200" | "echo_auth_400" | "echo_auth_stream" (the Authorization header echoed back)
            | "flaky500" (first ``flaky`` completion calls fail with 500, then ok)
     token_prompts: False -> ``/v1/completions`` answers HTTP 400 to a token-id prompt (text only),
            as many generic OpenAI-compatible servers do.
@@ -345,6 +346,33 @@ class FakeEngine:
         except OSError:  # the client gave up: what the test wants
             pass
 
+    def _echo_auth(self, h: BaseHTTPRequestHandler, auth: str) -> None:
+        """A replica (or a proxy in front of it) that echoes the Authorization header it got: in a
+        200 answer and a header, in a 400, or in a stream that cuts the key across two writes."""
+        if self.fault == "echo_auth_stream":
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("X-Seen-Auth", auth)
+            h.end_headers()
+            text = json.dumps({"choices": [{"index": 0, "delta": {"content": "you sent " + auth}}]})
+            cut = text.index(auth) + len(auth) // 2
+            for piece in (f"data: {text[:cut]}".encode(), f"{text[cut:]}\n\n".encode(), b"data: [DONE]\n\n"):
+                h.wfile.write(piece)
+                h.wfile.flush()
+                time.sleep(0.05)  # separate reads on the proxy's side
+            return None
+        if self.fault == "echo_auth_400":
+            return self._send(h, 400, {"error": {"message": "unknown key " + auth, "type": "invalid_request_error"}})
+        answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "you sent " + auth}}]}
+        body = json.dumps(answer).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("X-Seen-Auth", auth)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+        return None
+
     def _complete(self, h: BaseHTTPRequestHandler, path: str, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
             self.completions += 1
@@ -357,6 +385,8 @@ class FakeEngine:
             return self._send(h, 500, {"error": "internal error"})
         if self.fault == "echo_auth_500":
             return self._send(h, 500, {"error": "rejected credentials " + headers.get("authorization", "")})
+        if self.fault in ("echo_auth_200", "echo_auth_400", "echo_auth_stream"):
+            return self._echo_auth(h, headers.get("authorization", ""))
         if self.fault == "malformed":
             return self._send(h, 200, "{not json", "application/json")
         if self.fault == "slow":

@@ -18,17 +18,17 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_gateway(config: Any, **app_kwargs: Any) -> Iterator[tuple[str, Any]]:
-    """Serve ``create_app(config)`` on 127.0.0.1; yields (base URL, the app)."""
+    """Serve ``create_app(config)`` on 127.0.0.1 with the gateway's own uvicorn settings; yields (base
+    URL, the app)."""
     import httpx
     import uvicorn
 
     from prefixplan.gateway.app import create_app
+    from prefixplan.gateway.serve import uvicorn_config
 
     app = create_app(config, **app_kwargs)
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
-    )
+    server = uvicorn.Server(uvicorn_config(app, config, host="127.0.0.1", port=port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

@@ -31,6 +31,7 @@ from prefixplan.gateway.prefix import (  # noqa: E402
     wire_hash,
 )
 from prefixplan.gateway.state import KeyVersion, SQLiteBackend  # noqa: E402
+from prefixplan.gateway.tenants import LOCK, OPEN_PRINCIPAL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -138,11 +139,11 @@ def test_unknown_conflict_and_backwards_versions(fleet) -> None:
         with pytest.raises(openai.ConflictError) as c2:  # a bare name: refused without --auto-version
             _chat(client, [edited, {"role": "user", "content": "x"}], key="bot")
         assert "--auto-version" in c2.value.body["message"]
-        r = _chat(client, [edited, {"role": "user", "content": "x"}], key="bot@v3")
-        assert r.headers["x-prefixplan-registered"] == "bot@v3 registered"
-        with pytest.raises(openai.ConflictError) as c3:
-            _chat(client, [edited, {"role": "user", "content": "x"}], key="bot@v2")
-        assert "versions only go forward" in c3.value.body["message"]
+        with pytest.raises(openai.ConflictError) as c3:  # versions grow by one: no skipping ahead
+            _chat(client, [edited, {"role": "user", "content": "x"}], key="bot@v3")
+        assert "versions grow by one and bot is at v1; send bot@v2" in c3.value.body["message"]
+        r = _chat(client, [edited, {"role": "user", "content": "x"}], key="bot@v2")
+        assert r.headers["x-prefixplan-registered"] == "bot@v2 registered"
         with pytest.raises(openai.BadRequestError) as bad:
             _chat(client, [{"role": "user", "content": "x"}], key="bot@3")
         assert bad.value.body["code"] == "invalid_prefix_key"
@@ -295,7 +296,7 @@ def test_a_locked_key_registered_with_other_content_refuses_the_start(tmp_path: 
     db = str(tmp_path / "gw.db")
     backend = SQLiteBackend(db)
     parts = (WirePart("system", "someone else's support-bot@v3"),)
-    backend.register(KeyVersion("support-bot", 3, wire_hash(parts), wire_hash(parts), parts))
+    backend.register(KeyVersion("support-bot", 3, wire_hash(parts), wire_hash(parts), parts, owner=LOCK))
     config = GatewayConfig(
         endpoints=(Endpoint("http://127.0.0.1:9", name="a"),),
         db=db,
@@ -308,18 +309,20 @@ def test_a_locked_key_registered_with_other_content_refuses_the_start(tmp_path: 
     backend.close()
 
 
-def test_a_version_the_store_holds_from_elsewhere_is_a_409(fleet) -> None:
+def test_gateway_keys_are_apart_from_the_repositorys_versions(fleet) -> None:
     from prefixplan.store import open_store
 
     config, _, _ = fleet
     with open_store(config.db) as store:  # e.g. registered by analyze: no parts the gateway could expand
         store.record_version("lineage", content_hash="pp1:sha256:" + "ab" * 32, kind="system", source="analysis")
     with running_gateway(config) as (url, _):
-        with pytest.raises(openai.ConflictError) as err:
-            _chat(_client(url), [SYSTEM, {"role": "user", "content": "x"}], key="lineage@v1")
-        assert "versions only go forward and lineage is at v1" in err.value.body["message"]
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.NotFoundError):  # an analysis' version is not a gateway key
             _chat(_client(url), [{"role": "user", "content": "x"}], key="lineage@v1")
+        r = _chat(_client(url), [SYSTEM, {"role": "user", "content": "x"}], key="lineage@v1")
+        assert r.headers["x-prefixplan-registered"] == "lineage@v1 registered"
+    with open_store(config.db) as store:  # the repository's row is untouched
+        (rec,) = store.versions("lineage")
+        assert rec.content_hash == "pp1:sha256:" + "ab" * 32 and rec.source == "analysis"
 
 
 class _FailingState(SQLiteBackend):
@@ -328,7 +331,7 @@ class _FailingState(SQLiteBackend):
     def get(self, *args, **kw):
         raise ConnectionError("Error 111 connecting to localhost:6379. Connection refused.")
 
-    last_version = register = warm = set_warm = get
+    last_version = register = warm = set_warm = name_count = get
 
 
 def test_a_failing_key_state_is_a_503_naming_the_store(tmp_path: Path) -> None:
@@ -338,14 +341,14 @@ def test_a_failing_key_state_is_a_503_naming_the_store(tmp_path: Path) -> None:
 
     keys = KeyService(_FailingState(str(tmp_path / "gw.db")))
     with pytest.raises(GatewayError) as err:
-        asyncio.run(keys.expand_target("support@v1"))
+        asyncio.run(keys.expand_target(OPEN_PRINCIPAL, "support@v1"))
     assert err.value.status == 503 and err.value.code == "state_unavailable"
     assert err.value.message == (
         "the gateway's key state (_FailingState) failed: ConnectionError: Error 111 connecting to localhost:6379. "
         "Connection refused."
     )
     with pytest.raises(GatewayError) as err:
-        asyncio.run(keys.check_or_register("support", [WirePart("system", "be brief")]))
+        asyncio.run(keys.check_or_register(OPEN_PRINCIPAL, "support", [WirePart("system", "be brief")]))
     assert err.value.status == 503
 
 

@@ -22,6 +22,7 @@ from prefixplan.engines.base import Endpoint  # noqa: E402
 from prefixplan.gateway.config import GatewayConfig  # noqa: E402
 from prefixplan.gateway.prefix import WirePart, wire_hash  # noqa: E402
 from prefixplan.gateway.state import KeyVersion  # noqa: E402
+from prefixplan.gateway.tenants import OPEN  # noqa: E402
 from prefixplan.simulation.router import RouterConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,9 +197,9 @@ def test_redis_registration_is_atomic(fresh_redis: str) -> None:
     parts = (WirePart("system", "v2"),)
     kv2, new = backends[0].register(KeyVersion("bot", 2, wire_hash(parts), wire_hash(parts), parts))
     assert new and kv2.status == "active"
-    old = backends[1].get("bot", 1)
+    old = backends[1].get(OPEN, "bot", 1)
     assert old is not None and old.status == "superseded" and old.retain_until is not None
-    assert backends[1].get("bot", None).version == 2 and backends[1].last_version("bot") == 2
+    assert backends[1].get(OPEN, "bot", None).version == 2 and backends[1].last_version(OPEN, "bot") == 2
     for b in backends:
         b.close()
 

@@ -41,7 +41,12 @@ def test_wal_and_migrations_recorded(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     rows = conn.execute("SELECT migration_set, name FROM _sqlite_migrations").fetchall()
-    assert rows == [("prefixplan", "001_initial"), ("prefixplan", "002_profiles"), ("prefixplan", "003_gateway")]
+    assert rows == [
+        ("prefixplan", "001_initial"),
+        ("prefixplan", "002_profiles"),
+        ("prefixplan", "003_gateway"),
+        ("prefixplan", "004_gateway_owners"),
+    ]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"prefixes", "versions", "analyses", "analysis_candidates", "warm_runs"} <= tables
 

@@ -72,7 +72,7 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
     import sqlite3
 
     conn = sqlite3.connect(db)
-    assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 3  # each migration once
+    assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 4  # each migration once
     assert conn.execute("SELECT count(*) FROM versions WHERE name = 'shared'").fetchone()[0] == 4 * PER_PROC
 
 

@@ -34,19 +34,28 @@ def gateway(
     max_body_bytes: o.MaxBodyBytes = 8 * 1024 * 1024,
     client_key_hash: o.ClientKeyHash = None,
     client_keys_env: o.ClientKeysEnv = None,
+    tenants: o.Tenants = None,
+    metrics_token_env: o.MetricsTokenEnv = None,
+    header_timeout: o.HeaderTimeout = 10.0,
+    body_timeout: o.BodyTimeout = 30.0,
+    max_uploads: o.MaxUploads = 64,
     log_prompts: o.LogPrompts = False,
 ) -> None:
     """Serve an OpenAI-compatible API in front of the replicas: prefix_key expansion and
-    registration, cache-aware routing, two-phase warming, /metrics."""
-    from prefixplan.gateway.serve import run_gateway
+    registration per tenant, cache-aware routing, two-phase warming, /metrics."""
+    from prefixplan.gateway.config import GatewayConfig, client_key_hashes, metrics_token_hash
+    from prefixplan.gateway.serve import serve
+    from prefixplan.gateway.tenants import load_tenancy
+    from prefixplan.simulation.router import RouterConfig
+    from prefixplan.warming.source import endpoints_from_options
 
-    run_gateway(
-        endpoints=endpoint or [],
-        endpoints_file=str(endpoints_file) if endpoints_file else None,
-        api_key_env=api_key_env,
-        host=host,
-        port=port,
-        router=router or "cache-aware",
+    if recipes is None and Path("recipes").is_dir() and Path(lock or "prefixplan.lock").is_file():
+        recipes = Path("recipes")
+    config = GatewayConfig(
+        endpoints=tuple(
+            endpoints_from_options(endpoint or [], str(endpoints_file) if endpoints_file else None, api_key_env)
+        ),
+        router=RouterConfig(policy=router or "cache-aware"),
         recipes=str(recipes) if recipes else None,
         lock=str(lock) if lock else None,
         db=str(db) if db else None,
@@ -58,7 +67,12 @@ def gateway(
         timeout=timeout,
         retries=retries,
         max_body_bytes=max_body_bytes,
-        client_key_hashes=client_key_hash or [],
-        client_keys_env=client_keys_env,
+        client_key_hashes=client_key_hashes(client_key_hash or [], client_keys_env),
+        tenancy=load_tenancy(tenants) if tenants else None,
+        metrics_token_hash=metrics_token_hash(metrics_token_env),
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_bodies_in_flight=max_uploads,
         log_prompts=log_prompts,
     )
+    serve(config, host=host, port=port, log_level="info")

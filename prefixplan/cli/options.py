@@ -231,6 +231,38 @@ ClientKeysEnv = Annotated[
         help="Environment variable holding accepted client API keys, comma-separated.",
     ),
 ]
+Tenants = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--tenants",
+        metavar="FILE",
+        help="Tenants file: client keys per tenant, who may register, cache salts, shared keys "
+        "(docs/gateway.md). Without it each client key is a tenant of its own.",
+    ),
+]
+MetricsTokenEnv = Annotated[
+    Optional[str],
+    typer.Option(
+        "--metrics-token-env",
+        metavar="VAR",
+        help="Environment variable holding the bearer token /metrics requires (default: /metrics is open).",
+    ),
+]
+HeaderTimeout = Annotated[
+    float,
+    typer.Option(
+        "--header-timeout", metavar="SECONDS", help="Seconds a connection may take to send a request's headers."
+    ),
+]
+BodyTimeout = Annotated[
+    float, typer.Option("--body-timeout", metavar="SECONDS", help="Seconds a request body may take to arrive (408).")
+]
+MaxUploads = Annotated[
+    int,
+    typer.Option(
+        "--max-uploads", metavar="N", help="Request bodies read at once; more are refused (503, Retry-After)."
+    ),
+]
 LogPrompts = Annotated[
     bool, typer.Option("--log-prompts", metavar="", help="Log request bodies (prompts are never logged otherwise).")
 ]

@@ -52,6 +52,9 @@ class EngineRequestError(EndpointError):
         self.status = status  # the HTTP status when kind == "http"
 
 
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate"})
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """One replica: its URL and how to talk to it. Holds the *name* of the key's env var only."""
@@ -165,6 +168,7 @@ class EngineAdapter:
         self.timeout = float(timeout)
         self._model = model
         self._block_size_override = block_size
+        self.body_fields: dict[str, Any] = {}  # added to every generation request (cache_salt)
         self._secret = endpoint.api_key()
         self._secret_forms = secret_forms(self._secret)
         headers = dict(endpoint.headers)
@@ -291,12 +295,20 @@ class EngineAdapter:
         import httpx
 
         deadline = self._deadline()
+        body = self._with_fields(path, body)
         try:
             with self._client.stream(method, path, json=body) as resp:
                 self._check_status(resp, path)
                 return self._read_body(resp, path, deadline)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path) from None
+
+    def _with_fields(self, path: str, body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """``body`` with :attr:`body_fields` when ``path`` generates (the engine's cache salt
+        applies to what is computed, not to ``/tokenize``)."""
+        if not self.body_fields or body is None or path not in GENERATION_PATHS:
+            return body
+        return {**body, **self.body_fields}
 
     def request_json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         """One request whose answer must be JSON; failures become :class:`EngineRequestError`.
@@ -341,6 +353,7 @@ class EngineAdapter:
         state = _Stream()
         t0 = self.clock()
         deadline = t0 + self.timeout
+        body = self._with_fields(path, body) or body
         try:
             with self._client.stream("POST", path, json=body) as resp:
                 self._check_status(resp, path)

@@ -2,15 +2,18 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /tokenize`` (expanded like
 a completion, answered by a replica's ``/tokenize``: shows the exact ids a keyed request becomes),
-``GET /v1/models``, ``GET /v1/prefix_keys/{key}`` (a version's fleet and per-replica warm state),
-``GET /metrics``, ``GET /healthz`` (the process answers), ``GET /readyz`` (start-up done and a
-replica answered). Client keys, when configured, are required on every route but the health
-checks and ``/metrics``.
+``GET /v1/models``, ``GET /v1/prefix_keys/{key}`` (a version's fleet and per-replica warm state, of
+the caller's own, shared or locked keys), ``GET /metrics`` (open, or behind its own token),
+``GET /healthz`` (the process answers), ``GET /readyz`` (start-up done and a replica answered).
+Client keys, when configured, are required on every route but the health checks and ``/metrics``;
+each request acts for the tenant of its key (:mod:`prefixplan.gateway.tenants`).
 
-At start the gateway opens its state (SQLite store or Redis), registers the keys locked in the
-repository (``--recipes`` with ``--lock``: a recipe whose content differs from its lock entry is
-refused, as ``prefixplan check`` would), and warms every registered key that is not ready yet.
-Per-key counters are flushed to the store every ``stats_interval_s`` and at shutdown.
+At start the gateway opens its state (SQLite store or Redis), adopts its epoch
+(:mod:`prefixplan.gateway.ledger`), registers the keys locked in the repository (``--recipes``
+with ``--lock``: a recipe whose content differs from its lock entry is refused, as ``prefixplan
+check`` would), and warms every registered key that is not ready yet. Per-key counters are flushed
+to the store every ``stats_interval_s`` and at shutdown; the state's epoch is checked every
+``state_refresh_s``.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from prefixplan.gateway.bodies import BodyReader
 from prefixplan.gateway.config import GatewayConfig
 from prefixplan.gateway.keys import GatewayError, KeyService
+from prefixplan.gateway.ledger import Ledger, StateWatch
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.proxy import Proxy, error_response
-from prefixplan.gateway.state import Backend, KeyVersion
+from prefixplan.gateway.state import Backend, KeyVersion, SQLiteBackend
+from prefixplan.gateway.tenants import LOCK, Principal
 from prefixplan.gateway.upstream import Upstreams
 from prefixplan.gateway.warm import ReadyView, Warmer, warm_version
 from prefixplan.simulation.router import Router
@@ -39,7 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from starlette.responses import Response
 
 log = logging.getLogger("prefixplan.gateway")
-OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 def open_backend(config: GatewayConfig, clock: Callable[[], float] | None = None) -> Backend:
@@ -94,6 +99,7 @@ def locked_versions(config: GatewayConfig) -> list[KeyVersion]:
                 render=recipe.render,
                 retain_seconds=recipe.retain,
                 source="recipe",
+                owner=LOCK,
             )
         )
     if problems:
@@ -107,11 +113,23 @@ class Gateway:
     def __init__(self, config: GatewayConfig, backend: Backend, warm_fn: Callable[..., dict[str, str]] | None) -> None:
         self.config = config
         self.backend = backend
+        self.tenancy = config.tenants
         self.metrics = GatewayMetrics()
         self.router = Router(len(config.endpoints), config.router)
         labels = [e.label for e in config.endpoints]
         self.ready = ReadyView(backend, self.router, labels, config.state_refresh_s)
-        self.keys = KeyService(backend, auto_version=config.auto_version, retain_seconds=config.retain_seconds)
+        mirror = None if isinstance(backend, SQLiteBackend) else SQLiteBackend(config.db)
+        self.ledger = Ledger(mirror)
+        where = "key state (" + ("the store" if mirror is None else str(getattr(backend, "url", "Redis"))) + ")"
+        self.watch = StateWatch(backend, self.ledger, metrics=self.metrics, on_reset=self._state_reset, where=where)
+        self.keys = KeyService(
+            backend,
+            tenancy=self.tenancy,
+            auto_version=config.auto_version,
+            retain_seconds=config.retain_seconds,
+            ledger=self.ledger,
+            watch=self.watch,
+        )
         options = WarmOptions(timeout=min(config.timeout, 120.0), model=config.model, concurrency=len(labels))
         self.warmer = (
             Warmer(
@@ -122,11 +140,18 @@ class Gateway:
                 db=None if config.state else config.db,
                 on_done=self._warmed,
                 warm_fn=warm_fn or warm_version,
+                salt_of=self.tenancy.salt_of,
+                salt_field=self.tenancy.salt_field,
             )
             if config.warm
             else None
         )
         self.upstreams = Upstreams(config.endpoints, timeout=config.timeout)
+        bodies = BodyReader(
+            max_bytes=config.max_body_bytes,
+            timeout_s=config.body_timeout_s,
+            max_in_flight=config.max_bodies_in_flight,
+        )
         self.proxy = Proxy(
             self.upstreams,
             self.router,
@@ -134,18 +159,33 @@ class Gateway:
             self.metrics,
             self.ready,
             self.warmer,
+            bodies=bodies,
+            tenancy=self.tenancy,
             retries=config.retries,
-            max_body_bytes=config.max_body_bytes,
             log_prompts=config.log_prompts,
         )
         self.started = False
+        self.tasks: list[asyncio.Task[None]] = []
 
     def _warmed(self, key: str, states: dict[str, str]) -> None:
         self.ready.apply(key, states)
         self.metrics.keys_ready.labels(key).set(1 if self.ready.status.get(key) == "ready" else 0)
 
+    def _state_reset(self, versions: list[KeyVersion]) -> None:
+        """The state was lost and healed: forget what was read from it and warm the active keys again
+        (their warm states went with it)."""
+        self.keys.forget()
+        self.ready.reset()
+        if self.warmer is not None:
+            for kv in versions:
+                if kv.status == "active":
+                    self.warmer.schedule(kv)
+
     async def start(self) -> None:
-        for kv in locked_versions(self.config):
+        await self.watch.start()
+        locked = locked_versions(self.config)
+        self.keys.locked = frozenset(kv.name for kv in locked)
+        for kv in locked:
             stored, _ = await asyncio.to_thread(self.backend.register, kv)
             if stored.content_hash != kv.content_hash:
                 from prefixplan.errors import KeyConflictError
@@ -155,8 +195,9 @@ class Gateway:
                     f"{kv.content_hash}",
                     hint=f"bump the version of {kv.name} in its recipe and run prefixplan lock",
                 )
-            states = await asyncio.to_thread(self.backend.warm, stored.key)
-            self.ready.apply(stored.key, states)
+            await asyncio.to_thread(self.ledger.note, stored)
+            states = await asyncio.to_thread(self.backend.warm, stored.label)
+            self.ready.apply(stored.label, states)
             if states.get("*") != "ready" and self.warmer is not None:
                 self.warmer.schedule(stored)
         self.started = True
@@ -165,8 +206,6 @@ class Gateway:
         rows = self.metrics.take_pending()
         if not rows:
             return
-        from prefixplan.gateway.state import SQLiteBackend
-
         await asyncio.to_thread(self.backend.add_stats, rows)
         if not isinstance(self.backend, SQLiteBackend):  # Redis shares them; the local store keeps them for status
             from prefixplan.store import open_store
@@ -186,21 +225,34 @@ class Gateway:
                 log.warning("cannot write per-key statistics: %s", err)
 
     async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
         if self.warmer is not None:
-            for task in self.warmer.tasks.values():
-                task.cancel()
+            for wtask in self.warmer.tasks.values():
+                wtask.cancel()
         await self.flush_stats()
         await self.upstreams.aclose()
         self.backend.close()
+        if self.ledger.mirror is not None:
+            self.ledger.mirror.close()
+
+    def principal(self, request: Request) -> Principal | None:
+        """The tenant ``request`` acts for (None: no valid client key)."""
+        return self.tenancy.principal(_bearer(request))
+
+    def metrics_allowed(self, request: Request) -> bool:
+        """``/metrics`` is open unless a token was configured (``--metrics-token-env``)."""
+        want = self.config.metrics_token_hash
+        if want is None:
+            return True
+        token = _bearer(request)
+        digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+        return token != "" and hmac.compare_digest(digest, want)
 
 
-def _authorized(request: Request, hashes: frozenset[str]) -> bool:
-    if not hashes or request.url.path in OPEN_PATHS:
-        return True
+def _bearer(request: Request) -> str:
     auth = request.headers.get("authorization", "")
-    token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-    digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
-    return token != "" and any(hmac.compare_digest(digest, h) for h in hashes)
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else ""
 
 
 def create_app(
@@ -224,43 +276,48 @@ def create_app(
         g = Gateway(config, backend or open_backend(config), warm_fn)
         holder["gateway"] = g
         await g.start()
-        task = asyncio.create_task(g.flusher())
+        g.tasks = [asyncio.create_task(g.flusher()), asyncio.create_task(g.watch.run(config.state_refresh_s))]
         try:
             yield
         finally:
-            task.cancel()
             await g.stop()
 
-    def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    def guarded(handler: Callable[[Request, Principal], Any]) -> Callable[[Request], Any]:
         async def run(request: Request) -> Response:
-            if not _authorized(request, config.client_key_hashes):
+            principal = gw().principal(request)
+            if principal is None:
                 err = GatewayError(401, "invalid_api_key", "missing or unknown API key (Authorization: Bearer KEY)")
                 err.err_type = "authentication_error"
                 return error_response(err)
-            return await handler(request)
+            try:
+                return await handler(request, principal)
+            except Exception:  # a bug must not show a traceback, nor leave the client without an answer
+                log.exception("unexpected error on %s", request.url.path)
+                err = GatewayError(500, "internal_error", "the gateway failed on this request (logged)", "server_error")
+                return error_response(err)
 
         return run
 
-    async def chat(request: Request) -> Response:
-        return await gw().proxy.completion(request, "/v1/chat/completions")
+    async def chat(request: Request, principal: Principal) -> Response:
+        return await gw().proxy.completion(request, "/v1/chat/completions", principal)
 
-    async def completions(request: Request) -> Response:
-        return await gw().proxy.completion(request, "/v1/completions")
+    async def completions(request: Request, principal: Principal) -> Response:
+        return await gw().proxy.completion(request, "/v1/completions", principal)
 
-    async def tokenize(request: Request) -> Response:
-        return await gw().proxy.completion(request, "/tokenize")
+    async def tokenize(request: Request, principal: Principal) -> Response:
+        return await gw().proxy.completion(request, "/tokenize", principal)
 
-    async def models(request: Request) -> Response:
+    async def models(request: Request, principal: Principal) -> Response:
         return await gw().proxy.get("/v1/models")
 
-    async def key_state(request: Request) -> Response:
+    async def key_state(request: Request, principal: Principal) -> Response:
         g = gw()
         try:
-            kv = await g.keys.expand_target(request.path_params["key"])
+            kv = await g.keys.expand_target(principal, request.path_params["key"])
         except GatewayError as err:
             return error_response(err)
-        states = await asyncio.to_thread(g.backend.warm, kv.key)
-        g.ready.apply(kv.key, states)
+        states = await asyncio.to_thread(g.backend.warm, kv.label)
+        g.ready.apply(kv.label, states)
         return JSONResponse(
             {
                 "key": kv.key,
@@ -274,7 +331,12 @@ def create_app(
         )
 
     async def metrics(request: Request) -> Response:
-        body, ctype = gw().metrics.render()
+        g = gw()
+        if not g.metrics_allowed(request):
+            err = GatewayError(401, "invalid_api_key", "/metrics needs its token (Authorization: Bearer TOKEN)")
+            err.err_type = "authentication_error"
+            return error_response(err)
+        body, ctype = g.metrics.render()
         return Response(body, media_type=ctype)
 
     async def healthz(request: Request) -> Response:

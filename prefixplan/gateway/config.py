@@ -1,13 +1,13 @@
-"""What ``prefixplan gateway`` is told: replicas, routing, keys, state, limits, client keys.
+"""What ``prefixplan gateway`` is told: replicas, routing, keys, state, limits, tenants.
 
 Client API keys are accepted as SHA-256 hashes (``--client-key-hash sha256:HEX``, safe to keep
 in configuration) or read from an environment variable (``--client-keys-env NAME``, comma
-separated) and hashed at start; the plain keys are never stored, printed or logged.
+separated) and hashed at start, or come with their tenants from a tenants file (``--tenants``,
+:mod:`prefixplan.gateway.tenants`); the plain keys are never stored, printed or logged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Sequence
@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import UsageError
+from prefixplan.gateway.tenants import Tenancy, hash_client_key, tenancy_from_keys
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS
 from prefixplan.simulation.router import RouterConfig
 
 _HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+__all__ = ["GatewayConfig", "client_key_hashes", "hash_client_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,11 @@ class GatewayConfig:
     retries: int = 2
     max_body_bytes: int = 8 * 1024 * 1024
     client_key_hashes: frozenset[str] = frozenset()
+    tenancy: Tenancy | None = None  # --tenants FILE (else each client key is its own tenant)
+    metrics_token_hash: str | None = None  # /metrics needs this bearer token (sha256) when set
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_bodies_in_flight: int = 64
     log_prompts: bool = False
     warm: bool = True  # warm new key versions in the background
     tokenizer: str | None = None  # renders prefixes for warming (default: vllm:<first replica>)
@@ -49,11 +56,31 @@ class GatewayConfig:
             raise UsageError("the gateway needs replicas", hint="pass --endpoints FILE or --endpoint URL")
         if self.retries < 0 or self.max_body_bytes < 1 or self.timeout <= 0:
             raise UsageError("--retries must be >= 0, --max-body-bytes >= 1 and --timeout > 0")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0 or self.max_bodies_in_flight < 1:
+            raise UsageError("--header-timeout and --body-timeout must be > 0, --max-uploads >= 1")
+        if self.tenancy is not None and self.client_key_hashes:
+            raise UsageError(
+                "--tenants names every client key: --client-key-hash / --client-keys-env cannot be added to it"
+            )
+
+    @property
+    def tenants(self) -> Tenancy:
+        """Who the clients are: the tenants file, or one tenant per client key (none: open)."""
+        return self.tenancy if self.tenancy is not None else tenancy_from_keys(self.client_key_hashes)
 
 
-def hash_client_key(key: str) -> str:
-    """``sha256:<hex>`` of a client API key (what ``--client-key-hash`` takes)."""
-    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+def metrics_token_hash(env: str | None) -> str | None:
+    """The hash of the ``/metrics`` bearer token held in environment variable ``env``.
+
+    Raises:
+        UsageError: ``env`` named but unset.
+    """
+    if not env:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise UsageError(f"environment variable {env} (--metrics-token-env) is not set or empty")
+    return hash_client_key(value)
 
 
 def client_key_hashes(hashes: Sequence[str] = (), env: str | None = None) -> frozenset[str]:

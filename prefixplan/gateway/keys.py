@@ -1,32 +1,59 @@
-"""The ``prefix_key`` rules: expand a key into its parts, or check / register a request's prefix.
+"""The ``prefix_key`` rules: expand a key into its parts, or check / register a request's prefix,
+always on behalf of a tenant (:class:`~prefixplan.gateway.tenants.Principal`).
+
+A name resolves, for a tenant, to the key locked in the repository when one has that name, else to
+the key another tenant shares under it, else to the tenant's own key: locked and shared names are
+read-only to everyone but their owner (the lock: only a new lock, i.e. CI, changes them), and a
+tenant never sees, expands or registers another tenant's private keys (their names answer 404,
+exactly as names nobody has).
 
 * A request with ``prefix_key`` and no system/tools of its own is *expanded*: the key's version
   (``name@vN``, or the active version of a bare ``name``) must exist (else 404) and not be past
   its retention (else 410).
 * A request with ``prefix_key`` and its own prefix is *checked*: its parts are hashed (pp1, as
-  recipes and ``lock`` hash theirs) and compared with the version's. Equal: served as is. A
-  ``name@vN`` not registered yet is registered (versions only go forward). Different content
-  under a registered ``name@vN`` is refused (409) with the parts that changed; under a bare
-  ``name`` it is refused too, unless ``--auto-version`` registers ``v(N+1)``.
+  recipes and ``lock`` hash theirs) and compared with the version's. Equal: served as is. A new
+  ``name@vN`` of the tenant's own is registered when N is one above the highest so far (versions
+  grow by one), if the tenant may register and has not reached its number of names. Different
+  content under a registered ``name@vN`` is refused (409) with the parts that changed (and where,
+  for the owner only); under a bare ``name`` it is refused too, unless ``--auto-version``
+  registers ``v(N+1)``. Different content under a read-only name is refused (403).
 
 Every check happens before the request is forwarded, never after. Errors are
-:class:`GatewayError`, which the app turns into OpenAI-style error bodies.
+:class:`GatewayError`, which the app turns into OpenAI-style error bodies; they quote at most
+:data:`SHOWN` characters of any value a client sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from prefixplan.errors import KeyConflictError, UsageError
+from prefixplan.errors import KeyConflictError
 from prefixplan.gateway.prefix import WirePart, comparable, diff_summary, wire_hash
-from prefixplan.gateway.state import Backend, KeyVersion
-from prefixplan.keys import DEFAULT_RETAIN_SECONDS, parse_key_ref
+from prefixplan.gateway.state import Backend, KeyVersion, StateLost
+from prefixplan.gateway.tenants import LOCK, Principal, Tenancy
+from prefixplan.keys import DEFAULT_RETAIN_SECONDS, MAX_VERSION, NAME_RE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prefixplan.gateway.ledger import Ledger, StateWatch
 
 T = TypeVar("T")
+SHOWN = 64
+"""Characters of a client's value an error message may quote."""
+CACHE_SIZE = 4096
+"""Lookups remembered (unknown names included): the memory a flood of made-up names can take."""
+DIFF_OFF_LOOP = 64 * 1024
+"""Prefixes larger than this (bytes of all parts) are compared in a worker thread."""
+
+
+def shown(value: object) -> str:
+    """``value`` quoted for an error message: at most :data:`SHOWN` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
 
 
 class GatewayError(Exception):
@@ -38,6 +65,7 @@ class GatewayError(Exception):
         self.code = code
         self.message = message
         self.err_type = err_type
+        self.headers: dict[str, str] = {}
 
     def body(self) -> dict[str, object]:
         return {"error": {"message": self.message, "type": self.err_type, "param": "prefix_key", "code": self.code}}
@@ -49,7 +77,7 @@ async def state_call(fn: Callable[..., T], *args: object) -> T:
     the store and the error, instead of a bare 500; a key conflict stays a conflict."""
     try:
         return await asyncio.to_thread(fn, *args)
-    except (GatewayError, KeyConflictError):
+    except (GatewayError, KeyConflictError, StateLost):
         raise
     except Exception as err:
         owner = getattr(fn, "__self__", None)
@@ -75,51 +103,115 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)) if ts is not None else "?"
 
 
+def _not_found(name: str, version: int | None) -> GatewayError:
+    what = f"{name}@v{version}" if version is not None else name
+    return GatewayError(
+        404,
+        "prefix_key_not_found",
+        f"prefix key {what} is not registered: send one request with prefix_key and the full prefix "
+        "(system messages and tools) to register it, or declare it in recipes/ and prefixplan.lock",
+    )
+
+
+def _size(parts: Sequence[WirePart]) -> int:
+    return sum(len(p.data) for p in parts)
+
+
 class KeyService:
     """The rules of the module docstring over a :class:`~prefixplan.gateway.state.Backend`.
 
-    Versions are cached for ``cache_s`` seconds (another gateway's registration is seen within
-    that time); backend calls run in a worker thread, off the event loop.
+    Lookups are cached for ``cache_s`` seconds (another gateway's registration is seen within that
+    time), at most :data:`CACHE_SIZE` of them; backend calls run in a worker thread, off the event
+    loop. ``locked`` holds the names of the keys locked in the repository.
     """
 
     def __init__(
         self,
         backend: Backend,
         *,
+        tenancy: Tenancy | None = None,
         auto_version: bool = False,
         retain_seconds: int = DEFAULT_RETAIN_SECONDS,
         clock: Callable[[], float] = time.time,
         cache_s: float = 1.0,
+        cache_size: int = CACHE_SIZE,
+        ledger: Ledger | None = None,
+        watch: StateWatch | None = None,
     ) -> None:
         self.backend = backend
+        self.tenancy = tenancy or Tenancy()
         self.auto_version = auto_version
         self.retain_seconds = retain_seconds
         self.clock = clock
         self.cache_s = cache_s
-        self._cache: dict[tuple[str, int | None], tuple[float, KeyVersion | None]] = {}
+        self.cache_size = cache_size
+        self.ledger = ledger
+        self.watch = watch
+        self.locked: frozenset[str] = frozenset()
+        self._cache: OrderedDict[tuple[str, str, int | None], tuple[float, KeyVersion | None]] = OrderedDict()
         self._lock = asyncio.Lock()
 
     def parse(self, ref: object) -> tuple[str, int | None]:
+        """``name`` or ``name@vN`` (400 otherwise, quoting at most :data:`SHOWN` characters)."""
         if not isinstance(ref, str):
             raise GatewayError(400, "invalid_prefix_key", "prefix_key must be a string: name or name@vN")
-        try:
-            return parse_key_ref(ref)
-        except UsageError as err:
+        text = ref.strip()
+        name, at, tail = text.partition("@")
+        version: int | None = None
+        if at:
+            digits = tail[1:]
+            if not (tail.startswith("v") and digits.isdigit() and digits[0] != "0" and len(digits) <= 9):
+                name = ""
+            else:
+                version = int(digits)
+        if not name or not NAME_RE.match(name) or (version is not None and not 1 <= version <= MAX_VERSION):
             raise GatewayError(
-                400, "invalid_prefix_key", f"{err}; expected name or name@vN, e.g. support-bot@v3"
-            ) from None
+                400,
+                "invalid_prefix_key",
+                f"invalid prefix_key {shown(ref)}: expected name or name@vN (letters, digits, '.', '_', '-'; "
+                "N from 1), e.g. support-bot@v3",
+            )
+        return name, version
 
-    async def lookup(self, name: str, version: int | None) -> KeyVersion | None:
+    def owner_of(self, principal: Principal, name: str) -> tuple[str, bool]:
+        """Whose ``name`` a tenant means, and whether it is read-only to the tenant."""
+        if name in self.locked:
+            return LOCK, principal.tenant != LOCK
+        sharer = self.tenancy.sharer(name)
+        if sharer is not None and sharer != principal.tenant:
+            return sharer, True
+        return principal.tenant, False
+
+    async def lookup(self, owner: str, name: str, version: int | None) -> KeyVersion | None:
         now = time.monotonic()
-        hit = self._cache.get((name, version))
+        ident = (owner, name, version)
+        hit = self._cache.get(ident)
         if hit is not None and now - hit[0] < self.cache_s:
             return hit[1]
-        kv = await state_call(self.backend.get, name, version)
-        self._cache[(name, version)] = (now, kv)
+        kv = await state_call(self.backend.get, owner, name, version)
+        if kv is None and self.watch is not None and self.ledger is not None:
+            # A name this gateway has seen is unknown: the state may have been lost. Heal, look again.
+            seen = await asyncio.to_thread(self.ledger.seen, owner, name)
+            if seen and await self.watch.check():
+                kv = await state_call(self.backend.get, owner, name, version)
+        self._cache[ident] = (now, kv)
+        self._cache.move_to_end(ident)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        if kv is not None:
+            await self._note(kv)
         return kv
 
-    def _forget(self, name: str) -> None:
-        for k in [k for k in self._cache if k[0] == name]:
+    async def _note(self, kv: KeyVersion) -> None:
+        if self.ledger is not None and not self.ledger.has(kv):
+            await asyncio.to_thread(self.ledger.note, kv)
+
+    def forget(self, owner: str | None = None, name: str | None = None) -> None:
+        """Drop cached lookups (of one name, or all)."""
+        if owner is None:
+            self._cache.clear()
+            return
+        for k in [k for k in self._cache if k[0] == owner and k[1] == name]:
             del self._cache[k]
 
     def _check_alive(self, kv: KeyVersion) -> None:
@@ -132,84 +224,172 @@ class KeyService:
                 "version with the full prefix",
             )
 
-    async def expand_target(self, ref: object) -> KeyVersion:
-        """The version a key-only request expands to (404 unknown, 410 expired)."""
+    async def expand_target(self, principal: Principal, ref: object) -> KeyVersion:
+        """The version a key-only request of ``principal`` expands to (404 unknown or not theirs,
+        410 expired)."""
         name, version = self.parse(ref)
-        kv = await self.lookup(name, version)
+        owner, _ = self.owner_of(principal, name)
+        kv = await self.lookup(owner, name, version)
         if kv is None:
-            what = f"{name}@v{version}" if version is not None else name
-            raise GatewayError(
-                404,
-                "prefix_key_not_found",
-                f"prefix key {what} is not registered: send one request with prefix_key and the full prefix "
-                "(system messages and tools) to register it, or declare it in recipes/ and prefixplan.lock",
-            )
+            raise _not_found(name, version)
         self._check_alive(kv)
         return kv
 
-    async def check_or_register(self, ref: object, parts: Sequence[WirePart], *, source: str = "gateway") -> Resolution:
-        """Compare a request's own prefix with the key's version, registering it when new."""
+    async def _diff(self, old: Sequence[WirePart], new: Sequence[WirePart], positions: bool) -> str:
+        if _size(old) + _size(new) > DIFF_OFF_LOOP or len(old) + len(new) > 256:
+            return await asyncio.to_thread(lambda: diff_summary(old, new, positions=positions))
+        return diff_summary(old, new, positions=positions)
+
+    async def _next(self, owner: str, name: str) -> int:
+        last = int(await state_call(self.backend.last_version, owner, name))
+        if self.ledger is not None:
+            last = max(last, await asyncio.to_thread(self.ledger.last, owner, name))
+        return last + 1
+
+    async def check_or_register(
+        self, principal: Principal, ref: object, parts: Sequence[WirePart], *, source: str = "gateway"
+    ) -> Resolution:
+        """Compare a request's own prefix with the key's version, registering it when new. A
+        registration refused because the state was lost heals the state and is tried once more."""
+        for attempt in (0, 1):
+            try:
+                return await self._check_or_register(principal, ref, parts, source)
+            except StateLost:
+                if self.watch is None or attempt:
+                    raise GatewayError(
+                        503,
+                        "state_reset",
+                        "the gateway's key state was lost and is being restored: send the request again",
+                        "server_error",
+                    ) from None
+                await self.watch.check()
+                self.forget()
+        raise AssertionError("unreachable")
+
+    async def _check_or_register(
+        self, principal: Principal, ref: object, parts: Sequence[WirePart], source: str
+    ) -> Resolution:
         name, version = self.parse(ref)
-        new_hash = wire_hash(parts)
+        owner, read_only = self.owner_of(principal, name)
+        new_hash = wire_hash(parts) if _size(parts) <= DIFF_OFF_LOOP else await asyncio.to_thread(wire_hash, parts)
         async with self._lock:  # one registration at a time in this gateway; the backend is atomic across them
-            kv = await self.lookup(name, version)
+            kv = await self.lookup(owner, name, version)
             if kv is not None:
                 self._check_alive(kv)
-                if wire_hash(comparable(kv.parts)) == new_hash:
+                if kv.wire_hash == new_hash or wire_hash(comparable(kv.parts)) == new_hash:
                     return Resolution(kv)
-                changed = diff_summary(comparable(kv.parts), parts)
-                if version is not None:
+            if read_only:
+                what = "locked in the repository" if owner == LOCK else "shared read-only by its owner"
+                changed = f" ({await self._diff(comparable(kv.parts), parts, False)})" if kv is not None else ""
+                raise GatewayError(
+                    403,
+                    "prefix_key_read_only",
+                    f"prefix key {name} is {what}: it cannot be registered or changed here{changed}; send it "
+                    "without system messages and tools to use it, or register your prefix under another name",
+                    "permission_error",
+                )
+            if not principal.register:
+                raise GatewayError(
+                    403,
+                    "registration_not_allowed",
+                    "this client may use prefix keys but not register them: send the key without system "
+                    "messages and tools, or ask the operator for the register right",
+                    "permission_error",
+                )
+            note = None
+            if kv is not None:
+                changed = await self._diff(comparable(kv.parts), parts, True)
+                nxt = await self._next(owner, name)
+                if version is not None or not self.auto_version:
+                    head = (
+                        f"prefix key {kv.key} is registered with other content"
+                        if version is not None
+                        else f"the active version {kv.key} of prefix key {name} has other content"
+                    )
+                    tail = "" if version is not None else " (or run the gateway with --auto-version)"
                     raise GatewayError(
                         409,
                         "prefix_key_conflict",
-                        f"prefix key {kv.key} is registered with other content ({changed}); a changed prefix needs "
-                        f"a new version: send {name}@v{await self._next(name)} with the full prefix",
+                        f"{head} ({changed}); a changed prefix needs a new version: send {name}@v{nxt} with "
+                        f"the full prefix{tail}",
                     )
-                if not self.auto_version:
-                    raise GatewayError(
-                        409,
-                        "prefix_key_conflict",
-                        f"the active version {kv.key} of prefix key {name} has other content ({changed}); send "
-                        f"{name}@v{await self._next(name)} with the full prefix to register it (or run the gateway "
-                        "with --auto-version)",
-                    )
-                version = await self._next(name)
+                version = nxt
                 note = f"{name}@v{version} registered: the prefix differs from {kv.key} ({changed}); --auto-version"
             else:
+                nxt = await self._next(owner, name)
                 if version is None:
-                    version = await self._next(name)
-                else:
-                    last = await state_call(self.backend.last_version, name)
-                    if version <= last:
-                        raise GatewayError(
-                            409,
-                            "prefix_key_conflict",
-                            f"{name}@v{version} cannot be registered: versions only go forward and {name} is at "
-                            f"v{last}; send {name}@v{last + 1}",
-                        )
-                note = f"{name}@v{version} registered"
-            candidate = KeyVersion(
-                name=name,
-                version=version,
-                content_hash=new_hash,
-                wire_hash=new_hash,
-                parts=tuple(parts),
-                retain_seconds=self.retain_seconds,
-                source=source,
-            )
-            try:
-                stored, created = await state_call(self.backend.register, candidate)
-            except KeyConflictError as err:  # the store holds name@vN from elsewhere (lock, analyze)
-                raise GatewayError(409, "prefix_key_conflict", f"{err}; {err.hint or 'bump the version'}") from None
-            self._forget(name)
-            if not created and stored.wire_hash != new_hash:  # another gateway registered it first
+                    version = nxt
+                elif version != nxt:
+                    raise GatewayError(
+                        409,
+                        "prefix_key_conflict",
+                        f"{name}@v{version} cannot be registered: versions grow by one and {name} is at "
+                        f"v{nxt - 1}; send {name}@v{nxt}",
+                    )
+                if nxt == 1 and await state_call(self.backend.name_count, owner) >= principal.max_keys:
+                    raise GatewayError(
+                        403,
+                        "prefix_key_limit",
+                        f"this tenant has {principal.max_keys} prefix key names, its limit: reuse a name "
+                        "(a new version of it) or ask the operator to raise max_keys",
+                        "permission_error",
+                    )
+            return await self._register(principal, owner, name, version, parts, new_hash, source, note)
+
+    async def _register(
+        self,
+        principal: Principal,
+        owner: str,
+        name: str,
+        version: int,
+        parts: Sequence[WirePart],
+        new_hash: str,
+        source: str,
+        note: str | None,
+    ) -> Resolution:
+        if self.ledger is not None:
+            known = await asyncio.to_thread(self.ledger.known, owner, name, version)
+            if known is not None and known.wire_hash != new_hash:
+                nxt = max(version, await asyncio.to_thread(self.ledger.last, owner, name)) + 1
                 raise GatewayError(
                     409,
                     "prefix_key_conflict",
-                    f"prefix key {stored.key} was just registered with other content "
-                    f"({diff_summary(comparable(stored.parts), parts)}); bump the version",
+                    f"{name}@v{version} was registered with other content before the key state was lost; "
+                    f"a version number keeps its content: send {name}@v{nxt}",
                 )
-            return Resolution(stored, registered=created, note=note if created else None)
-
-    async def _next(self, name: str) -> int:
-        return int(await state_call(self.backend.last_version, name)) + 1
+        candidate = KeyVersion(
+            name=name,
+            version=version,
+            content_hash=new_hash,
+            wire_hash=new_hash,
+            parts=tuple(parts),
+            retain_seconds=self.retain_seconds,
+            source=source,
+            owner=owner,
+        )
+        epoch = self.watch.epoch if self.watch is not None else None
+        entry = {
+            "ts": self.clock(),
+            "tenant": principal.tenant,
+            "client": principal.client,
+            "event": "registered",
+            "key": candidate.label,
+            "content_hash": new_hash,
+            "detail": source,
+        }
+        try:
+            stored, created = await state_call(self.backend.register, candidate, epoch, entry)
+        except KeyConflictError as err:
+            raise GatewayError(409, "prefix_key_conflict", f"{err}; {err.hint or 'bump the version'}") from None
+        self.forget(owner, name)
+        if not created and stored.wire_hash != new_hash:  # another gateway registered it first
+            raise GatewayError(
+                409,
+                "prefix_key_conflict",
+                f"prefix key {stored.key} was just registered with other content "
+                f"({await self._diff(comparable(stored.parts), parts, True)}); bump the version",
+            )
+        await self._note(stored)
+        return Resolution(
+            stored, registered=created, note=(note or f"{name}@v{version} registered") if created else None
+        )

@@ -14,7 +14,12 @@ name                                           type       labels
 ``prefixplan_gateway_upstream_errors_total``   counter    replica, kind (refused, timeout, http_5xx, http_429, stream_cut)
 ``prefixplan_gateway_key_events_total``        counter    event (registered, conflict, not_found, expired, state_unavailable, invalid)
 ``prefixplan_gateway_keys_ready``              gauge      key (1 ready, 0 not)
+``prefixplan_gateway_state_resets_total``      counter    (a lost key state found and healed)
 =============================================  =========  ==========================================
+
+``key`` is a version's label: ``name@vN`` for locked keys and on an open gateway, ``tenant/name@vN``
+for a tenant's keys, so the exposition names tenants and their keys; put ``/metrics`` behind a
+token (``--metrics-token-env``) where clients can reach the gateway's port.
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ class GatewayMetrics:
         )
         self.key_events = Counter("prefixplan_gateway_key_events", "prefix_key outcomes", ["event"], registry=r)
         self.keys_ready = Gauge("prefixplan_gateway_keys_ready", "1 when the key is ready", ["key"], registry=r)
+        self.state_resets = Counter(
+            "prefixplan_gateway_state_resets", "Key states found lost (wiped or replaced) and healed", registry=r
+        )
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self._pending: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0])
         self._lock = threading.Lock()

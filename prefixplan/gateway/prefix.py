@@ -95,33 +95,60 @@ def comparable(parts: Sequence[WirePart]) -> tuple[WirePart, ...]:
     return tuple(p for p in parts if p.kind != "document")
 
 
-def _label(parts: Sequence[WirePart], i: int) -> str:
-    kind = parts[i].kind
-    n = sum(1 for p in parts[:i] if p.kind == kind)
-    if kind == "tool":
-        try:
-            fn = json.loads(parts[i].data)
-            name = (fn.get("function") or fn).get("name") if isinstance(fn, dict) else None
-        except (ValueError, AttributeError):
-            name = None
-        return f"tool[{n}]" + (f" ({name})" if name else "")
-    return f"{kind}[{n}]" if kind != "system" or n else "system"
+MAX_CHANGES = 8
+"""How many changed parts a conflict message names (then "and N more")."""
 
 
-def diff_summary(old: Sequence[WirePart], new: Sequence[WirePart]) -> str:
-    """Which parts differ between a registered version and a request's prefix, in words."""
+def _labels(parts: Sequence[WirePart]) -> list[str]:
+    """``system``, ``system[1]``, ``tool[0] (lookup)``, ... for each part, in one pass."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in parts:
+        n = seen.get(p.kind, 0)
+        seen[p.kind] = n + 1
+        if p.kind == "tool":
+            try:
+                fn = json.loads(p.data) if len(p.data) <= 65536 else None
+                name = (fn.get("function") or fn).get("name") if isinstance(fn, dict) else None
+            except (ValueError, AttributeError):
+                name = None
+            shown = name[:40] if isinstance(name, str) else None
+            out.append(f"tool[{n}]" + (f" ({shown})" if shown else ""))
+        else:
+            out.append(f"{p.kind}[{n}]" if p.kind != "system" or n else "system")
+    return out
+
+
+def diff_summary(old: Sequence[WirePart], new: Sequence[WirePart], *, positions: bool = True) -> str:
+    """Which parts differ between a registered version and a request's prefix, in words; linear in
+    the parts' sizes. ``positions`` adds where a text changed (only for the key's owner: to anyone
+    else a character position is an oracle that recovers the text part by part)."""
     changes: list[str] = []
+    count = 0
+    old_labels: list[str] | None = None
+    new_labels: list[str] | None = None
     for i in range(max(len(old), len(new))):
+        if i < len(old) and i < len(new) and old[i].kind == new[i].kind and old[i].data == new[i].data:
+            continue
+        count += 1
+        if len(changes) >= MAX_CHANGES:
+            continue
+        if old_labels is None or new_labels is None:
+            old_labels, new_labels = _labels(old), _labels(new)
         if i >= len(old):
-            changes.append(f"{_label(new, i)} added")
+            changes.append(f"{new_labels[i]} added")
         elif i >= len(new):
-            changes.append(f"{_label(old, i)} removed")
+            changes.append(f"{old_labels[i]} removed")
         elif old[i].kind != new[i].kind:
-            changes.append(f"part {i} is {new[i].kind}, was {_label(old, i)}")
-        elif old[i].data != new[i].data:
+            changes.append(f"part {i} is {new[i].kind[:20]}, was {old_labels[i]}")
+        elif positions:
             a, b = old[i].data, new[i].data
             at = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-            changes.append(f"{_label(new, i)} changed at character {at} ({len(a)} -> {len(b)} characters)")
+            changes.append(f"{new_labels[i]} changed at character {at} ({len(a)} -> {len(b)} characters)")
+        else:
+            changes.append(f"{new_labels[i]} changed")
+    if count > len(changes):
+        changes.append(f"and {count - len(changes)} more")
     return "; ".join(changes) or "no part differs"
 
 

@@ -16,9 +16,11 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.core.routebytes import request_route_bytes, route_units
+from prefixplan.gateway.bodies import BodyReader
 from prefixplan.gateway.keys import GatewayError, KeyService
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.prefix import expand_chat, expand_completion, request_parts
+from prefixplan.gateway.tenants import Principal, Tenancy
 from prefixplan.gateway.upstream import StreamUsage, UpstreamFailure, Upstreams, response_headers, usage_of
 from prefixplan.gateway.warm import ReadyView, Warmer
 from prefixplan.simulation.router import Decision, Router
@@ -34,7 +36,7 @@ log = logging.getLogger("prefixplan.gateway")
 def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
     from starlette.responses import JSONResponse
 
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+    return JSONResponse(err.body(), status_code=err.status, headers={**(headers or {}), **err.headers})
 
 
 async def _disconnected(request: Request) -> None:
@@ -57,8 +59,9 @@ class Proxy:
         ready: ReadyView,
         warmer: Warmer | None,
         *,
+        bodies: BodyReader,
+        tenancy: Tenancy | None = None,
         retries: int = 2,
-        max_body_bytes: int = 8 * 1024 * 1024,
         log_prompts: bool = False,
     ) -> None:
         self.upstreams = upstreams
@@ -67,44 +70,34 @@ class Proxy:
         self.metrics = metrics
         self.ready = ready
         self.warmer = warmer
+        self.bodies = bodies
+        self.tenancy = tenancy or Tenancy()
         self.retries = retries
-        self.max_body_bytes = max_body_bytes
         self.log_prompts = log_prompts
         self.needs_units = router.config.policy != "round-robin"
 
     # -- reading ------------------------------------------------------------------------------------
-    async def read_json(self, request: Request) -> dict[str, Any]:
-        import orjson
-
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            raise GatewayError(413, "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise GatewayError(413, "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes")
-            chunks.append(chunk)
-        try:
-            body = orjson.loads(b"".join(chunks))
-        except orjson.JSONDecodeError as err:
-            raise GatewayError(400, "invalid_json", f"the request body is not JSON: {err}") from None
-        if not isinstance(body, dict):
-            raise GatewayError(400, "invalid_json", "the request body must be a JSON object")
-        return body
+    def salt(self, body: dict[str, Any], principal: Principal) -> None:
+        """Where any tenant is salted the gateway owns the salt field: the tenant's salt, or none
+        (a client must not pick another tenant's salt to read its cache)."""
+        if not self.tenancy.salted:
+            return
+        body.pop(self.tenancy.salt_field, None)
+        if principal.cache_salt:
+            body[self.tenancy.salt_field] = principal.cache_salt
 
     async def apply_key(
-        self, body: dict[str, Any], chat: bool, headers: dict[str, str]
+        self, body: dict[str, Any], chat: bool, headers: dict[str, str], principal: Principal
     ) -> tuple[dict[str, Any], str | None]:
-        """Expand or check ``prefix_key`` (module :mod:`prefixplan.gateway.keys`); the body to send
-        and the ``name@vN`` used."""
+        """Expand or check ``prefix_key`` for ``principal`` (module :mod:`prefixplan.gateway.keys`);
+        the body to send and the version's label (routing, metrics) used."""
         if "prefix_key" not in body:
             return body, None
         ref = body.pop("prefix_key")
         try:
             own = request_parts(body) if chat else None
             if own is None:
-                kv = await self.keys.expand_target(ref)
+                kv = await self.keys.expand_target(principal, ref)
                 if chat:
                     body = expand_chat(body, kv.parts)
                 elif isinstance(body.get("prompt"), str):
@@ -112,7 +105,7 @@ class Proxy:
                 else:
                     raise GatewayError(400, "invalid_prompt", "a keyed completion needs a text prompt")
             else:
-                res = await self.keys.check_or_register(ref, own)
+                res = await self.keys.check_or_register(principal, ref, own)
                 kv = res.version
                 if res.registered:
                     self.metrics.key_events.labels("registered").inc()
@@ -120,14 +113,14 @@ class Proxy:
                     if self.warmer is not None:
                         self.warmer.schedule(kv)
         except GatewayError as err:
-            event = {404: "not_found", 409: "conflict", 410: "expired", 503: "state_unavailable"}.get(
+            event = {403: "forbidden", 404: "not_found", 409: "conflict", 410: "expired", 503: "state_unavailable"}.get(
                 err.status, "invalid"
             )
             self.metrics.key_events.labels(event).inc()
             raise
         headers["x-prefixplan-key"] = kv.key
-        await self.ready.refresh(kv.key)
-        return body, kv.key
+        await self.ready.refresh(kv.label)
+        return body, kv.label
 
     def units(self, body: dict[str, Any]) -> list[int]:
         if not self.needs_units:
@@ -137,27 +130,30 @@ class Proxy:
         return route_units(request_route_bytes(messages, tools, body.get("prompt")))
 
     # -- the request --------------------------------------------------------------------------------
-    async def completion(self, request: Request, path: str) -> Response:
+    async def completion(self, request: Request, path: str, principal: Principal) -> Response:
         """``POST /v1/chat/completions`` and ``/v1/completions`` (and ``/tokenize``)."""
         import orjson
 
         headers: dict[str, str] = {}
         try:
-            body = await self.read_json(request)
+            body = await self.bodies.read(request)
             body, key = await self.apply_key(
-                body, chat="messages" in body or path.endswith("chat/completions"), headers=headers
+                body, chat="messages" in body or path.endswith("chat/completions"), headers=headers, principal=principal
             )
+            self.salt(body, principal)
+            stream = bool(body.get("stream")) and path != "/tokenize"
+            if stream:
+                opts = body.get("stream_options")
+                body["stream_options"] = (
+                    dict(opts, include_usage=True) if isinstance(opts, dict) else {"include_usage": True}
+                )
+            payload = orjson.dumps(body)
         except GatewayError as err:
             return error_response(err, headers)
-        stream = bool(body.get("stream")) and path != "/tokenize"
-        if stream:
-            opts = body.get("stream_options")
-            body["stream_options"] = (
-                dict(opts, include_usage=True) if isinstance(opts, dict) else {"include_usage": True}
-            )
+        except orjson.JSONEncodeError:
+            return error_response(GatewayError(400, "invalid_request", "the request nests too deeply to forward"))
         if self.log_prompts:
-            log.info("request %s key=%s body=%s", path, key, orjson.dumps(body).decode())
-        payload = orjson.dumps(body)
+            log.info("request %s key=%s body=%s", path, key, payload.decode())
         units = self.units(body)
         tried: set[int] = set()
         failures: list[str] = []
@@ -234,12 +230,18 @@ class Proxy:
             with contextlib.suppress(orjson.JSONDecodeError):
                 prompt, cached = usage_of(orjson.loads(content))
         self.metrics.observe(key, self.upstreams.labels[rep], resp.status_code, prompt, cached, ttft)
-        return Response(content, status_code=resp.status_code, headers={**response_headers(resp), **headers})
+        redact = self.upstreams.redactor(rep)
+        return Response(
+            redact.body(content),
+            status_code=resp.status_code,
+            headers={**redact.headers(response_headers(resp)), **headers},
+        )
 
     def _stream(self, resp: httpx.Response, rep: int, key: str | None, t0: float, headers: dict[str, str]) -> Response:
         from starlette.responses import StreamingResponse
 
         usage = StreamUsage()
+        redact = self.upstreams.redactor(rep)
         label = self.upstreams.labels[rep]
         state: dict[str, float | None] = {"ttft": None}
         finished: list[bool] = []
@@ -261,11 +263,19 @@ class Proxy:
                     usage.feed(chunk)
                     if b"[DONE]" in chunk:
                         done()  # before the last byte reaches the client: the next request sees the load
-                    yield chunk
+                    out = redact.feed(chunk)
+                    if out:
+                        yield out
+                rest = redact.flush()
+                if rest:
+                    yield rest
             except httpx.HTTPError as err:
                 # The replica went away mid-stream (killed, reset, read timeout): the status line is
                 # already sent, so the client learns it from a last event, not from a cut stream.
                 code = 502
+                rest = redact.flush()
+                if rest:
+                    yield rest
                 detail = self.upstreams.redact(rep, f"{type(err).__name__}: {err}")
                 self.metrics.upstream_errors.labels(label, "stream_cut").inc()
                 log.warning("replica %s failed mid-stream: %s", label, detail)
@@ -285,7 +295,9 @@ class Proxy:
                     float(ttft) if ttft else None,
                 )
 
-        return StreamingResponse(chunks(), status_code=resp.status_code, headers={**response_headers(resp), **headers})
+        return StreamingResponse(
+            chunks(), status_code=resp.status_code, headers={**redact.headers(response_headers(resp)), **headers}
+        )
 
     async def get(self, path: str) -> Response:
         """A GET passed to the first replica that answers (``/v1/models``)."""
@@ -306,7 +318,10 @@ class Proxy:
                 continue
             finally:
                 await out.aclose()
-            return Response(content, status_code=out.status_code, headers=response_headers(out))
+            redact = self.upstreams.redactor(rep)
+            return Response(
+                redact.body(content), status_code=out.status_code, headers=redact.headers(response_headers(out))
+            )
         detail = "; ".join(failures) or "no replica configured"
         return error_response(
             GatewayError(502, "upstream_unavailable", f"no replica answered ({detail})", "server_error")

@@ -5,16 +5,21 @@ Layout (prefix ``prefixplan:gw:``):
 ==============================  ======  =====================================================
 key                             type    holds
 ==============================  ======  =====================================================
-``versions:{name}``             hash    field ``N`` -> the version as JSON (:class:`KeyVersion`)
-``active:{name}``               string  the active version number
-``last:{name}``                 string  the highest number ever registered
-``warm:{name@vN}``              hash    replica label -> warm status; ``*`` -> fleet status
-``stats:{key}``                 hash    ``{replica}|{counter}`` -> count (HINCRBY)
+``versions:{owner}/{name}``     hash    field ``N`` -> the version as JSON (:class:`KeyVersion`)
+``active:{owner}/{name}``       string  the active version number
+``last:{owner}/{name}``         string  the highest number ever registered
+``names:{owner}``               set     the owner's names (the per-tenant limit counts them)
+``warm:{label}``                hash    replica label -> warm status; ``*`` -> fleet status
+``stats:{label}``               hash    ``{replica}|{counter}`` -> count (HINCRBY)
+``epoch``                       string  the state's epoch (set once, ``SET NX``)
+``audit``                       stream  registrations (who, when, which hash), capped
 ==============================  ======  =====================================================
 
-Registration is one optimistic transaction (``WATCH`` the name's keys, ``MULTI``/``EXEC``, retry
-on a concurrent change), so two gateways registering the same ``name@vN`` store it once. A URL's
-password, if any, is never printed: messages show the URL through :func:`display_url`.
+Registration is one optimistic transaction (``WATCH`` the name's keys and the epoch,
+``MULTI``/``EXEC``, retry on a concurrent change), so two gateways registering the same
+``name@vN`` store it once, and none registers into a state that was wiped since it last looked
+(the epoch changed: :class:`~prefixplan.gateway.state.StateLost`). A URL's password, if any, is
+never printed: messages show the URL through :func:`display_url`.
 """
 
 from __future__ import annotations
@@ -27,10 +32,15 @@ from typing import Any
 
 from prefixplan.core.urls import display_url
 from prefixplan.errors import UsageError
-from prefixplan.gateway.state import KeyVersion, supersede
-from prefixplan.store.gateway import KeyStats
+from prefixplan.gateway.state import KeyVersion, StateLost, supersede
+from prefixplan.store.gateway import AUDIT_FIELDS, KeyStats
 
 PREFIX = "prefixplan:gw:"
+AUDIT_MAXLEN = 100_000
+
+
+def _audit_fields(entry: Mapping[str, object]) -> dict[str, str]:
+    return {f: "" if entry.get(f) is None else str(entry.get(f)) for f in AUDIT_FIELDS}
 
 
 class RedisBackend:
@@ -54,25 +64,41 @@ class RedisBackend:
     def _decode(self, raw: Any) -> KeyVersion:
         return KeyVersion.from_json(json.loads(raw))
 
-    def get(self, name: str, version: int | None) -> KeyVersion | None:
+    @staticmethod
+    def _keys(owner: str, name: str) -> tuple[str, str, str]:
+        return tuple(f"{PREFIX}{k}:{owner}/{name}" for k in ("versions", "active", "last"))  # type: ignore[return-value]
+
+    def get(self, owner: str, name: str, version: int | None) -> KeyVersion | None:
+        versions, active_key, _ = self._keys(owner, name)
         if version is None:
-            active = self._r.get(f"{PREFIX}active:{name}")
+            active = self._r.get(active_key)
             if active is None:
                 return None
             version = int(active)
-        raw = self._r.hget(f"{PREFIX}versions:{name}", str(version))
+        raw = self._r.hget(versions, str(version))
         return self._decode(raw) if raw is not None else None
 
-    def last_version(self, name: str) -> int:
-        raw = self._r.get(f"{PREFIX}last:{name}")
+    def last_version(self, owner: str, name: str) -> int:
+        raw = self._r.get(self._keys(owner, name)[2])
         return int(raw) if raw is not None else 0
 
-    def register(self, kv: KeyVersion) -> tuple[KeyVersion, bool]:
-        versions, active_key, last_key = (f"{PREFIX}{k}:{kv.name}" for k in ("versions", "active", "last"))
+    def name_count(self, owner: str) -> int:
+        return int(self._r.scard(f"{PREFIX}names:{owner}"))
+
+    def register(
+        self, kv: KeyVersion, epoch: str | None = None, audit: Mapping[str, object] | None = None
+    ) -> tuple[KeyVersion, bool]:
+        versions, active_key, last_key = self._keys(kv.owner, kv.name)
+        epoch_key = f"{PREFIX}epoch"
         with self._r.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(versions, active_key, last_key)
+                    pipe.watch(versions, active_key, last_key, epoch_key)
+                    if epoch is not None:
+                        found = pipe.get(epoch_key)
+                        if found is None or found.decode() != epoch:
+                            pipe.unwatch()
+                            raise StateLost(f"the state's epoch is {found!r}, not {epoch}")
                     raw = pipe.hget(versions, str(kv.version))
                     if raw is not None:
                         pipe.unwatch()
@@ -90,10 +116,48 @@ class RedisBackend:
                     if newer:
                         pipe.set(active_key, str(kv.version))
                     pipe.set(last_key, str(max(last, kv.version)))
+                    pipe.sadd(f"{PREFIX}names:{kv.owner}", kv.name)
+                    if audit is not None:
+                        pipe.xadd(f"{PREFIX}audit", _audit_fields(audit), maxlen=AUDIT_MAXLEN, approximate=True)
                     pipe.execute()
                     return rec, True
                 except self._watch_error:
                     continue
+
+    def restore(self, kv: KeyVersion) -> bool:
+        versions, active_key, last_key = self._keys(kv.owner, kv.name)
+        if not self._r.hsetnx(versions, str(kv.version), json.dumps(kv.to_json())):
+            return False
+        with self._r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(active_key, last_key)
+                    active = pipe.get(active_key)
+                    last = int(pipe.get(last_key) or 0)
+                    pipe.multi()
+                    if kv.status == "active" and (active is None or int(active) < kv.version):
+                        pipe.set(active_key, str(kv.version))
+                    pipe.set(last_key, str(max(last, kv.version)))
+                    pipe.sadd(f"{PREFIX}names:{kv.owner}", kv.name)
+                    pipe.execute()
+                    return True
+                except self._watch_error:
+                    continue
+
+    def epoch(self, create: str | None = None) -> str | None:
+        key = f"{PREFIX}epoch"
+        if create is not None:
+            self._r.set(key, create, nx=True)
+        raw = self._r.get(key)
+        return raw.decode() if raw is not None else None
+
+    def audit(self, entry: Mapping[str, object]) -> None:
+        self._r.xadd(f"{PREFIX}audit", _audit_fields(entry), maxlen=AUDIT_MAXLEN, approximate=True)
+
+    def audit_rows(self, limit: int = 1000) -> list[dict[str, str]]:
+        """The latest ``limit`` audit entries, oldest first."""
+        rows = self._r.xrevrange(f"{PREFIX}audit", count=limit)
+        return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in reversed(rows)]
 
     def set_warm(self, key: str, states: Mapping[str, str]) -> None:
         if states:

@@ -3,15 +3,20 @@
 :class:`KeyVersion` is one registered ``name@vN`` with the parts it expands to. A backend stores
 them and answers synchronously (the gateway calls it off its event loop):
 
-* :class:`SQLiteBackend` (default): the prefixplan store (``--db``) -- the ``versions`` row and
-  ``gateway_parts`` for each version, ``gateway_warm`` for warm state. One gateway, or several on
-  one host sharing the file.
+* :class:`SQLiteBackend` (default): the prefixplan store (``--db``) -- ``gateway_keys`` and
+  ``gateway_names`` per (owner, name), ``gateway_warm`` for warm state, ``gateway_audit``. One
+  gateway, or several on one host sharing the file.
 * :class:`~prefixplan.gateway.redis_state.RedisBackend` (``--state redis://...``): the same in
   Redis, so gateways on several hosts share registrations and ready state.
 
-Both register a version atomically (an existing ``name@vN`` is returned unchanged, never
-overwritten), and both apply the store's retention rule: registering a newer version makes the
-active one ``superseded``, valid until ``now + retain``; after that it is expired (410).
+Every version has an owner (a tenant, :data:`~prefixplan.gateway.tenants.LOCK` for the keys
+locked in the repository, :data:`~prefixplan.gateway.tenants.OPEN` on a gateway without client
+keys); names are per owner. Both register a version atomically (an existing ``name@vN`` is
+returned unchanged, never overwritten), and both apply the store's retention rule: registering a
+newer version makes the active one ``superseded``, valid until ``now + retain``; after that it is
+expired (410). Both keep an *epoch*, a random id written when the state is first used: a state
+that was wiped or replaced has another epoch (or none), which the gateway notices
+(:mod:`prefixplan.gateway.ledger`).
 """
 
 from __future__ import annotations
@@ -21,11 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Protocol
 
-from prefixplan.errors import KeyConflictError
 from prefixplan.gateway.prefix import WirePart, parts_from_json, parts_json
+from prefixplan.gateway.tenants import LOCK, OPEN
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS
 from prefixplan.store.gateway import FLEET, KeyStats
 
@@ -52,10 +56,18 @@ class KeyVersion:
     retain_seconds: int = DEFAULT_RETAIN_SECONDS
     retain_until: float | None = None
     source: str = "gateway"
+    owner: str = OPEN
 
     @property
     def key(self) -> str:
+        """``name@vN``: what the owner's clients call it."""
         return f"{self.name}@v{self.version}"
+
+    @property
+    def label(self) -> str:
+        """The version's name in the gateway's own state, metrics and logs: ``tenant/name@vN``,
+        or ``name@vN`` for locked keys and on an open gateway."""
+        return self.key if self.owner in (LOCK, OPEN) else f"{self.owner}/{self.key}"
 
     def expired(self, now: float) -> bool:
         """Past its retention (or marked expired): requests for it get 410."""
@@ -75,6 +87,7 @@ class KeyVersion:
             "retain_seconds": self.retain_seconds,
             "retain_until": self.retain_until,
             "source": self.source,
+            "owner": self.owner,
         }
 
     @classmethod
@@ -91,26 +104,43 @@ class KeyVersion:
             retain_seconds=int(str(d.get("retain_seconds") or DEFAULT_RETAIN_SECONDS)),
             retain_until=float(str(until)) if until is not None else None,
             source=str(d.get("source") or "gateway"),
+            owner=str(d.get("owner") or OPEN),
         )
 
 
 class Backend(Protocol):
     """What the gateway needs of its state store (synchronous; see module docstring)."""
 
-    def get(self, name: str, version: int | None) -> KeyVersion | None:
-        """``name@vN``, or the active version of ``name`` (None: not registered)."""
+    def get(self, owner: str, name: str, version: int | None) -> KeyVersion | None:
+        """``owner``'s ``name@vN``, or its active version of ``name`` (None: not registered)."""
 
-    def last_version(self, name: str) -> int:
-        """The highest version number ever registered for ``name`` (0: none)."""
+    def last_version(self, owner: str, name: str) -> int:
+        """The highest version number ever registered for ``owner``'s ``name`` (0: none)."""
 
-    def register(self, kv: KeyVersion) -> tuple[KeyVersion, bool]:
-        """Register ``kv`` unless ``name@vN`` exists; returns (the stored version, created)."""
+    def name_count(self, owner: str) -> int:
+        """How many names ``owner`` has registered."""
+
+    def register(
+        self, kv: KeyVersion, epoch: str | None = None, audit: Mapping[str, object] | None = None
+    ) -> tuple[KeyVersion, bool]:
+        """Register ``kv`` unless its ``name@vN`` exists; returns (the stored version, created).
+        With ``epoch``, refuses (:class:`StateLost`) when the state's epoch is another; ``audit``
+        is appended to the audit in the same transaction when the version is created."""
+
+    def restore(self, kv: KeyVersion) -> bool:
+        """Put back a version as it was (healing a lost state); False when it was there."""
+
+    def epoch(self, create: str | None = None) -> str | None:
+        """The state's epoch; ``create`` sets it when there is none (atomic)."""
+
+    def audit(self, entry: Mapping[str, object]) -> None:
+        """Append one audit entry (:data:`prefixplan.store.gateway.AUDIT_FIELDS`)."""
 
     def set_warm(self, key: str, states: Mapping[str, str]) -> None:
-        """Record warm statuses per replica label (``*``: the fleet status)."""
+        """Record warm statuses per replica label (``*``: the fleet status) of a version label."""
 
     def warm(self, key: str) -> dict[str, str]:
-        """``{replica: status}`` of ``key`` (``*``: ready | partial | failed | warming)."""
+        """``{replica: status}`` of a version label (``*``: ready | partial | failed | warming)."""
 
     def add_stats(self, rows: Iterable[KeyStats]) -> None:
         """Add per (key, replica) count deltas."""
@@ -118,10 +148,14 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _epoch(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+class StateLost(Exception):
+    """The state's epoch is not the one this gateway knows: it was wiped or replaced."""
+
+
+def _row(kv: KeyVersion) -> dict[str, object]:
+    d = kv.to_json()
+    d["created"] = 0.0
+    return d
 
 
 class SQLiteBackend:
@@ -133,69 +167,80 @@ class SQLiteBackend:
         self._local = threading.local()
         self._opened: list[Store] = []
         self._lock = threading.Lock()
+        self._generation = 0  # raised when the file was found replaced: every thread reopens
+        self._known_epoch: str | None = None
         self._store  # noqa: B018  (open now: a bad --db fails at start, not on the first request)
 
     @property
     def _store(self) -> Store:
         """This thread's connection (SQLite connections stay in the thread that opened them)."""
         store = getattr(self._local, "store", None)
+        if store is not None and getattr(self._local, "generation", 0) != self._generation:
+            with contextlib.suppress(Exception):
+                store.close()
+            store = None
         if store is None:
             from prefixplan.store import open_store
 
             store = open_store(self._db)
             self._local.store = store
+            self._local.generation = self._generation
             with self._lock:
                 self._opened.append(store)
         return store
 
-    def get(self, name: str, version: int | None) -> KeyVersion | None:
-        rec = self._store.get(name, version)
-        if rec is None or (version is None and rec.status != "active"):
-            return None
-        parts = self._store.gateway_parts(rec.name, rec.version)
-        if parts is None:
-            return None
-        wire, render, text = parts
-        return KeyVersion(
-            name=rec.name,
-            version=rec.version,
-            content_hash=rec.content_hash,
-            wire_hash=wire,
-            parts=parts_from_json(text),
-            render=render,
-            status=rec.status,
-            retain_seconds=rec.retain_seconds,
-            retain_until=_epoch(rec.retain_until),
-            source=rec.source or "gateway",
-        )
+    def get(self, owner: str, name: str, version: int | None) -> KeyVersion | None:
+        row = self._store.gateway_key(owner, name, version)
+        return KeyVersion.from_json(row) if row is not None else None
 
-    def last_version(self, name: str) -> int:
-        versions = self._store.versions(name)
-        return max((v.version for v in versions), default=0)
+    def last_version(self, owner: str, name: str) -> int:
+        return self._store.gateway_last_version(owner, name)
 
-    def register(self, kv: KeyVersion) -> tuple[KeyVersion, bool]:
-        existing = self.get(kv.name, kv.version)
-        if existing is not None:
-            return existing, False
-        kind = "+".join(dict.fromkeys(p.kind for p in kv.parts))
-        try:
-            self._store.record_version(
-                kv.name,
-                content_hash=kv.content_hash,
-                kind=kind or "prefix",
-                source=kv.source,
-                version=kv.version,
-                retain_seconds=kv.retain_seconds,
-                now=self._clock(),
-            )
-        except KeyConflictError:
-            existing = self.get(kv.name, kv.version)
-            if existing is not None:
-                return existing, False
-            raise
-        self._store.put_gateway_parts(kv.name, kv.version, kv.wire_hash, kv.render, parts_json(kv.parts))
-        stored = self.get(kv.name, kv.version)
-        return (stored or kv), True
+    def name_count(self, owner: str) -> int:
+        return self._store.gateway_name_count(owner)
+
+    def register(
+        self, kv: KeyVersion, epoch: str | None = None, audit: Mapping[str, object] | None = None
+    ) -> tuple[KeyVersion, bool]:
+        if epoch is not None:
+            found = self.epoch()
+            if found != epoch:
+                raise StateLost(f"the store's epoch is {found}, not {epoch}")
+        row, created = self._store.gateway_register(_row(kv), now=self._clock(), audit=audit)
+        return KeyVersion.from_json(row), created
+
+    def restore(self, kv: KeyVersion) -> bool:
+        return self._store.gateway_restore(_row(kv))
+
+    def remembered(self, name: str) -> str | None:
+        """A value this gateway remembered in the store's ``gateway_meta`` (the Redis state's epoch)."""
+        return self._store.gateway_epoch(name=name)
+
+    def remember(self, name: str, value: str) -> None:
+        self._store.set_gateway_meta(name, value)
+
+    def versions(self) -> list[KeyVersion]:
+        """Every version in the store (the ledger's copy when Redis holds the state)."""
+        return [KeyVersion.from_json(row) for row in self._store.gateway_keys()]
+
+    def epoch(self, create: str | None = None) -> str | None:
+        # A fresh connection: one kept open would still read a store file replaced under it.
+        from prefixplan.store import open_store
+
+        with open_store(self._db) as store:
+            found = store.gateway_epoch(create)
+        with self._lock:
+            if self._known_epoch is not None and found != self._known_epoch:
+                self._generation += 1
+            self._known_epoch = found
+        return found
+
+    def audit(self, entry: Mapping[str, object]) -> None:
+        self._store.gateway_audit(dict(entry))
+
+    def audit_rows(self, limit: int = 1000) -> list[dict[str, object]]:
+        """The latest ``limit`` audit entries, oldest first."""
+        return self._store.gateway_audit_rows(limit)
 
     def set_warm(self, key: str, states: Mapping[str, str]) -> None:
         self._store.set_warm_state(key, states, now=self._clock())

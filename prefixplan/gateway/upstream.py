@@ -88,6 +88,10 @@ class Upstreams:
         proxy in front of a replica may echo the ``Authorization`` header back."""
         return redact_forms(text, self._secrets[replica])
 
+    def redactor(self, replica: int) -> Redactor:
+        """A :class:`Redactor` of ``replica``'s key for one answer (body and headers)."""
+        return Redactor(self._secrets[replica])
+
     async def send(self, replica: int, request: httpx.Request, *, stream: bool) -> httpx.Response | UpstreamFailure:
         """Send; a failure worth trying elsewhere comes back as :class:`UpstreamFailure` (the
         response is then closed). Any transport error counts (refused, reset, cut off, a proxy's
@@ -112,6 +116,44 @@ class Upstreams:
             text = self.redact(replica, body[:65536].decode("utf-8", "replace"))[:200]
             return UpstreamFailure(kind, f"HTTP {resp.status_code}: {text}")
         return resp
+
+
+class Redactor:
+    """Replaces every form of a replica's key in what the replica answers, whatever the status:
+    a whole body, or a stream chunk by chunk. A chunk's end that could be the start of a key is
+    held back until the next chunk shows whether it is (usually nothing is held)."""
+
+    def __init__(self, forms: Sequence[str]) -> None:
+        self.forms = tuple(f.encode() for f in forms)
+        self._tail = b""
+
+    def body(self, data: bytes) -> bytes:
+        for form in self.forms:
+            if form in data:
+                data = data.replace(form, b"***")
+        return data
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self.forms:
+            return chunk
+        data = self.body(self._tail + chunk)
+        hold = 0
+        for form in self.forms:
+            for k in range(min(len(form) - 1, len(data)), hold, -1):
+                if data.endswith(form[:k]):
+                    hold = k
+                    break
+        self._tail = data[len(data) - hold :] if hold else b""
+        return data[: len(data) - hold] if hold else data
+
+    def flush(self) -> bytes:
+        out, self._tail = self._tail, b""
+        return out
+
+    def headers(self, headers: dict[str, str]) -> dict[str, str]:
+        if not self.forms:
+            return headers
+        return {k: self.body(v.encode("latin-1", "replace")).decode("latin-1") for k, v in headers.items()}
 
 
 def response_headers(resp: httpx.Response) -> dict[str, str]:

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from prefixplan.engines.base import Endpoint
@@ -83,18 +84,18 @@ def warm_version(
         plan = plan_warm(source)
         report = run_warm(plan, endpoints, options)
     except PrefixplanError as err:
-        log.warning("warming %s failed: %s", kv.key, err)
+        log.warning("warming %s failed: %s", kv.label, err)
         return {FLEET: "failed", **{e.label: "failed" for e in endpoints}}
     if record:
         try:
             record_report(report, db)
         except PrefixplanError as err:
-            log.warning("cannot record the warm run of %s: %s", kv.key, err)
+            log.warning("cannot record the warm run of %s: %s", kv.label, err)
     states = {r.endpoint: r.status for r in report.results}
     verdict = report.keys[0].status if report.keys else "failed"
     for r in report.results:
         if r.status != "verified":
-            log.warning("warming %s on %s: %s (%s)", kv.key, r.endpoint, r.status, r.error)
+            log.warning("warming %s on %s: %s (%s)", kv.label, r.endpoint, r.status, r.error)
     return {FLEET: verdict, **states}
 
 
@@ -112,6 +113,8 @@ class Warmer:
         record: bool = True,
         on_done: Callable[[str, dict[str, str]], None] | None = None,
         warm_fn: Callable[..., dict[str, str]] = warm_version,
+        salt_of: Callable[[str], str | None] | None = None,
+        salt_field: str = "cache_salt",
     ) -> None:
         self.backend = backend
         self.endpoints = tuple(endpoints)
@@ -121,35 +124,51 @@ class Warmer:
         self.record = record
         self.on_done = on_done
         self.warm_fn = warm_fn
+        self.salt_of = salt_of
+        self.salt_field = salt_field
         self.tasks: dict[str, asyncio.Task[dict[str, str]]] = {}
 
     def schedule(self, kv: KeyVersion) -> asyncio.Task[dict[str, str]]:
         """Start warming ``kv`` unless a warm of it is running in this gateway."""
-        task = self.tasks.get(kv.key)
-        if task is None or task.done():
-            task = asyncio.create_task(self._warm(kv), name=f"warm {kv.key}")
-            self.tasks[kv.key] = task
+        for label in [k for k, t in self.tasks.items() if t.done()]:
+            del self.tasks[label]  # finished warms are not kept: one entry per key being warmed
+        task = self.tasks.get(kv.label)
+        if task is None:
+            task = asyncio.create_task(self._warm(kv), name=f"warm {kv.label}")
+            self.tasks[kv.label] = task
         return task
+
+    def options_for(self, kv: KeyVersion) -> WarmOptions:
+        """The warm options of ``kv``: its owner's cache salt, so the warmed blocks are the ones the
+        owner's requests hit."""
+        salt = self.salt_of(kv.owner) if self.salt_of is not None else None
+        return replace(self.options, cache_salt=salt, salt_field=self.salt_field) if salt else self.options
 
     async def _warm(self, kv: KeyVersion) -> dict[str, str]:
         # Nothing may escape: a background task's exception is seen by no one, and the key would
         # stay "warming" until the gateway restarts. Any failure leaves it failed (served, not
         # routed by affinity) and logged.
         try:
-            await asyncio.to_thread(self.backend.set_warm, kv.key, {FLEET: "warming"})
+            await asyncio.to_thread(self.backend.set_warm, kv.label, {FLEET: "warming"})
             states = await asyncio.to_thread(
-                self.warm_fn, kv, self.endpoints, self.options, tokenizer=self.tokenizer, db=self.db, record=self.record
+                self.warm_fn,
+                kv,
+                self.endpoints,
+                self.options_for(kv),
+                tokenizer=self.tokenizer,
+                db=self.db,
+                record=self.record,
             )
         except Exception as err:
-            log.error("warming %s failed: %s: %s", kv.key, type(err).__name__, err)
+            log.error("warming %s failed: %s: %s", kv.label, type(err).__name__, err)
             states = {FLEET: "failed"}
         try:
-            await asyncio.to_thread(self.backend.set_warm, kv.key, states)
+            await asyncio.to_thread(self.backend.set_warm, kv.label, states)
         except Exception as err:
-            log.error("recording the warm of %s failed: %s: %s", kv.key, type(err).__name__, err)
-        log.info("warmed %s: %s", kv.key, json.dumps(states, sort_keys=True))
+            log.error("recording the warm of %s failed: %s: %s", kv.label, type(err).__name__, err)
+        log.info("warmed %s: %s", kv.label, json.dumps(states, sort_keys=True))
         if self.on_done is not None:
-            self.on_done(kv.key, states)
+            self.on_done(kv.label, states)
         return states
 
 
@@ -175,6 +194,13 @@ class ReadyView:
             )
         else:
             self.router.clear_ready(key)
+
+    def reset(self) -> None:
+        """Forget every reading (the state was lost): keys are re-read, and not ready meanwhile."""
+        for key in list(self.status):
+            self.router.clear_ready(key)
+        self.status.clear()
+        self._seen.clear()
 
     async def refresh(self, key: str) -> None:
         """Re-read ``key``'s state when the last reading is older than ``refresh_s``."""

@@ -148,4 +148,51 @@ def migrations() -> Any:
             )"""
         )
 
+    @migrations(name="004_gateway_owners")
+    def _gateway_owners(db: Any) -> None:
+        # Gateway keys get owners (tenants): each tenant has its own namespace of names, so the
+        # versions live in their own table keyed by (owner, name, version) instead of beside the
+        # repository's `versions`. `gateway_names` holds each name's highest and active version,
+        # `gateway_audit` who registered what, `gateway_meta` the state's epoch.
+        db.execute("DROP TABLE IF EXISTS gateway_parts")
+        db.execute(
+            """CREATE TABLE gateway_keys (
+                owner TEXT NOT NULL,
+                name TEXT NOT NULL,
+                version INTEGER NOT NULL CHECK (version >= 1),
+                content_hash TEXT NOT NULL,
+                wire_hash TEXT NOT NULL,
+                render TEXT NOT NULL,
+                parts TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('active', 'superseded', 'expired')),
+                retain_seconds INTEGER NOT NULL,
+                retain_until REAL,
+                source TEXT NOT NULL,
+                created REAL NOT NULL,
+                PRIMARY KEY (owner, name, version)
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE gateway_names (
+                owner TEXT NOT NULL,
+                name TEXT NOT NULL,
+                last_version INTEGER NOT NULL,
+                active_version INTEGER,
+                PRIMARY KEY (owner, name)
+            )"""
+        )
+        db.execute(
+            """CREATE TABLE gateway_audit (
+                id INTEGER PRIMARY KEY,
+                ts REAL NOT NULL,
+                tenant TEXT NOT NULL,
+                client TEXT NOT NULL,
+                event TEXT NOT NULL,
+                key TEXT NOT NULL,
+                content_hash TEXT,
+                detail TEXT
+            )"""
+        )
+        db.execute("CREATE TABLE gateway_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+
     return migrations

@@ -88,6 +88,8 @@ def preflight(
             lambda: connector(rep.endpoint, options), retries=options.retries, backoff=options.backoff
         )
         rep.adapter = adapter
+        if options.cache_salt:
+            adapter.body_fields = {options.salt_field: options.cache_salt}
         info = with_retries(adapter.server_info, retries=options.retries, backoff=options.backoff)
         if not info.model:
             raise EndpointError(f"{rep.endpoint.label}: serves no model (empty /v1/models)")

@@ -28,6 +28,8 @@ class WarmOptions:
     verify: bool = True
     suffix_tokens: int = 2
     via: str = "auto"  # auto | ids | chat: how prefixes are sent (see run_warm)
+    cache_salt: str | None = None  # sent with every warm and probe request (a tenant's salt)
+    salt_field: str = "cache_salt"  # vLLM's field; SGLang reads extra_key
 
 
 @dataclass(frozen=True, slots=True)
