@@ -401,6 +401,71 @@ def _prompt_tokens(server: LiveServer, lines: list[dict]) -> list[int]:
     return _PROMPTS[id(lines)]
 
 
+def test_two_tenants_never_see_each_other(vllm_server: LiveServer, tmp_path: Path, monkeypatch) -> None:
+    """Tenants A and B (issue 40): A never gets B's expanded prefix or its ids; with per-tenant
+    salts, B's identical prefix reports 0 cached tokens after A's requests cached it."""
+    from prefixplan.gateway.tenants import hash_client_key
+
+    _reset(vllm_server)
+    model = vllm_server.served_model_name
+    key_a, key_b = "sk-live-tenant-a", "sk-live-tenant-b"
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(
+        "tenants:\n"
+        f"  acme:\n    key_hashes: ['{hash_client_key(key_a)}']\n    cache_salt: salt-acme\n"
+        f"  globex:\n    key_hashes: ['{hash_client_key(key_b)}']\n    cache_salt: salt-globex\n"
+    )
+    system_a = {"role": "system", "content": SYSTEMS["acme"]}
+    system_b = {"role": "system", "content": SYSTEMS["globex"]}
+    question = {"role": "user", "content": "Where is order 7?"}
+
+    def post(url: str, key: str, path: str, body: dict) -> httpx.Response:
+        return httpx.post(url + path, json=body, headers={"authorization": f"Bearer {key}"}, timeout=120)
+
+    def chat(url: str, key: str, messages: list, **extra) -> httpx.Response:
+        body = {"model": model, "messages": messages, "max_tokens": 1, **extra}
+        return post(url, key, "/v1/chat/completions", body)
+
+    with gateway(tmp_path, [vllm_server.url], "--tenants", str(tenants), name="gateway-tenants") as url:
+        assert chat(url, key_b, [system_b, question], prefix_key="bot@v1").status_code == 200
+        # A asks for B's key by name, through chat, /tokenize and the key route: 404 each time.
+        assert chat(url, key_a, [question], prefix_key="bot").status_code == 404
+        tok = post(url, key_a, "/tokenize", {"model": model, "messages": [question], "prefix_key": "bot@v1"})
+        assert tok.status_code == 404 and "tokens" not in tok.text
+        shown = httpx.get(url + "/v1/prefix_keys/bot@v1", headers={"authorization": f"Bearer {key_a}"}, timeout=10)
+        assert shown.status_code == 404
+        # A's own bot@v1: its expansion is A's prefix, never B's.
+        assert chat(url, key_a, [system_a, question], prefix_key="bot@v1").status_code == 200
+        ids_a = post(url, key_a, "/tokenize", {"model": model, "messages": [question], "prefix_key": "bot"}).json()[
+            "tokens"
+        ]
+        ids_b = post(url, key_b, "/tokenize", {"model": model, "messages": [question], "prefix_key": "bot"}).json()[
+            "tokens"
+        ]
+        full_a = _tokenize(vllm_server.url, {"model": model, "messages": [system_a, question]})
+        full_b = _tokenize(vllm_server.url, {"model": model, "messages": [system_b, question]})
+        assert ids_a == full_a and ids_b == full_b and ids_a != ids_b
+        # Salts: the same prefix cached under A's salt gives B nothing; B's own second request hits.
+        shared = [{"role": "system", "content": SYSTEMS["initech"]}, question]
+        cached = []
+        for key in (key_a, key_a, key_b, key_b):
+            r = chat(url, key, shared)
+            assert r.status_code == 200
+            cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+        block = vllm_server.block_size
+        assert cached[0] == 0 and cached[1] >= block, cached
+        assert cached[2] == 0, cached  # B's identical prefix: nothing of A's cache
+        assert cached[3] == cached[1], cached
+        # Control: A's blocks are still resident; only the salt kept B from them.
+        direct = httpx.post(
+            vllm_server.url + "/v1/chat/completions",
+            json={"model": model, "messages": shared, "max_tokens": 1, "cache_salt": "salt-acme"},
+            timeout=120,
+        ).json()
+        assert direct["usage"]["prompt_tokens_details"]["cached_tokens"] == cached[1]
+    _summary("gateway_tenants", {"cached_tokens_a_a_b_b": cached, "ids_a": len(ids_a), "ids_b": len(ids_b)})
+
+
 def test_two_gateways_share_ready_state_through_redis(
     vllm_server: LiveServer, second_replica, tmp_path: Path, fresh_redis: str
 ) -> None:
