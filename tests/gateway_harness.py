@@ -52,3 +52,12 @@ def running_gateway(config: Any, **app_kwargs: Any) -> Iterator[tuple[str, Any]]
 def gateway_of(app: Any) -> Any:
     """The running :class:`prefixplan.gateway.app.Gateway` of ``app``."""
     return app.state.holder["gateway"]
+
+
+def wait_for(condition: Any, what: str, limit: float = 30.0) -> None:
+    """Poll ``condition`` (never a fixed sleep): fail after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import redis_fixture  # noqa: E402
 from fake_engine import FakeEngine  # noqa: E402
-from gateway_harness import free_port, gateway_of, running_gateway  # noqa: E402
+from gateway_harness import free_port, gateway_of, running_gateway, wait_for  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are the Acme support bot. Answer briefly.\n" * 10}
 
@@ -41,14 +40,6 @@ def one(tmp_path: Path):
 def _post(url: str, body: object, path: str = "/v1/chat/completions", **kw) -> httpx.Response:
     content = body if isinstance(body, bytes) else _json(body)
     return httpx.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=30, **kw)
-
-
-def _wait(condition, what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 # -- G4: every malformed shape is a 400 ------------------------------------------------------------------
@@ -142,7 +133,7 @@ def test_g5_a_trickled_body_gets_408_and_uploads_are_capped(one) -> None:
         try:
             for s in stalled:
                 s.sendall(head + b'{"model": "m", ')
-            _wait(lambda: gateway_of(app).proxy.bodies.in_flight == 2, "two bodies in flight")
+            wait_for(lambda: gateway_of(app).proxy.bodies.in_flight == 2, "two bodies in flight")
             busy = _post(url, {"model": "m", "messages": [{"role": "user", "content": "x"}]})
             assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
             assert busy.json()["error"]["code"] == "too_many_uploads"
@@ -221,7 +212,7 @@ class _Redis:
             stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port)
-        _wait(lambda: _pings(client), "redis-server to start")
+        wait_for(lambda: _pings(client), "redis-server to start")
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -297,7 +288,7 @@ def test_g8_a_store_replaced_under_the_gateway_is_noticed(tmp_path: Path) -> Non
             for suffix in ("", "-wal", "-shm"):
                 Path(str(db) + suffix).unlink(missing_ok=True)
             g = gateway_of(app)
-            _wait(lambda: g.watch.resets == 1, "the gateway to notice the replaced store")
+            wait_for(lambda: g.watch.resets == 1, "the gateway to notice the replaced store")
             r = _chat(url, "bot@v1", "other content")
             assert r.status_code == 409
             assert _chat(url, "bot").headers["x-prefixplan-key"] == "bot@v1"

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import redis_fixture  # noqa: E402
 from fake_engine import FakeEngine, free_port_url  # noqa: E402
-from gateway_harness import gateway_of, running_gateway  # noqa: E402
+from gateway_harness import gateway_of, running_gateway, wait_for  # noqa: E402
 
 redis_url = redis_fixture.redis_url  # the fixtures, by name
 fresh_redis = redis_fixture.fresh_redis
@@ -47,15 +46,6 @@ def _chat(url: str, messages: list, key: str | None = None, **kw):
     return _client(url).chat.completions.with_raw_response.create(
         model="fake-model", messages=messages, max_tokens=2, extra_body=extra, **kw
     )
-
-
-def _wait(condition, what: str, limit: float = 20.0) -> None:
-    """Poll ``condition`` (never a fixed sleep): fail after ``limit`` seconds."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _config(tmp_path: Path, *urls: str, **kw) -> GatewayConfig:
@@ -115,7 +105,7 @@ def test_a_replica_that_drops_mid_stream_ends_the_stream_with_an_error_event(tmp
             assert 'prefixplan_gateway_upstream_errors_total{kind="stream_cut",replica="r0"} 1.0' in metrics
             assert 'prefixplan_gateway_requests_total{code="502",key="-",replica="r0"} 1.0' in metrics
             assert 'code="200"' not in metrics
-            _wait(lambda: gateway_of(app).router.in_flight == [0], "the cut stream to leave the router")
+            wait_for(lambda: gateway_of(app).router.in_flight == [0], "the cut stream to leave the router")
 
 
 def test_a_replica_echoing_its_key_in_an_error_does_not_leak_it(
@@ -145,7 +135,7 @@ def test_a_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> Non
             with pytest.raises(httpx.ReadTimeout):
                 httpx.post(url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.5))
             # The request is no longer in flight at the gateway long before the replica would answer.
-            _wait(lambda: gw.router.in_flight == [0], "the cancelled request to leave the router", limit=10)
+            wait_for(lambda: gw.router.in_flight == [0], "the cancelled request to leave the router", limit=10)
 
 
 def test_new_versions_are_ready_only_when_every_replica_verified(tmp_path: Path) -> None:
@@ -154,7 +144,7 @@ def test_new_versions_are_ready_only_when_every_replica_verified(tmp_path: Path)
         with running_gateway(config) as (url, app):
             r = _chat(url, [SYSTEM, {"role": "user", "content": "q"}], key="bot@v1")
             assert r.headers["x-prefixplan-registered"] == "bot@v1 registered"  # served at once
-            _wait(lambda: httpx.get(url + "/v1/prefix_keys/bot@v1").json()["status"] != "warming", "the warm")
+            wait_for(lambda: httpx.get(url + "/v1/prefix_keys/bot@v1").json()["status"] != "warming", "the warm")
             state = httpx.get(url + "/v1/prefix_keys/bot@v1").json()
             assert state["status"] == "partial" and state["replicas"] == {"r0": "verified", "r1": "failed"}
             assert gateway_of(app).router.ready_replicas("bot@v1") == frozenset()
@@ -165,7 +155,7 @@ def test_new_versions_are_ready_only_when_every_replica_verified(tmp_path: Path)
         config = replace(config, db=str(tmp_path / "gw2.db"))
         with running_gateway(config) as (url, app):
             _chat(url, [SYSTEM, {"role": "user", "content": "q"}], key="bot@v1")
-            _wait(lambda: httpx.get(url + "/v1/prefix_keys/bot@v1").json()["status"] == "ready", "ready")
+            wait_for(lambda: httpx.get(url + "/v1/prefix_keys/bot@v1").json()["status"] == "ready", "ready")
             picks = {
                 _chat(url, [{"role": "user", "content": f"q{i}"}], key="bot").headers["x-prefixplan-replica"]
                 for i in range(4)
@@ -212,7 +202,7 @@ def test_two_gateways_share_ready_state_through_redis(tmp_path: Path, fresh_redi
         with running_gateway(one) as (url1, _), running_gateway(two) as (url2, app2):
             r = _chat(url1, [SYSTEM, {"role": "user", "content": "q"}], key="bot@v1")
             assert r.headers["x-prefixplan-registered"] == "bot@v1 registered"
-            _wait(lambda: httpx.get(url1 + "/v1/prefix_keys/bot@v1").json()["status"] == "ready", "ready on one")
+            wait_for(lambda: httpx.get(url1 + "/v1/prefix_keys/bot@v1").json()["status"] == "ready", "ready on one")
             # Gateway two never saw the prefix: it expands the key from Redis and routes by affinity.
             state2 = httpx.get(url2 + "/v1/prefix_keys/bot@v1").json()
             assert state2["status"] == "ready" and state2["replicas"] == {"r0": "verified", "r1": "verified"}
