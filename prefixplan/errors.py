@@ -52,6 +52,23 @@ class LogLineError(InputError):
         return (type(self), (self.source, self.line_no, self.reason))
 
 
+class DamagedTraceError(InputError):
+    """A trace file is damaged or inconsistent (a corrupt page, an impossible value, a column of
+    the wrong type): refused as a whole, never read into wrong results. The message reads
+    ``damaged trace FILE: reason``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"damaged trace {path}: {reason}",
+            hint="write the trace again from its log: prefixplan trace LOG --out FILE",
+        )
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.path, self.reason))
+
+
 class TokenizerError(PrefixplanError):
     """A tokenizer spec cannot be loaded or a request cannot be rendered."""
 

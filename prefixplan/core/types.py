@@ -15,6 +15,7 @@ from typing import Any, NewType
 import numpy as np
 
 from prefixplan.core.hashes import SegmentHash, segment_hash
+from prefixplan.core.promptids import PromptIds
 
 TokenIds = NewType("TokenIds", np.ndarray)
 """A 1-D ``numpy.uint32`` array of token ids."""
@@ -83,7 +84,7 @@ class Request:
     messages: tuple[dict[str, Any], ...] | None = None
     tools: tuple[dict[str, Any], ...] | None = None
     prompt: str | None = None
-    prompt_ids: tuple[int, ...] | None = None
+    prompt_ids: tuple[int, ...] | PromptIds | None = None  # PromptIds: an engine log's ids, 4 bytes each
     hash_ids: tuple[int, ...] | None = None
     trace_block_size: int | None = None
     input_length: int | None = None

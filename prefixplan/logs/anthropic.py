@@ -25,6 +25,7 @@ from typing import Any
 
 from prefixplan.core.types import Breakpoint
 from prefixplan.logs.badline import BadLine, jtype
+from prefixplan.logs.limits import clip_repr
 
 ANTHROPIC_BLOCK_MARKERS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
 
@@ -277,7 +278,7 @@ def convert(
         if not isinstance(role, str):
             raise BadLine(f"missing field: message {i} has no role")
         if role not in ("user", "assistant", "system"):
-            raise BadLine(f"bad message: message {i} role {role!r} is not user or assistant")
+            raise BadLine(f"bad message: message {i} role {clip_repr(role, 40)} is not user or assistant")
         content = msg.get("content")
         if isinstance(content, str):
             out.append({"role": role, "content": content})

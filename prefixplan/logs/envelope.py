@@ -9,6 +9,7 @@ from typing import Any
 
 from prefixplan.logs.anthropic import looks_anthropic
 from prefixplan.logs.badline import BadLine, jtype
+from prefixplan.logs.limits import MAX_RECORD_TOKENS
 from prefixplan.logs.times import find_time
 
 _ID_KEYS = ("custom_id", "id", "request_id")
@@ -24,6 +25,7 @@ class LineContext:
     source: str
     line_no: int
     trace_block_size: int = 512
+    max_tokens: int = MAX_RECORD_TOKENS  # token ids one request may give
 
 
 @dataclass(slots=True)

@@ -205,14 +205,16 @@ def _anthropic(env: Envelope, ctx: LineContext, label: str) -> Request:
 # ---------------------------------------------------------------- completions / raw
 
 
-def _ids(value: list[Any], what: str) -> tuple[int, ...]:
+def _ids(value: list[Any], what: str, limit: int) -> tuple[int, ...]:
+    if len(value) > limit:
+        raise BadLine(f"too many tokens: {what}: {len(value):,} > max_record_tokens {limit:,} (skipped)")
     for k, tok in enumerate(value):
         if not isinstance(tok, int) or isinstance(tok, bool) or not 0 <= tok < UINT32:
             raise BadLine(f"wrong type: {what} not ints in [0, 2^32) (item {k} is {jtype(tok)} {str(tok)[:20]})")
     return tuple(value)
 
 
-def _prompts(prompt: Any, key: str) -> list[tuple[str | None, tuple[int, ...] | None]]:
+def _prompts(prompt: Any, key: str, limit: int) -> list[tuple[str | None, tuple[int, ...] | None]]:
     if isinstance(prompt, str):
         return [(prompt, None)]
     if not isinstance(prompt, list):
@@ -221,7 +223,7 @@ def _prompts(prompt: Any, key: str) -> list[tuple[str | None, tuple[int, ...] | 
         raise BadLine(f"missing field: {key} is empty")
     first = prompt[0]
     if isinstance(first, int) and not isinstance(first, bool):
-        return [(None, _ids(prompt, f"{key} ids"))]
+        return [(None, _ids(prompt, f"{key} ids", limit))]
     out: list[tuple[str | None, tuple[int, ...] | None]] = []
     for k, item in enumerate(prompt):
         if isinstance(item, str):
@@ -229,7 +231,7 @@ def _prompts(prompt: Any, key: str) -> list[tuple[str | None, tuple[int, ...] | 
         elif isinstance(item, list):
             if not item:
                 raise BadLine(f"missing field: {key} {k} is empty")
-            out.append((None, _ids(item, f"{key} {k} ids")))
+            out.append((None, _ids(item, f"{key} {k} ids", limit)))
         else:
             raise BadLine(f"wrong type: {key} {k} is {jtype(item)}, expected string or token ids")
     return out
@@ -240,7 +242,7 @@ def _completion(env: Envelope, ctx: LineContext, label: str, kind: str) -> list[
     key = "prompt" if "prompt" in body or kind == "openai-completion" else "input"
     if body.get(key) is None:
         raise BadLine("missing field: prompt" if kind == "openai-completion" else "missing field: prompt or input")
-    prompts = _prompts(body[key], key)
+    prompts = _prompts(body[key], key, ctx.max_tokens)
     common = common_fields(env, ctx, label)
     base = common.pop("id")
     many = len(prompts) > 1
@@ -272,6 +274,8 @@ def _mooncake(env: Envelope, ctx: LineContext, label: str) -> Request:
         raise BadLine("missing field: hash_ids")
     if not isinstance(hash_ids, list):
         raise BadLine(f"wrong type: hash_ids is {jtype(hash_ids)}, expected list")
+    if len(hash_ids) > ctx.max_tokens:
+        raise BadLine(f"too many tokens: hash_ids: {len(hash_ids):,} > max_record_tokens {ctx.max_tokens:,} (skipped)")
     for k, h in enumerate(hash_ids):
         if not isinstance(h, int) or isinstance(h, bool):
             raise BadLine(f"wrong type: hash_ids not ints (item {k} is {jtype(h)})")

@@ -22,6 +22,7 @@ from prefixplan.core.types import Request
 from prefixplan.logs.badline import BadLine, jtype
 from prefixplan.logs.envelope import LineContext
 from prefixplan.logs.formats import parse_object
+from prefixplan.logs.limits import clip_repr
 from prefixplan.logs.times import timestamp_value
 
 LANGFUSE_FORMAT = "langfuse"
@@ -90,7 +91,7 @@ def _observation(item: Any, ctx: LineContext) -> Request | None:
         raise BadLine(f"wrong type: observation is {jtype(item)}, expected object")
     unknown = sorted(k for k in item if k not in V2_FIELDS)
     if unknown:
-        names = ", ".join(repr(k) for k in unknown[:5])
+        names = ", ".join(clip_repr(k, 60) for k in unknown[:5])
         raise BadLine(f"unknown field: {names} not in {SCHEMA_VERSION}; not guessing what it holds")
     if item.get("type") != "GENERATION":
         return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.core.types import Request
+from prefixplan.logs.limits import MAX_REASON_CHARS, clip
 from prefixplan.logs.textlog import SourceInfo
 
 MAX_SAMPLES = 100
@@ -66,7 +67,9 @@ class LineErrors:
             self.first_lines.append(f"{source} line {line_no} is {describe(data)}")
 
     def add(self, source: str, line_no: int, reason: str) -> None:
-        """Record one malformed line."""
+        """Record one malformed line (a reason longer than :data:`~prefixplan.logs.limits.MAX_REASON_CHARS`
+        is cut: it may quote the input)."""
+        reason = clip(reason, MAX_REASON_CHARS)
         self.count += 1
         category = reason.split(":", 1)[0]
         self.by_reason[category] = self.by_reason.get(category, 0) + 1

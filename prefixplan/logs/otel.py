@@ -35,6 +35,7 @@ from prefixplan.core.types import Request
 from prefixplan.logs.badline import BadLine, jtype
 from prefixplan.logs.envelope import LineContext
 from prefixplan.logs.formats import parse_object
+from prefixplan.logs.limits import clip_repr
 
 OTEL_FORMAT = "otel-genai"
 _MODEL_CALLS = frozenset({"chat", "text_completion", "generate_content"})
@@ -133,9 +134,13 @@ def _span(span: Any, resource: dict[str, Any], ctx: LineContext) -> Request | No
     for key in genai:
         flat = _FLAT.match(key)
         if flat is not None and flat.group(1) == "prompt" and (flat.group(4) or flat.group(3) not in _FLAT_FIELDS):
-            raise BadLine(f"unknown field: span attribute {key!r} (prompt fields read: {', '.join(_FLAT_FIELDS)})")
+            raise BadLine(
+                f"unknown field: span attribute {clip_repr(key, 80)} (prompt fields read: {', '.join(_FLAT_FIELDS)})"
+            )
         if key not in _KNOWN_ATTRS and not key.startswith(_KNOWN_FAMILIES) and flat is None:
-            raise BadLine(f"unknown field: span attribute {key!r} is not a GenAI convention prefixplan reads")
+            raise BadLine(
+                f"unknown field: span attribute {clip_repr(key, 80)} is not a GenAI convention prefixplan reads"
+            )
     operation = attrs.get("gen_ai.operation.name")
     if operation is not None and operation not in _MODEL_CALLS:
         return None  # an agent, tool or embeddings span: not a model call with a prompt
@@ -226,7 +231,7 @@ def _text(parts: Any, what: str) -> str:
     for k, part in enumerate(parts):
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("content"), str):
             # the part's type, never its text (system instructions may hold anything)
-            shape = f"type {part.get('type')!r}" if isinstance(part, dict) else jtype(part)
+            shape = f"type {clip_repr(part.get('type'), 40)}" if isinstance(part, dict) else jtype(part)
             raise BadLine(f"unsupported: {what} part {k} ({shape}) is not text")
         texts.append(part["content"])
     return "\n".join(texts)

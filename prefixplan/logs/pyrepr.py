@@ -12,24 +12,35 @@ after it: string literals (decoded with :func:`ast.literal_eval`, never ``eval``
 from __future__ import annotations
 
 import ast
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_STR = {
-    "'": re.compile(r"'[^'\\\n]*(?:\\.[^'\\\n]*)*'"),
-    '"': re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'),
-}
-_INT_LIST = re.compile(r"\[(?:\s*-?\d+\s*(?:,\s*-?\d+\s*)*)?\]")
+import numpy as np
+
+from prefixplan.logs.intlist import TooManyItems, scan_int_list
+from prefixplan.logs.limits import MAX_RECORD_TOKENS
+
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf|nan)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_END = re.compile(r"\s*\.?\s*\Z")
 _CONSTANTS = {"None": None, "True": True, "False": False}
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
+_MAX_DEPTH = 256
 
 
 class ReprError(ValueError):
     """The text at a position is not a value this reader understands (the message says where)."""
+
+
+class ListTooLong(ReprError):
+    """A list holds more items than the reader's limit (:data:`~prefixplan.logs.limits.MAX_RECORD_TOKENS`
+    unless the caller names another): refused before its items are read."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"a list of {count:,} items, more than the limit of {limit:,} per record")
+        self.count = count
+        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +76,18 @@ def skip_spaces(text: str, pos: int) -> int:
     return pos
 
 
-def parse_value(text: str, pos: int) -> tuple[Any, int]:
-    """The value starting at ``pos`` (spaces skipped) and the position just after it.
+def parse_value(text: str, pos: int, limit: int = MAX_RECORD_TOKENS) -> tuple[Any, int]:
+    """The value starting at ``pos`` (spaces skipped) and the position just after it. A list of
+    integers comes back as a numpy ``int64`` array (token ids: 8 bytes an id, not 36).
 
     Raises:
+        ListTooLong: a list holds more than ``limit`` items.
         ReprError: an unterminated string or bracket, or nothing at ``pos``.
     """
     try:
-        value, end = _value(text, pos)
-        if isinstance(value, (str, list)) and text.startswith(" ... ", end):
-            tail, end = _value(text, end + 5)
+        value, end = _value(text, pos, limit)
+        if isinstance(value, (str, list, np.ndarray)) and text.startswith(" ... ", end):
+            tail, end = _value(text, end + 5, limit)
             return Truncated(value, tail), end
     except ReprError:
         raise
@@ -83,7 +96,7 @@ def parse_value(text: str, pos: int) -> tuple[Any, int]:
     return value, end
 
 
-def _value(text: str, pos: int) -> tuple[Any, int]:
+def _value(text: str, pos: int, limit: int) -> tuple[Any, int]:
     pos = skip_spaces(text, pos)
     if pos >= len(text):
         raise ReprError(f"expected a value at column {pos + 1}, found the end of the line")
@@ -94,16 +107,19 @@ def _value(text: str, pos: int) -> tuple[Any, int]:
         value, end = _string(text, pos + 1, prefix=c)
         return value, end
     if c == "[":
-        m = _INT_LIST.match(text, pos)
-        if m is not None:  # the common, long case: token ids
-            return json.loads(m.group(0)), m.end()
-        items, end = _sequence(text, pos + 1, "]")
+        try:
+            ints = scan_int_list(text, pos, limit)  # the common, long case: token ids
+        except TooManyItems as exc:
+            raise ListTooLong(exc.count, exc.limit) from None
+        if ints is not None:
+            return ints
+        items, end = _sequence(text, pos + 1, "]", limit)
         return items, end
     if c == "(":
-        items, end = _sequence(text, pos + 1, ")")
+        items, end = _sequence(text, pos + 1, ")", limit)
         return tuple(items), end
     if c == "{":
-        return _mapping(text, pos + 1)
+        return _mapping(text, pos + 1, limit)
     m = _NUMBER.match(text, pos)
     if m is not None and (m.end() >= len(text) or not (text[m.end()].isalnum() or text[m.end()] == "_")):
         word = m.group(0)
@@ -114,7 +130,7 @@ def _value(text: str, pos: int) -> tuple[Any, int]:
         if word in _CONSTANTS:
             return _CONSTANTS[word], end
         if end < len(text) and text[end] == "(":
-            return _call(text, word, end + 1)
+            return _call(text, word, end + 1, limit)
     end = skip_bare(text, pos)
     if end == pos:
         raise ReprError(f"expected a value at column {pos + 1}, found {text[pos : pos + 20]!r}")
@@ -129,12 +145,14 @@ def skip_bare(text: str, pos: int) -> int:
     while pos < n:
         c = text[pos]
         if c in "'\"":
-            m = _STR[c].match(text, pos)
-            if m is None:
+            end = string_end(text, pos)
+            if end is None:
                 return n
-            pos = m.end()
+            pos = end
             continue
         if c in _CLOSE:
+            if len(depth) >= _MAX_DEPTH:
+                return n  # brackets nested past any real value: the rest of the line is this value
             depth.append(_CLOSE[c])
         elif depth and c == depth[-1]:
             depth.pop()
@@ -144,24 +162,44 @@ def skip_bare(text: str, pos: int) -> int:
     return pos
 
 
+def string_end(text: str, pos: int) -> int | None:
+    """The position after the string literal whose quote is ``text[pos]`` (None: unterminated on
+    this line). Quotes are found with ``str.find`` and a quote preceded by an odd run of
+    backslashes is skipped: no state per escape (a regular expression kept some for each)."""
+    quote = text[pos]
+    at = pos + 1
+    while True:
+        end = text.find(quote, at)
+        if end < 0:
+            return None
+        slashes = 0
+        while text[end - 1 - slashes] == "\\":
+            slashes += 1
+        if slashes % 2 == 0:
+            return None if text.find("\n", pos, end) >= 0 else end + 1
+        at = end + 1
+
+
 def _string(text: str, pos: int, prefix: str = "") -> tuple[Any, int]:
-    m = _STR[text[pos]].match(text, pos)
-    if m is None:
+    end = string_end(text, pos)
+    if end is None:
         raise ReprError(f"unterminated string starting at column {pos + 1}")
     try:
-        value = ast.literal_eval(prefix + m.group(0))
+        value = ast.literal_eval(prefix + text[pos:end])
     except (ValueError, SyntaxError) as exc:
-        raise ReprError(f"bad string literal at column {pos + 1}: {exc}") from None
-    return value, m.end()
+        raise ReprError(f"bad string literal at column {pos + 1}: {str(exc)[:120]}") from None
+    return value, end
 
 
-def _sequence(text: str, pos: int, close: str) -> tuple[list[Any], int]:
+def _sequence(text: str, pos: int, close: str, limit: int) -> tuple[list[Any], int]:
     items: list[Any] = []
     while True:
         pos = skip_spaces(text, pos)
         if pos < len(text) and text[pos] == close:
             return items, pos + 1
-        value, pos = parse_value(text, pos)
+        if len(items) >= limit:
+            raise ListTooLong(len(items) + 1, limit)
+        value, pos = parse_value(text, pos, limit)
         items.append(value)
         pos = skip_spaces(text, pos)
         if pos < len(text) and text[pos] == ",":
@@ -172,18 +210,20 @@ def _sequence(text: str, pos: int, close: str) -> tuple[list[Any], int]:
         raise ReprError(f"expected ',' or {close!r} at column {pos + 1}")
 
 
-def _mapping(text: str, pos: int) -> tuple[Any, int]:
+def _mapping(text: str, pos: int, limit: int) -> tuple[Any, int]:
     out: dict[Any, Any] = {}
     items: list[Any] = []
     while True:
         pos = skip_spaces(text, pos)
         if pos < len(text) and text[pos] == "}":
-            return (out if out or not items else set(items)), pos + 1
-        key, pos = parse_value(text, pos)
+            return (out if out or not items else set(map(str, items))), pos + 1
+        if len(out) + len(items) >= limit:
+            raise ListTooLong(len(out) + len(items) + 1, limit)
+        key, pos = parse_value(text, pos, limit)
         pos = skip_spaces(text, pos)
         if pos < len(text) and text[pos] == ":":
-            value, pos = parse_value(text, pos + 1)
-            out[key if not isinstance(key, (list, dict)) else str(key)] = value
+            value, pos = parse_value(text, pos + 1, limit)
+            out[_key(key)] = value
         else:
             items.append(key)
         pos = skip_spaces(text, pos)
@@ -195,19 +235,28 @@ def _mapping(text: str, pos: int) -> tuple[Any, int]:
         raise ReprError(f"expected ',' or '}}' at column {pos + 1}")
 
 
-def _call(text: str, name: str, pos: int) -> tuple[Call, int]:
+def _key(key: Any) -> Any:
+    """A dict key as a dict can hold it (unhashable values as their text)."""
+    if isinstance(key, np.ndarray):
+        return str(key.tolist())
+    return key if not isinstance(key, (list, dict, set)) else str(key)
+
+
+def _call(text: str, name: str, pos: int, limit: int) -> tuple[Call, int]:
     kwargs: dict[str, Any] = {}
     args: list[Any] = []
     while True:
         pos = skip_spaces(text, pos)
         if pos < len(text) and text[pos] == ")":
             return Call(name, kwargs, tuple(args)), pos + 1
+        if len(kwargs) + len(args) >= limit:
+            raise ListTooLong(len(kwargs) + len(args) + 1, limit)
         m = _NAME.match(text, pos)
         if m is not None and m.end() < len(text) and text[m.end()] == "=" and text[m.end() : m.end() + 2] != "==":
-            value, pos = parse_value(text, m.end() + 1)
+            value, pos = parse_value(text, m.end() + 1, limit)
             kwargs[m.group(0)] = value
         else:
-            value, pos = parse_value(text, pos)
+            value, pos = parse_value(text, pos, limit)
             args.append(value)
         pos = skip_spaces(text, pos)
         if pos < len(text) and text[pos] == ",":
@@ -218,10 +267,11 @@ def _call(text: str, name: str, pos: int) -> tuple[Call, int]:
         raise ReprError(f"expected ',' or ')' in {name}(...) at column {pos + 1}")
 
 
-def parse_labelled(text: str, pos: int, labels: frozenset[str]) -> dict[str, Any]:
+def parse_labelled(text: str, pos: int, labels: frozenset[str], limit: int = MAX_RECORD_TOKENS) -> dict[str, Any]:
     """``label: value, label: value.`` (vLLM's request-logger layout) from ``pos`` to the end.
 
     Raises:
+        ListTooLong: a list holds more than ``limit`` items.
         ReprError: a label outside ``labels`` (named), a value that does not parse, or text left
             after the last value other than a closing ``.``.
     """
@@ -234,10 +284,9 @@ def parse_labelled(text: str, pos: int, labels: frozenset[str]) -> dict[str, Any
         label = text[pos:colon]
         if label not in labels:
             raise ReprError(f"unknown field {label[:60]!r} (known: {', '.join(sorted(labels))})")
-        value, pos = parse_value(text, colon + 2)
+        value, pos = parse_value(text, colon + 2, limit)
         out[label] = value
-        rest = text[pos:].rstrip()
-        if rest in ("", "."):
+        if _END.match(text, pos) is not None:  # no copy of the rest of a long line
             return out
         if text.startswith(", ", pos):
             pos += 2

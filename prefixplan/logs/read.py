@@ -12,21 +12,31 @@ import hashlib
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.core.types import FORMATS, Request
-from prefixplan.errors import InputError, LogLineError, UsageError
+from prefixplan.errors import LogLineError, UsageError
+from prefixplan.logs import limits
 from prefixplan.logs.badline import BadLine
+from prefixplan.logs.csvtable import iter_csv
 from prefixplan.logs.detect import JSONL, sniff
 from prefixplan.logs.dispatch import Parsed, parse_line
 from prefixplan.logs.envelope import LineContext
 from prefixplan.logs.lineerrors import LineErrors
+from prefixplan.logs.noinput import EMPTY_TABLE
 from prefixplan.logs.open import STDIN, CorruptInput, decompress, iter_lines, open_log, open_raw
 from prefixplan.logs.paths import ReadMeter, expand_paths
 from prefixplan.logs.remote import shown
 from prefixplan.logs.serverlog import read_server_log
-from prefixplan.logs.tables import TABLE_FORMATS, TableCorrupt, iter_csv, iter_parquet, parse_columns, table_format
+from prefixplan.logs.tables import (
+    TABLE_FORMATS,
+    TableCorrupt,
+    TableShape,
+    iter_parquet,
+    parse_columns,
+    table_format,
+)
 from prefixplan.logs.textlog import SourceInfo
 
 _BOM = b"\xef\xbb\xbf"
@@ -44,7 +54,11 @@ class ReadOptions:
         sample: keep this deterministic fraction of lines (hash of source and line number).
         strict: raise :class:`~prefixplan.errors.LogLineError` on the first malformed line.
         trace_block_size: tokens per Mooncake ``hash_ids`` block.
-        max_line_bytes: longer lines are skipped (read and discarded in chunks).
+        max_line_bytes: the most bytes of one record (:data:`~prefixplan.logs.limits.MAX_RECORD_BYTES`,
+            64 MiB): longer lines are skipped (read and discarded in chunks), larger CSV and
+            Parquet rows too (a Parquet row measured before it is read into Python objects).
+        max_record_tokens: the most token ids one request may give
+            (:data:`~prefixplan.logs.limits.MAX_RECORD_TOKENS`); more is a malformed line.
         columns: ``((field, column), ...)`` for Parquet and CSV logs (``--columns``; see
             :mod:`prefixplan.logs.tables`); a string ``"field=column,..."`` or a mapping is accepted.
     """
@@ -55,8 +69,9 @@ class ReadOptions:
     sample: float | None = None
     strict: bool = False
     trace_block_size: int = 512
-    max_line_bytes: int = 64 * 2**20
+    max_line_bytes: int = field(default_factory=lambda: limits.MAX_RECORD_BYTES)
     columns: tuple[tuple[str, str], ...] = ()
+    max_record_tokens: int = field(default_factory=lambda: limits.MAX_RECORD_TOKENS)
 
     def __post_init__(self) -> None:
         if self.format != "auto" and self.format not in FORMATS and self.format not in TABLE_FORMATS:
@@ -74,6 +89,8 @@ class ReadOptions:
             raise UsageError(f"trace block size must be positive, got {self.trace_block_size}")
         if self.max_line_bytes <= 0:
             raise UsageError(f"max line bytes must be positive, got {self.max_line_bytes}")
+        if self.max_record_tokens <= 0:
+            raise UsageError(f"max record tokens must be positive, got {self.max_record_tokens}")
         if self.since is not None and self.until is not None and self.since >= self.until:
             raise UsageError("--since must be earlier than --until")
 
@@ -117,7 +134,7 @@ def _decode(data: bytes, ctx: LineContext, fmt: str) -> Parsed:
     except RecursionError:
         raise BadLine("nesting too deep: record nested deeper than the reader allows") from None
     except Exception as exc:
-        raise BadLine(f"invalid record: {type(exc).__name__}: {str(exc)[:200]}") from None
+        raise BadLine(f"invalid record: {type(exc).__name__}: {limits.clip(exc)}") from None
 
 
 def _sample_threshold(fraction: float | None) -> int | None:
@@ -135,6 +152,7 @@ def _reporter(errors: LineErrors, source: str, strict: bool) -> Callable[[int, s
     """How a reader reports a malformed line of ``source``: counted, or raised when ``strict``."""
 
     def bad(line_no: int, reason: str) -> None:
+        reason = limits.clip(reason, limits.MAX_REASON_CHARS)  # a reason may quote the input
         errors.add(source, line_no, reason)
         if strict:
             raise LogLineError(source, line_no, reason)
@@ -161,7 +179,7 @@ def _requests(
         bad(ctx.line_no, "nesting too deep: record nested deeper than the reader allows")
         return
     except Exception as exc:
-        bad(ctx.line_no, f"invalid record: {type(exc).__name__}: {str(exc)[:200]}")
+        bad(ctx.line_no, f"invalid record: {type(exc).__name__}: {limits.clip(exc)}")
         return
     yield from _in_window(parsed, ctx.line_no, errors, bad, since, until)
 
@@ -205,11 +223,12 @@ def _read_table(
     if meter is not None:
         meter.opened(raw)
     last = 0
+    shape = TableShape()
     try:
         if kind == "parquet":
-            rows = iter_parquet(raw, source, options.columns)
+            rows = iter_parquet(raw, source, options.columns, options.max_line_bytes, shape)
         else:
-            rows = iter_csv(decompress(raw), source, options.columns, options.max_line_bytes)
+            rows = iter_csv(decompress(raw), source, options.columns, options.max_line_bytes, shape)
         for row_no, item in rows:
             last = row_no
             if threshold is not None and not _sampled(source, row_no, threshold):
@@ -219,8 +238,11 @@ def _read_table(
                 bad(row_no, item.reason)
                 continue
             errors.saw(source, row_no, item)
-            ctx = LineContext(source, row_no, options.trace_block_size)
+            ctx = LineContext(source, row_no, options.trace_block_size, options.max_record_tokens)
             yield from _requests(item, ctx, fmt, errors, bad, options.since, options.until)
+        if last == 0 and shape.columns is not None:  # a header (a schema) and no rows: not an empty file
+            errors.lines_read += 1
+            errors.sources[source].notes.append(f"{EMPTY_TABLE} ({shape.columns} columns)")
     except TableCorrupt as exc:
         bad(last + 1, f"corrupt input: {exc}; the rest of the file is skipped")
     finally:
@@ -267,7 +289,7 @@ def _parse_line(
         bad(line_no, f"line too long: {size} bytes > max_line_bytes {options.max_line_bytes} (skipped)")
         return
     errors.saw(source, line_no, data)
-    ctx = LineContext(source, line_no, options.trace_block_size)
+    ctx = LineContext(source, line_no, options.trace_block_size, options.max_record_tokens)
     try:
         parsed = _decode(data, ctx, options.format)
     except BadLine as exc:
@@ -303,7 +325,9 @@ def _read_one(
                 def keep(line_no: int) -> bool:
                     return threshold is None or _sampled(source, line_no, threshold)
 
-                for req in read_server_log(source, reader, how, lines, errors, keep, bad, options.max_line_bytes):
+                for req in read_server_log(
+                    source, reader, how, lines, errors, keep, bad, options.max_line_bytes, options.max_record_tokens
+                ):
                     if _in_time(req.time, since, until):
                         yield req
                 return
@@ -406,50 +430,16 @@ def iter_objects(
     for i, obj in enumerate(objects, start=1):
         errors.saw(source, i, obj)
         if not isinstance(obj, Request):
-            yield from _requests(obj, LineContext(source, i, options.trace_block_size), fmt, errors, bad, since, until)
+            yield from _requests(
+                obj,
+                LineContext(source, i, options.trace_block_size, options.max_record_tokens),
+                fmt,
+                errors,
+                bad,
+                since,
+                until,
+            )
             continue
         errors.requests_read += 1
         if _in_time(obj.time, since, until):
             yield obj
-
-
-def nothing_left_error(errors: LineErrors, inputs: Sequence[str], options: ReadOptions) -> InputError:
-    """The error for an input whose requests were all read and none was left to analyze: each
-    render failure is counted with its line, and a time window or a sample that left nothing is
-    named."""
-    where = ", ".join(inputs) or "the input"
-    renders = errors.by_reason.get("render", 0)
-    why = []
-    if renders:
-        first = next((s for s in errors.samples if s.reason.startswith("render")), None)
-        example = f" (first: {first.source}:{first.line_no}: {first.reason[:160]})" if first else ""
-        why.append(f"{renders} could not be rendered{example}")
-    if options.since is not None or options.until is not None:
-        why.append("the rest fell outside --since/--until" if renders else "none fell inside --since/--until")
-    if options.sample is not None and options.sample < 1:
-        why.append(f"--sample {options.sample:g} kept none")
-    return InputError(
-        f"no request left to analyze from {where}: {errors.requests_read} request(s) read; "
-        + ("; ".join(why) or "none was kept"),
-        hint="widen --since/--until or --sample, or fix the lines the report names (--strict stops at the first)",
-    )
-
-
-def no_requests_error(errors: LineErrors, inputs: Sequence[str]) -> InputError:
-    """The error for a non-empty input that gave no request: which formats prefixplan reads, and
-    what the first lines looked like."""
-    where = ", ".join(inputs) or "the input"
-    if errors.lines_read == 0 and errors.samples:  # nothing readable at all: say why
-        why = "; ".join(f"{s.source}:{s.line_no}: {s.reason}" for s in errors.samples[:3])
-        return InputError(f"no requests read from {where}: {why}", hint="check the file is what its name says")
-    first = "; ".join(errors.first_lines)
-    notes = "".join(
-        f"; {source} was read as {info.reader} ({info.detected}): {'; '.join(info.notes)}"
-        for source, info in errors.sources.items()
-        if info.notes
-    )
-    return InputError(
-        f"no requests read from {where}: {errors.lines_read} non-empty line(s), none in a format prefixplan reads "
-        f"({', '.join(FORMATS)}); {first}{notes}",
-        hint="see docs/logs.md (or run prefixplan formats) for the formats; force one with --log-format FORMAT",
-    )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prefixplan.core.types import Request
+from prefixplan.logs.limits import MAX_RECORD_TOKENS, clip
 from prefixplan.logs.open import CorruptInput, RawLine
 from prefixplan.logs.textlog import Problem, TextLogReader
 
@@ -18,14 +19,15 @@ if TYPE_CHECKING:
     from prefixplan.logs.lineerrors import LineErrors
 
 
-def make_reader(name: str, path: str, how: str) -> TextLogReader:
-    """The reader of format ``name`` (``vllm-log`` or ``sglang-log``) for one file."""
+def make_reader(name: str, path: str, how: str, max_tokens: int = MAX_RECORD_TOKENS) -> TextLogReader:
+    """The reader of format ``name`` (``vllm-log`` or ``sglang-log``) for one file; a request
+    with more than ``max_tokens`` token ids is a malformed line."""
     from prefixplan.logs.sglang_log import SGLangLogReader
     from prefixplan.logs.vllm_log import VLLMLogReader
 
     if name == "vllm-log":
-        return VLLMLogReader(path, how)
-    return SGLangLogReader(path, how)
+        return VLLMLogReader(path, how, max_tokens)
+    return SGLangLogReader(path, how, max_tokens)
 
 
 def read_server_log(
@@ -37,13 +39,15 @@ def read_server_log(
     keep: Callable[[int], bool],
     bad: Callable[[int, str], None],
     max_line_bytes: int,
+    max_tokens: int = MAX_RECORD_TOKENS,
 ) -> Iterator[Request]:
     """Requests of one server log in order; problems go to ``bad(line_no, reason)``.
 
     Args:
         keep: whether the request (or problem) at a line survives ``--sample``.
+        max_tokens: token ids a request may have (more: a malformed line, never read).
     """
-    reader = make_reader(name, path, how)
+    reader = make_reader(name, path, how, max_tokens)
     errors.sources[path] = reader.info
 
     def items() -> Iterator[Request | Problem]:
@@ -53,7 +57,9 @@ def read_server_log(
                 last = raw.line_no
                 data = raw.data
                 if data is None:
-                    yield Problem(raw.line_no, f"line too long: {raw.size} bytes > max_line_bytes {max_line_bytes}")
+                    yield Problem(
+                        raw.line_no, f"line too long: {raw.size} bytes > max_line_bytes {max_line_bytes} (skipped)"
+                    )
                     continue
                 if not data or data.isspace():
                     continue
@@ -62,7 +68,7 @@ def read_server_log(
                     found = list(reader.feed(raw.line_no, data.decode("utf-8", "replace")))
                 except (ValueError, RecursionError, KeyError, TypeError, IndexError) as exc:
                     # A line no reader rule foresaw is that line's problem, never the whole log's.
-                    yield Problem(raw.line_no, f"unreadable line: {type(exc).__name__}: {str(exc)[:200]}")
+                    yield Problem(raw.line_no, f"unreadable line: {type(exc).__name__}: {clip(exc)}")
                     continue
                 yield from found
         except CorruptInput as exc:

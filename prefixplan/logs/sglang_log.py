@@ -29,8 +29,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prefixplan.core.types import Request
-from prefixplan.logs.pyrepr import Call, ReprError, Truncated, parse_value
-from prefixplan.logs.textlog import ANSI, Item, LogClock, Problem, SourceInfo
+from prefixplan.logs.limits import MAX_RECORD_TOKENS, clip
+from prefixplan.logs.pyrepr import Call, ListTooLong, ReprError, Truncated, parse_value
+from prefixplan.logs.textlog import ANSI, Item, LogClock, Problem, SourceInfo, token_ids
 from prefixplan.logs.times import timestamp_value
 
 SGLANG_FORMAT = "sglang-log"
@@ -51,8 +52,9 @@ class _Pending:
 class SGLangLogReader:
     """Reads one SGLang server log (module docstring); feed lines in order, then finish."""
 
-    def __init__(self, source: str, detected: str) -> None:
+    def __init__(self, source: str, detected: str, max_tokens: int = MAX_RECORD_TOKENS) -> None:
         self.source = source
+        self.max_tokens = max_tokens
         self.info = SourceInfo(SGLANG_FORMAT, detected)
         self.served: str | None = None
         self.model: str | None = None  # the last OpenAI body's model
@@ -78,10 +80,18 @@ class SGLangLogReader:
         else:
             return
         try:
-            obj, end = parse_value(body, len(event))
+            obj, end = parse_value(body, len(event), self.max_tokens)
+        except ListTooLong as exc:
+            self._request_lines += 1
+            yield Problem(
+                line_no,
+                f"too many tokens: {event.split(':')[0]}: a list of {exc.count:,} items > "
+                f"max_record_tokens {exc.limit:,} (skipped)",
+            )
+            return
         except ReprError as exc:
             self._request_lines += 1
-            yield Problem(line_no, f"bad request line: {event.split(':')[0]}: {exc}")
+            yield Problem(line_no, f"bad request line: {event.split(':')[0]}: {clip(exc)}")
             return
         if event == "server_args=":
             self._startup(obj)
@@ -92,7 +102,9 @@ class SGLangLogReader:
             return
         if not isinstance(obj, Call) or obj.name not in _REQUEST_CLASSES:
             name = obj.name if isinstance(obj, Call) else type(obj).__name__
-            yield Problem(line_no, f"unknown record: {event.split(':')[0]} obj is {name}, not GenerateReqInput")
+            yield Problem(
+                line_no, f"unknown record: {event.split(':')[0]} obj is {clip(name, 60)}, not GenerateReqInput"
+            )
             return
         fields = obj.kwargs
         if event == "Finish: obj=":
@@ -101,7 +113,7 @@ class SGLangLogReader:
             i = rest.find("out=")
             if i >= 0:
                 try:
-                    out, _ = parse_value(rest, i + 4)
+                    out, _ = parse_value(rest, i + 4, self.max_tokens)
                 except ReprError:
                     out = None
             yield from self._finish(fields.get("rid"), out)
@@ -127,7 +139,7 @@ class SGLangLogReader:
         try:
             data = json.loads(body)
         except (ValueError, RecursionError) as exc:
-            yield Problem(line_no, f"bad JSON: {exc}")
+            yield Problem(line_no, f"bad JSON: {clip(exc)}")
             return
         if not isinstance(data, dict):
             return
@@ -140,7 +152,7 @@ class SGLangLogReader:
             return
         obj = data.get("obj")
         if not isinstance(obj, dict):
-            yield Problem(line_no, f"missing field: {event} has no obj object")
+            yield Problem(line_no, f"missing field: {clip(event, 60)} has no obj object")
             return
         if event == "request.received.openai":
             self._openai(obj)
@@ -176,7 +188,7 @@ class SGLangLogReader:
         texts = fields.get("text")
         if inputs is None and texts is None:
             self.info.count("no prompt", len(rids))
-            yield Problem(line_no, f"no prompt: request {rids[0]} was logged without its input; {LEVEL_HINT}")
+            yield Problem(line_no, f"no prompt: request {clip(rids[0])} was logged without its input; {LEVEL_HINT}")
             return
         batch = isinstance(rid, list)
         for k, one in enumerate(rids):
@@ -212,15 +224,21 @@ class SGLangLogReader:
         if _cut(ids) or (ids is None and _cut(text)):
             self.info.count("truncated")
             return Problem(
-                line_no, f"truncated: request {name}: input cut to its first and last 1024 items (not counted)"
+                line_no, f"truncated: request {clip(name)}: input cut to its first and last 1024 items (not counted)"
             )
         prompt_ids = None
         if ids is not None:
-            if not (isinstance(ids, list) and all(isinstance(t, int) and 0 <= t < 2**32 for t in ids)):
-                return Problem(line_no, f"wrong type: request {name} input_ids is not a list of token ids")
-            prompt_ids = tuple(ids)
+            if isinstance(ids, list) and len(ids) > self.max_tokens:
+                return Problem(
+                    line_no,
+                    f"too many tokens: request {clip(name)}: {len(ids):,} input_ids > "
+                    f"max_record_tokens {self.max_tokens:,} (skipped)",
+                )
+            prompt_ids = token_ids(ids)
+            if prompt_ids is None:
+                return Problem(line_no, f"wrong type: request {clip(name)} input_ids is not a list of token ids")
         elif not isinstance(text, str):
-            return Problem(line_no, f"wrong type: request {name} text is not a string")
+            return Problem(line_no, f"wrong type: request {clip(name)} text is not a string")
         params = fields.get("sampling_params")
         max_new = params.get("max_new_tokens") if isinstance(params, dict) else None
         lora = _scalar(fields.get("lora_path")) or _scalar(fields.get("lora_id"))

@@ -9,26 +9,28 @@ name when there is one. Cells of JSON-valued fields (``messages``, ``tools``, ``
 may hold JSON text, which is parsed; timestamps may be Parquet timestamps, numbers or text.
 
 Parquet is read in record batches of :data:`BATCH_ROWS` rows and only the needed columns, CSV
-row by row from a (possibly compressed) stream, so memory stays bounded by a batch. Rows are
-numbered from 1 in Parquet; in CSV a row's number is the line it starts on (the header is
-line 1), like a JSON line's.
+row by row from a (possibly compressed) stream (:mod:`prefixplan.logs.csvtable`), so memory stays
+bounded by a batch; a row over the per-record byte limit is a bad row. Rows are numbered from 1 in
+Parquet; in CSV a row's number is the line it starts on (the header is line 1), like a JSON line's.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from prefixplan.core.parquetio import iter_batches
 from prefixplan.errors import UsageError
 from prefixplan.logs.badline import BadLine
+from prefixplan.logs.limits import MAX_RECORD_BYTES, clip
+from prefixplan.logs.rowsize import row_bytes
 
 TABLE_FORMATS = ("parquet", "csv")
 """Table containers; ``--log-format parquet|csv`` forces one (rows are still detected per row)."""
@@ -131,7 +133,7 @@ def table_format(name: str, forced: str) -> str | None:
 # -- column plans ------------------------------------------------------------------------------
 
 
-def _plan(
+def column_plan(
     names: Sequence[str], columns: tuple[tuple[str, str], ...], source: str
 ) -> list[tuple[str, str, tuple[str, ...]]]:
     """(field, top-level column, path inside the cell) for each field a row is built from."""
@@ -235,7 +237,7 @@ def _cell(field: str, value: Any, path: tuple[str, ...], arrow: bool) -> Any:
     return value
 
 
-def _row(plan: list[tuple[str, str, tuple[str, ...]]], cells: Mapping[str, Any], arrow: bool) -> dict[str, Any]:
+def row_object(plan: list[tuple[str, str, tuple[str, ...]]], cells: Mapping[str, Any], arrow: bool) -> dict[str, Any]:
     obj: dict[str, Any] = {}
     for field, top, path in plan:
         value = _cell(field, cells.get(top), path, arrow)
@@ -251,10 +253,23 @@ class TableCorrupt(Exception):
     """The file is not readable as the table it claims to be (the rest of it is skipped)."""
 
 
+@dataclass(slots=True)
+class TableShape:
+    """What a table reader learned of a file before its rows: its columns (None: not read)."""
+
+    columns: int | None = None
+
+
 def iter_parquet(
-    raw: BinaryIO, source: str, columns: tuple[tuple[str, str], ...]
+    raw: BinaryIO,
+    source: str,
+    columns: tuple[tuple[str, str], ...],
+    max_row_bytes: int = MAX_RECORD_BYTES,
+    shape: TableShape | None = None,
 ) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
-    """(row number, row object or why it is bad) for each row of a Parquet file, in order.
+    """(row number, row object or why it is bad) for each row of a Parquet file, in order. A row
+    whose cells hold more than ``max_row_bytes`` is bad, measured from the column buffers before
+    any of it becomes a Python object (:mod:`prefixplan.logs.rowsize`).
 
     Raises:
         TableCorrupt: not a Parquet file, or damaged.
@@ -273,20 +288,45 @@ def iter_parquet(
             f"{source} is a prefixplan trace file, not a request log",
             hint="give a trace file on its own, as a local path: prefixplan analyze TRACE.parquet",
         )
-    plan = _plan(names, columns, source)
+    plan = column_plan(names, columns, source)
+    if shape is not None:
+        shape.columns = len(names)
     needed = list(dict.fromkeys(top for _, top, _ in plan))
     row_no = 0
     try:
         for batch in iter_batches(pf, BATCH_ROWS, needed):
-            data = {name: _values(batch.column(name)) for name in needed}
+            arrays = [batch.column(name) for name in needed]
+            sizes = row_bytes(arrays, batch.num_rows)
+            keep = np.flatnonzero(sizes <= max_row_bytes)
+            if keep.shape[0] < batch.num_rows:  # only the rows within the limit become Python values
+                arrays = [a.take(keep) for a in arrays]
+            data = {name: _values(a) for name, a in zip(needed, arrays, strict=True)}
+            k = 0
             for i in range(batch.num_rows):
                 row_no += 1
-                try:
-                    yield row_no, _row(plan, {name: values[i] for name, values in data.items()}, True)
-                except BadLine as exc:
-                    yield row_no, exc
-    except (OSError, ValueError) as exc:
-        raise TableCorrupt(f"Parquet data damaged after row {row_no} ({str(exc)[:200]})") from None
+                if sizes[i] > max_row_bytes:
+                    yield (
+                        row_no,
+                        BadLine(
+                            f"record too large: row of {int(sizes[i]):,} bytes > max_line_bytes {max_row_bytes:,} (skipped)"
+                        ),
+                    )
+                    continue
+                yield row_no, _row_or_why(plan, {name: values[k] for name, values in data.items()})
+                k += 1
+    except (OSError, ValueError) as exc:  # pyarrow's errors are OSError or ValueError
+        raise TableCorrupt(f"Parquet data damaged after row {row_no} ({clip(exc)})") from None
+
+
+def _row_or_why(plan: list[tuple[str, str, tuple[str, ...]]], cells: Mapping[str, Any]) -> dict[str, Any] | BadLine:
+    try:
+        return row_object(plan, cells, True)
+    except BadLine as exc:
+        return exc
+    except RecursionError:
+        return BadLine("nesting too deep: a cell nested deeper than the reader allows")
+    except (TypeError, ValueError, OverflowError) as exc:  # a cell of a type no field takes
+        return BadLine(f"invalid record: {type(exc).__name__}: {clip(exc)}")
 
 
 def _values(column: Any) -> list[Any]:
@@ -297,53 +337,3 @@ def _values(column: Any) -> list[Any]:
     if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
         return column.cast(pa.int64()).to_pylist()
     return column.to_pylist()
-
-
-def iter_csv(
-    stream: BinaryIO, source: str, columns: tuple[tuple[str, str], ...], max_cell_bytes: int
-) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
-    """(line the row starts on, row object or why it is bad) for each data row of a CSV stream.
-
-    The first row is the header. Blank lines are skipped.
-
-    Raises:
-        TableCorrupt: the stream is not UTF-8 or its compression is damaged.
-        UsageError: ``columns`` names a column the header does not have.
-    """
-    if csv.field_size_limit() < max_cell_bytes:
-        csv.field_size_limit(max_cell_bytes)
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    reader = csv.reader(text)
-    start = 1
-    try:
-        header = next(reader, None)
-        if header is None:
-            return
-        names = [h.strip() for h in header]
-        plan = _plan(names, columns, source)
-        while True:
-            start = reader.line_num + 1
-            try:
-                cells = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                yield start, BadLine(f"bad CSV: {exc}")
-                continue
-            if not cells or (len(cells) == 1 and not cells[0].strip()):
-                continue
-            if len(cells) != len(names):
-                yield start, BadLine(f"bad CSV: the row has {len(cells)} cells, the header {len(names)}")
-                continue
-            try:
-                yield start, _row(plan, dict(zip(names, cells, strict=True)), False)
-            except BadLine as exc:
-                yield start, exc
-    except UnicodeDecodeError as exc:
-        raise TableCorrupt(f"not UTF-8 text at line {start} ({exc.reason})") from None
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TableCorrupt(f"compressed data corrupt or truncated at line {start} ({exc})") from None
-    except Exception as exc:
-        if type(exc).__name__ == "ZstdError":
-            raise TableCorrupt(f"compressed data corrupt or truncated at line {start} ({exc})") from None
-        raise

@@ -15,8 +15,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
+
+from prefixplan.core.promptids import PromptIds
 from prefixplan.core.types import Request
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -52,6 +55,18 @@ class SourceInfo:
             "notes": list(self.notes),
             "counts": dict(self.counts),
         }
+
+
+def token_ids(value: Any) -> PromptIds | None:
+    """A logged list of token ids (a numpy array from :func:`~prefixplan.logs.pyrepr.parse_value`,
+    or a list) as :class:`PromptIds`; None when it is not a list of ints in ``[0, 2**32)``."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind != "i" or (value.size and (int(value.min()) < 0 or int(value.max()) >= 2**32)):
+            return None
+        return PromptIds(value)
+    if isinstance(value, list) and all(type(t) is int and 0 <= t < 2**32 for t in value):
+        return PromptIds(value)
+    return None
 
 
 class TextLogReader(Protocol):

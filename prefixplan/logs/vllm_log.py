@@ -30,12 +30,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from prefixplan.core.promptids import PromptIds
 from prefixplan.core.types import Request
 from prefixplan.logs.badline import BadLine
 from prefixplan.logs.envelope import LineContext
 from prefixplan.logs.formats import parse_object
-from prefixplan.logs.pyrepr import Call, ReprError, parse_labelled, parse_value
-from prefixplan.logs.textlog import ANSI, Item, LogClock, Problem, SourceInfo
+from prefixplan.logs.limits import MAX_RECORD_TOKENS, clip
+from prefixplan.logs.pyrepr import Call, ListTooLong, ReprError, parse_labelled, parse_value
+from prefixplan.logs.textlog import ANSI, Item, LogClock, Problem, SourceInfo, token_ids
 
 VLLM_FORMAT = "vllm-log"
 PREFIX = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
@@ -48,6 +50,7 @@ _RECEIVED = frozenset(
 _ID_PREFIXES = ("chatcmpl-", "cmpl-", "embd-", "pool-", "score-", "classify-", "resp_", "resp-")
 _JSON_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*(")?)|[{}\[\]]')
 _MAX_PENDING = 256
+_MAX_PENDING_IDS = 16_000_000  # ids held by requests waiting for their INFO line (64 MB)
 _MAX_UNPAIRED = 4096
 ENABLE_HINT = "start vLLM with --enable-log-requests and --log-level debug (or VLLM_LOGGING_LEVEL=DEBUG)"
 
@@ -68,7 +71,7 @@ class _Pending:
     time: float | None
     pid: str | None
     prompt: str | None
-    ids: list[int] | None
+    ids: PromptIds | None
     body: _Body | None
     lora: str | None = None
     max_tokens: int | None = None
@@ -109,8 +112,9 @@ def _sub_index(rid: str) -> int:
 class VLLMLogReader:
     """Reads one vLLM server log (module docstring); feed lines in order, then finish."""
 
-    def __init__(self, source: str, detected: str) -> None:
+    def __init__(self, source: str, detected: str, max_tokens: int = MAX_RECORD_TOKENS) -> None:
         self.source = source
+        self.max_tokens = max_tokens
         self.info = SourceInfo(VLLM_FORMAT, detected)
         self.clock = LogClock(source)
         self.served: str | None = None
@@ -121,6 +125,7 @@ class VLLMLogReader:
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._failed: OrderedDict[str, None] = OrderedDict()  # details lines already reported
         self._request_lines = 0
+        self._pending_ids = 0
 
     # -- lines ------------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> Iterator[Item]:
@@ -150,6 +155,7 @@ class VLLMLogReader:
         while self._pending:
             _, pending = self._pending.popitem(last=False)
             yield self._emit(pending)
+        self._pending_ids = 0
         if self._request_lines == 0:
             self.info.notes.append(f"no request-logger lines: {ENABLE_HINT}")
         elif self.info.counts.get("no prompt") and not self.info.counts.get("requests"):
@@ -240,28 +246,41 @@ class VLLMLogReader:
             self.info.count("/tokenize calls skipped")
             return
         try:
-            fields = parse_labelled(text, start, _DETAILS)
+            fields = parse_labelled(text, start, _DETAILS, self.max_tokens)
         except ReprError as exc:
             self._fail(rid)
-            yield Problem(line_no, f"bad request line: request {rid} details: {exc}")
+            yield self._unreadable(line_no, f"request {clip(rid)} details", exc)
             return
         pending = self._new_pending(line_no, stamp, pid, rid, fields)
         if isinstance(pending, Problem):
             self._fail(rid)
             yield pending
             return
-        self._pending[rid] = pending
-        yield from self._flush(force=len(self._pending) > _MAX_PENDING)
+        self._hold(pending)
+        yield from self._flush(force=len(self._pending) > _MAX_PENDING or self._pending_ids > _MAX_PENDING_IDS)
+
+    def _hold(self, pending: _Pending) -> None:
+        self._pending[pending.rid] = pending
+        self._pending_ids += len(pending.ids or ())
+
+    def _unreadable(self, line_no: int, what: str, exc: ReprError) -> Problem:
+        if isinstance(exc, ListTooLong):
+            return Problem(
+                line_no,
+                f"too many tokens: {what}: {exc.count:,} token ids > max_record_tokens {exc.limit:,} (skipped)",
+            )
+        return Problem(line_no, f"bad request line: {what}: {clip(exc)}")
 
     def _new_pending(
         self, line_no: int, stamp: float | None, pid: str | None, rid: str, fields: dict[str, Any]
     ) -> _Pending | Problem:
         prompt = fields.get("prompt")
-        ids = fields.get("prompt_token_ids")
+        raw = fields.get("prompt_token_ids")
         if prompt is not None and not isinstance(prompt, str):
-            return Problem(line_no, f"wrong type: request {rid} prompt is not a string")
-        if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) and 0 <= t < 2**32 for t in ids)):
-            return Problem(line_no, f"wrong type: request {rid} prompt_token_ids is not a list of token ids")
+            return Problem(line_no, f"wrong type: request {clip(rid)} prompt is not a string")
+        ids = token_ids(raw)
+        if raw is not None and ids is None:
+            return Problem(line_no, f"wrong type: request {clip(rid)} prompt_token_ids is not a list of token ids")
         return _Pending(rid, line_no, stamp, pid, prompt, ids, self._pair(rid, pid, prompt))
 
     def _received(
@@ -270,9 +289,9 @@ class VLLMLogReader:
         if rid.startswith("tokenize-"):
             return
         try:
-            fields = parse_labelled(text, start, _RECEIVED)
+            fields = parse_labelled(text, start, _RECEIVED, self.max_tokens)
         except ReprError as exc:
-            yield Problem(line_no, f"bad request line: received request {rid}: {exc}")
+            yield self._unreadable(line_no, f"received request {clip(rid)}", exc)
             return
         lora, max_tokens = _lora_name(fields.get("lora_request")), _max_tokens(fields.get("params"))
         pending = self._pending.get(rid)
@@ -282,12 +301,12 @@ class VLLMLogReader:
                 yield made
                 return
             pending = made
-            self._pending[rid] = pending
+            self._hold(pending)
         if pending is None and rid in self._failed:
             return  # its details line was reported already
         if pending is None:
             self.info.count("no prompt")
-            yield Problem(line_no, f"no prompt: request {rid} was logged at INFO only; {ENABLE_HINT}")
+            yield Problem(line_no, f"no prompt: request {clip(rid)} was logged at INFO only; {ENABLE_HINT}")
             return
         pending.lora, pending.max_tokens, pending.received = lora, max_tokens, True
         yield from self._flush()
@@ -303,6 +322,7 @@ class VLLMLogReader:
             if not head.received and not force:
                 return
             del self._pending[rid]
+            self._pending_ids -= len(head.ids or ())
             force = False
             yield self._emit(head)
 
@@ -318,7 +338,7 @@ class VLLMLogReader:
     def _emit(self, p: _Pending) -> Item:
         ctx = LineContext(self.source, p.line_no)
         if p.ids is None:
-            return Problem(p.line_no, f"unsupported: request {p.rid} has prompt embeddings, not token ids")
+            return Problem(p.line_no, f"unsupported: request {clip(p.rid)} has prompt embeddings, not token ids")
         body_req = self._from_body(p, ctx)
         if self._cut(p):
             if body_req is not None and (p.body is not None and not p.body.cut):
@@ -328,7 +348,7 @@ class VLLMLogReader:
             self.info.count("truncated")
             return Problem(
                 p.line_no,
-                f"truncated: request {p.rid}: prompt_token_ids cut at {len(p.ids)} tokens by --max-log-len "
+                f"truncated: request {clip(p.rid)}: prompt_token_ids cut at {len(p.ids)} tokens by --max-log-len "
                 "(the prompt is longer; not counted)",
             )
         self.info.count("requests")
@@ -346,7 +366,7 @@ class VLLMLogReader:
             model=model,
             lora=p.lora or base.lora,
             prompt=None,
-            prompt_ids=tuple(p.ids),
+            prompt_ids=p.ids,
             input_length=len(p.ids),
             output_length=p.max_tokens if p.max_tokens is not None else base.output_length,
         )
@@ -359,7 +379,7 @@ class VLLMLogReader:
         except (BadLine, RecursionError, TypeError, ValueError) as exc:
             self.info.count("JSON body unreadable")
             if len(self.info.notes) < 20:
-                self.info.notes.append(f"line {p.body.line_no}: JSON body of {p.rid} not used: {exc}")
+                self.info.notes.append(f"line {p.body.line_no}: JSON body of {clip(p.rid)} not used: {clip(exc)}")
             return None
         req = found[min(_sub_index(p.rid), len(found) - 1)]
         return replace(req, id=p.rid, format=VLLM_FORMAT, time=p.time, lora=p.lora or req.lora)

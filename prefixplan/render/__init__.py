@@ -32,6 +32,7 @@ import numpy as np
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.probe import TOKENIZER_PROBE_TEXT
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
+from prefixplan.core.urls import has_userinfo, without_userinfo
 from prefixplan.errors import TokenizerError, UsageError
 
 DEFAULT_TOKENIZER = "mistral:nemo"
@@ -75,6 +76,31 @@ class RendererFacts:
         )
 
 
+def check_spec(spec: str, where: str = "--tokenizer ") -> None:
+    """Refuse a tokenizer spec whose URL carries credentials (``user:password@``, or a query
+    string, a token's usual place), as ``warm``/``status`` refuse such an endpoint URL: a spec is
+    printed in reports and stored in records, and credentials come from the environment.
+
+    Raises:
+        UsageError: naming the spec without its credentials.
+    """
+    scheme, _, rest = spec.partition(":")
+    remote = scheme in ("vllm", "sglang")
+    if not (remote or "://" in rest):
+        return
+    if has_userinfo(rest):
+        what = "user:password@"
+    elif remote and any(c in rest for c in "?#"):
+        what = "a query string"
+    else:
+        return
+    raise UsageError(
+        f"{where}{scheme}:{without_userinfo(rest)}: the URL carries credentials ({what})",
+        hint="put the key in an environment variable (PREFIXPLAN_API_KEY, sent as a bearer token) "
+        "and give the URL without it",
+    )
+
+
 def load_renderer(
     spec: str | None = None,
     *,
@@ -83,6 +109,7 @@ def load_renderer(
 ) -> Renderer:
     """Load a renderer from a spec string (see module docstring)."""
     spec = spec or DEFAULT_TOKENIZER
+    check_spec(spec)
     scheme, _, rest = spec.partition(":")
     template_text = None
     if chat_template is not None:
@@ -194,6 +221,12 @@ class RenderSet:
     reported: dict[str, RendererFacts] = field(default_factory=dict)  # from workers, by spec
     _facts: dict[str, RendererFacts] = field(default_factory=dict)
     _preloads: dict[str, Future[Renderer]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default_spec:
+            check_spec(self.default_spec)
+        for model, spec in self.by_model.items():
+            check_spec(spec, f"--tokenizer-map {model}=")
 
     def facts(self) -> list[RendererFacts]:
         """The tokenizers that rendered this run: those loaded here, then those only workers

@@ -17,7 +17,7 @@ from typing import Any
 from prefixplan.core.types import Prompt, Request
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter, ReadOptions, expand_paths, iter_objects, iter_requests
-from prefixplan.logs.read import no_requests_error
+from prefixplan.logs.noinput import no_requests_error
 from prefixplan.logs.remote import shown
 from prefixplan.render import RenderSet
 
@@ -62,6 +62,7 @@ class SourceOptions:
             raise UsageError(f"unknown executor {self.executor!r}", hint=f"use one of: {', '.join(EXECUTORS)}")
         if self.ray_address is not None and self.executor != "ray":
             raise UsageError("--ray-address needs --executor ray")
+        self.renderers()  # a spec with credentials is refused before anything is read
 
     @property
     def rereadable(self) -> bool:

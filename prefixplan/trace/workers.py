@@ -33,7 +33,7 @@ from prefixplan.core.gcpolicy import relaxed_gc
 from prefixplan.core.types import Prompt, Request, Segment, SegmentHash
 from prefixplan.errors import PrefixplanError, TokenizerError, UsageError
 from prefixplan.logs import LineErrors, ReadMeter
-from prefixplan.logs.read import no_requests_error, nothing_left_error
+from prefixplan.logs.noinput import no_requests_error, nothing_left_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
 from prefixplan.trace.columns import RowColumns
