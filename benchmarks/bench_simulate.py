@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from prefixplan.simulation.trace import SimRequest
+from prefixplan.trace.blocks import SimRequest
 
 
 def synthetic(n: int = 100_000, seed: int = 7) -> Iterator[SimRequest]:
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.simulation.models import CacheSpec, run_model
-    from prefixplan.simulation.trace import build_trace
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.blocks import build_trace
+    from prefixplan.trace.nodes import build_tree
 
     g0 = time.perf_counter()
     prompt_tokens = sum(int(r.tokens.shape[0]) for r in synthetic(args.n))  # generation alone
@@ -153,19 +153,20 @@ class _Timed:
 
 def replay_log(args) -> int:
     """Read + render ``args.log`` and simulate: infinite, in-batch, LRU at 8 capacities."""
-    from prefixplan.analysis.pipeline import AnalyzeOptions, iter_prompts
+    from prefixplan.api import source_options
     from prefixplan.core.granularity import engine_granularity
     from prefixplan.logs import LineErrors
     from prefixplan.simulation.batch import in_batch_hits, service_times
-    from prefixplan.simulation.logs import sim_requests
     from prefixplan.simulation.models import AutoPromote, CacheSpec, run_model
-    from prefixplan.simulation.trace import build_trace
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.blocks import build_trace, request_of_row
+    from prefixplan.trace.nodes import build_tree
+    from prefixplan.trace.workers import iter_rendered
 
-    options = AnalyzeOptions(paths=(args.log,), tokenizer=args.tokenizer, engine="vllm", block_size=args.block_size)
+    source = source_options(args.log, tokenizer=args.tokenizer, workers=1)
     errors = LineErrors()
     t0 = time.perf_counter()
-    stream = _Timed(sim_requests(iter_prompts(options, errors)), progress=10_000)
+    rendered = iter_rendered(source, errors, source.renderers(), block_size=args.block_size)
+    stream = _Timed((request_of_row(r.row) for r in rendered), progress=10_000)
     trace = build_trace(stream, engine_granularity("vllm", args.block_size))
     t1 = time.perf_counter()
     read_s = stream.seconds

@@ -179,7 +179,7 @@ def run_analyze(
     the same pass), record in the store, write the JSON record, reports and recipes."""
     from dataclasses import replace
 
-    from prefixplan.analysis.pipeline import analyze as run_pipeline
+    from prefixplan.analysis.pipeline import run_analysis
 
     created_store = None
     if outputs.store:  # an unusable --db fails before the analysis, not after it
@@ -201,7 +201,7 @@ def run_analyze(
         shared = sim.can_share(engine_granularity(options.engine, options.block_size))
         if not shared:
             sinks.append(sim.add_row)
-    analysis = run_pipeline(options, progress, sinks=sinks, trace_out=outputs.trace_out)
+    analysis = run_analysis(options, progress, sinks=sinks, trace_out=outputs.trace_out)
     if sim is not None and shared:
         sim.use_trace(analysis.trace)
     if outputs.trace_out:

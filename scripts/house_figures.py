@@ -28,24 +28,33 @@ def _module(path: Path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (lazy imports and package ``__init__`` files count)."""
+    """Module -> the package modules it imports. Lazy imports count; so does a package's
+    ``__init__`` when a module takes a name from it (``from prefixplan.logs import LineErrors``),
+    and when importing a submodule runs it, except the module's own enclosing packages, which
+    Python has always imported first (that edge is in every module and no re-export's doing)."""
     modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
+        ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets: list[str] = []
+            wanted: list[tuple[str, bool]] = []  # (module, taken by name from it)
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    wanted.append((sub, False) if sub in modules else (node.module, True))
             elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            for target in targets:
-                if not target.startswith("prefixplan"):
+                wanted = [(a.name, False) for a in node.names]
+            for target, by_name in wanted:
+                if not target.startswith("prefixplan") or target == name:
                     continue
                 parts = target.split(".")
                 for i in range(2, len(parts) + 1):  # importing a.b.c runs a.b's __init__ first
                     candidate = ".".join(parts[:i])
-                    if candidate in modules and candidate != name:
-                        graph[name].add(candidate)
+                    if candidate not in modules or candidate == name:
+                        continue
+                    if candidate in ancestors and not (by_name and candidate == target):
+                        continue
+                    graph[name].add(candidate)
     return graph
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracles.prompts import iter_prompts
 
 from prefixplan.api import analyze, source_options
 from prefixplan.cli.app import main
 from prefixplan.core.granularity import reusable_prefix
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import iter_prompts
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"

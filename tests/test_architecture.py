@@ -1,119 +1,142 @@
-"""The one-way flow, enforced: every module's imports (read with ast) respect the layer order, and
+"""The one-way flow, enforced: the packages' imports (read with ast) follow the declared DAG, that
+DAG is acyclic and every edge of it is used, no module takes part in an import cycle, and
 ``prefixplan --help`` imports none of the heavy libraries.
 
-Layer order (docs/architecture.md): errors, core -> logs -> render -> trace -> analysis -> savings ->
-simulation -> keys -> store -> gate -> engines -> warming -> gateway -> report -> api -> cli (-> __main__). A module may import
-its own package and any package to its left; imports under ``if TYPE_CHECKING:`` and inside
-functions count too (a lazy import is still a dependency).
+A package may import itself and the packages :data:`DEPENDS` lists for it (docs/architecture.md);
+imports under ``if TYPE_CHECKING:`` and inside functions count too (a lazy import is still a
+dependency), and so does ``from prefixplan import ...`` (the package root is a layer of its own).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "prefixplan"
-LAYERS = (
-    "errors",
-    "core",
-    "logs",
-    "render",
-    "trace",
-    "analysis",
-    "savings",
-    "simulation",
-    "keys",
-    "store",
-    "gate",
-    "engines",
-    "warming",
-    "gateway",
-    "report",
-    "api",
-    "cli",
-    "__main__",  # python -m prefixplan: the entry point above the CLI
-)
-RANK = {name: i for i, name in enumerate(LAYERS)}
-RANK["errors"] = RANK["core"] = 0  # one bottom layer: the error hierarchy and shared records
+sys.path.insert(0, str(ROOT / "scripts"))
+import house_figures  # noqa: E402
+
+BOTTOM = {"errors", "version"}
+DEPENDS: dict[str, set[str]] = {
+    "errors": set(),
+    "version": set(),
+    "core": {"errors"},
+    "routing": {"errors"},
+    "logs": {"core", "errors"},
+    "render": {"core", "errors", "logs"},
+    "trace": {"core", "errors", "logs", "render", "routing", "version"},
+    "analysis": {"core", "errors", "logs", "render", "trace", "version"},
+    "savings": {"core", "errors"},
+    "simulation": {"analysis", "core", "errors", "logs", "render", "routing", "savings", "trace"},
+    "keys": {"analysis", "core", "errors", "logs", "render"},
+    "store": {"analysis", "errors", "keys", "savings"},
+    "gate": {"analysis", "core", "errors", "keys", "render"},
+    "engines": {"core", "errors"},
+    "warming": {"analysis", "core", "engines", "errors", "keys", "logs", "render", "savings", "store"},
+    "gateway": {"core", "engines", "errors", "keys", "routing", "store", "warming"},
+    "report": {"analysis", "core", "errors", "logs", "savings", "simulation"},
+    "api": {
+        "analysis",
+        "core",
+        "errors",
+        "gate",
+        "keys",
+        "logs",
+        "render",
+        "report",
+        "simulation",
+        "store",
+        "trace",
+        "warming",
+    },
+    "cli": {
+        "analysis",
+        "api",
+        "core",
+        "errors",
+        "gate",
+        "gateway",
+        "keys",
+        "logs",
+        "render",
+        "report",
+        "routing",
+        "simulation",
+        "store",
+        "version",
+        "warming",
+    },
+    "__main__": {"cli"},
+    "__root__": {"analysis", "api", "errors", "keys", "simulation", "version"},
+}
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _layer(module: str) -> str | None:
+def _package(module: str) -> str:
     parts = module.split(".")
-    if parts[0] != "prefixplan" or len(parts) < 2:
-        return None
-    return parts[1]
+    return parts[1] if len(parts) > 1 else "__root__"
 
 
-def _imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
-    """(line, imported module, names) for every prefixplan import in ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    out = []
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.module
-            and node.level == 0
-            and node.module.startswith("prefixplan")
-        ):
-            out.append((node.lineno, node.module, tuple(a.name for a in node.names)))
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("prefixplan"):
-                    out.append((node.lineno, alias.name, ()))
+def package_edges() -> dict[tuple[str, str], str]:
+    """(package, package it imports) -> one module that does it."""
+    out: dict[tuple[str, str], str] = {}
+    for module, targets in house_figures.import_graph().items():
+        for target in targets:
+            edge = (_package(module), _package(target))
+            if edge[0] != edge[1]:
+                out.setdefault(edge, f"{module} imports {target}")
     return out
 
 
 def layering_violations() -> list[str]:
     bad = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = _module_name(path)
-        own = _layer(module)
-        if own is None:  # the package root: it may re-export the public API lazily
-            continue
-        for line, target, names in _imports(path):
-            layer = _layer(target)
-            if layer is None:
-                # ``from prefixplan import X``: only the version string lives at the root
-                if set(names) - {"__version__"}:
-                    bad.append(f"{path.relative_to(ROOT)}:{line}: imports {names} from the package root")
-                continue
-            if layer not in RANK:
-                bad.append(f"{path.relative_to(ROOT)}:{line}: {target} is in no declared layer")
-            elif own not in RANK:
-                bad.append(f"{path.relative_to(ROOT)}: module {module} is in no declared layer")
-            elif RANK[layer] > RANK[own]:
-                bad.append(f"{path.relative_to(ROOT)}:{line}: {own} imports {target} (layer {layer} is above it)")
+    for (a, b), where in sorted(package_edges().items()):
+        if a not in DEPENDS:
+            bad.append(f"{where}: package {a} is not declared in DEPENDS")
+        elif b not in DEPENDS[a]:
+            bad.append(f"{where}: {a} may not import {b}")
     return bad
 
 
-def test_every_import_follows_the_layer_order() -> None:
+def test_every_import_follows_the_declared_graph() -> None:
     assert layering_violations() == []
 
 
+def test_the_declared_graph_is_acyclic_and_every_edge_is_used() -> None:
+    try:
+        list(TopologicalSorter(DEPENDS).static_order())
+    except CycleError as err:  # pragma: no cover - the assertion names the cycle
+        pytest.fail(f"DEPENDS has a cycle: {err.args[1]}")
+    used = set(package_edges())
+    unused = sorted((a, b) for a, deps in DEPENDS.items() for b in deps if (a, b) not in used)
+    assert unused == [], "declared but unused (tighten DEPENDS)"
+
+
+def test_no_module_is_in_an_import_cycle() -> None:
+    assert house_figures.cycles(house_figures.import_graph()) == []
+
+
 def test_the_checker_catches_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The check itself must be able to fail: a lower layer importing a higher one is reported.
-    fake_root = tmp_path
-    pkg = fake_root / "prefixplan" / "analysis"
+    # The check itself must be able to fail: a lower layer importing a higher one is reported,
+    # and two modules importing each other are a cycle.
+    pkg = tmp_path / "prefixplan" / "analysis"
     pkg.mkdir(parents=True)
     (pkg / "bad.py").write_text("from prefixplan.warming.plan import WarmPlan\n")
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
-    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake_root / "prefixplan")
+    (pkg / "one.py").write_text("from prefixplan.analysis import two\n")
+    (pkg / "two.py").write_text("def f():\n    from prefixplan.analysis.one import x\n")
+    (tmp_path / "prefixplan" / "warming").mkdir()
+    (tmp_path / "prefixplan" / "warming" / "plan.py").write_text("WarmPlan = 1\n")
+    monkeypatch.setattr(house_figures, "ROOT", tmp_path)
+    monkeypatch.setattr(house_figures, "PACKAGE", tmp_path / "prefixplan")
     (bad,) = layering_violations()
-    assert "analysis imports prefixplan.warming.plan" in bad
+    assert "analysis may not import warming" in bad
+    assert house_figures.cycles(house_figures.import_graph()) == [
+        ["prefixplan.analysis.one", "prefixplan.analysis.two"]
+    ]
 
 
 HEAVY = ("transformers", "numpy", "httpx", "openai", "tokenizers", "tiktoken", "mistral_common", "torch")

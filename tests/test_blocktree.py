@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracles.candidates import find_candidates
+from oracles.radix import RadixTree
 
 from prefixplan.analysis.blocktree import BlockTree, count_tenants, find_block_candidates
-from prefixplan.analysis.candidates import find_candidates
-from prefixplan.analysis.radix import RadixTree
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.trace.blocks import SimRequest, TraceBuilder
 
@@ -189,7 +189,7 @@ def test_repeated_keys_are_estimated_from_the_same_sample() -> None:
 def test_tree_nodes_are_runs_of_consecutive_block_ids(stream, block, data) -> None:  # type: ignore[no-untyped-def]
     """build_tree's node of each block equals following parents up to the node's start (the
     definition), with and without extra ends (pins)."""
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     builder = TraceBuilder(engine_granularity("custom", block), index_singletons=False)
     for i, (t, ns, toks, _) in enumerate(stream):

@@ -43,9 +43,10 @@ def test_shared_breaker_keeps_its_context(tmp_path: Path) -> None:
 
 
 def test_finder_threshold_is_configurable(tmp_path: Path) -> None:
+    from oracles.prompts import iter_prompts
+
     from prefixplan.api import source_options
     from prefixplan.logs import LineErrors
-    from prefixplan.render.stream import iter_prompts
 
     opts = source_options(str(_log(tmp_path, ["alice", "bob", "carol"])))
     finders = {m: BreakerFinder(min_tenants=m) for m in (3, 4)}

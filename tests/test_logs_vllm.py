@@ -83,7 +83,9 @@ def test_cut_is_inferred_from_a_cut_json_body_when_the_startup_line_is_gone(tmp_
 
 
 def test_the_engine_ids_equal_the_hf_rendering_of_the_logged_bodies(qwen3_path: Path) -> None:
-    from prefixplan.render.stream import SourceOptions, iter_prompts
+    from oracles.prompts import iter_prompts
+
+    from prefixplan.render.stream import SourceOptions
 
     source = SourceOptions(paths=(str(FIXTURE),), tokenizer=f"hf:{qwen3_path}")
     renderers = source.renderers()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles.radix import RadixTree
 
-from prefixplan.analysis.radix import RadixTree
 from prefixplan.core.granularity import aligned, reusable_prefix
 from prefixplan.errors import UsageError
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from prefixplan.core.granularity import engine_granularity
-from prefixplan.core.routebytes import request_route_bytes, route_units
 from prefixplan.errors import UsageError
+from prefixplan.routing.content import request_route_bytes, route_units
+from prefixplan.routing.policies import Router, RouterConfig
 from prefixplan.simulation.fleet import FleetModel, FleetRequest, simulate_fleet
-from prefixplan.simulation.router import Router, RouterConfig
-from prefixplan.simulation.trace import SimRequest, build_trace
+from prefixplan.trace.blocks import SimRequest, build_trace
 
 
 def _units(text: str) -> list[int]:

@@ -139,7 +139,7 @@ def test_pins_resolve_block_level_traces_at_their_scale():
         for i in range(3)
     ]
     from prefixplan.core.granularity import engine_granularity
-    from prefixplan.simulation.trace import build_trace
+    from prefixplan.trace.blocks import build_trace
 
     trace = build_trace(reqs, engine_granularity("vllm", 16))
     assert len(trace.resolve(hot, "m")) == 8

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 from prefixplan.errors import UsageError
 from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate
-from prefixplan.simulation.trace import request_boundaries
+from prefixplan.trace.blocks import request_boundaries
 
 
 def _toks(seed: int, n: int) -> np.ndarray:
@@ -148,7 +148,8 @@ def test_bad_engine_and_provider():
 @given(st.lists(st.lists(st.integers(0, 3), max_size=40), min_size=1, max_size=25), st.sampled_from([1, 4, 16]))
 def test_infinite_equals_radix_tree(prompts, block):
     """Unbounded-cache hits equal the radix tree's longest previous prefix, block-aligned."""
-    from prefixplan.analysis.radix import RadixTree
+    from oracles.radix import RadixTree
+
     from prefixplan.core.granularity import reusable_prefix
 
     stems = [np.arange(30, dtype=np.uint32) * 7, np.arange(30, dtype=np.uint32) * 5]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier, run_model
-from prefixplan.simulation.trace import SimRequest, build_trace
+from prefixplan.trace.blocks import SimRequest, build_trace
 
 # ---------------------------------------------------------------- reference oracles
 # Blocks are identified by (namespace, tuple of all prefix tokens): no hashing, no ids.
@@ -291,7 +291,7 @@ def test_policies_match_reference(reqs, block, cap, policy, data):
 @given(traces(), st.integers(1, 3))
 def test_node_depths_count_the_walk_to_the_root(reqs, block):
     """NodeTree.depths (pointer jumping in numpy) equals walking each node's parents one by one."""
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     tree = build_tree(_trace(reqs, block))
     walked = []
@@ -343,7 +343,7 @@ def test_lru_stack_with_ttl_is_exact_when_finishes_keep_arrival_order(reqs, bloc
     one-pass stack gives the reference's hits at every capacity, and the block-level simulator's
     evictions (blocks leaving by expiry are not evictions)."""
     from prefixplan.simulation.models import GenericCache, LRUStack, stack_exact
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     service = services(len(reqs), data, varied=False)
     trace = _trace(reqs, block)
@@ -362,7 +362,7 @@ def test_lru_stack_is_not_used_where_a_recent_block_expires_first():
     expire, the stack would see the long one's blocks on top again, although the short one
     evicted them. LRU with a TTL then runs node by node."""
     from prefixplan.simulation.models import LRUStack, stack_exact
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     a, b = (np.asarray([k, k, 9], dtype=np.uint32) for k in (1, 2))  # 3 blocks each at block 1
     reqs = [SimRequest(0.0, "m", a, index=0), SimRequest(1.0, "m", b, index=1), SimRequest(51.0, "m", a, index=2)]
@@ -383,7 +383,7 @@ def test_unbounded_ttl_every_policy_equals_slow_reference(reqs, block, ttl, poli
     blocks: each model (the stack, the chain-compressed and block-level simulators, the unbounded
     pass) equals the definition in :func:`slow_unbounded`."""
     from prefixplan.simulation.models import GenericCache, LRUStack, NodeCache, infinite_hits
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     service = services(len(reqs), data)
     expect = slow_unbounded(reqs, block, ttl, service)
@@ -410,7 +410,7 @@ def test_in_flight_sharing_never_exceeds_the_persistent_cache(reqs, block, data)
     any TTL (0 included) reuses at least what in-batch sharing does, and no more than with none."""
     from prefixplan.simulation.batch import in_batch_hits
     from prefixplan.simulation.models import infinite_hits
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     trace = _trace(reqs, block)
     rows = _rows(trace, services(len(reqs), data))
@@ -692,7 +692,7 @@ def test_the_lru_stack_evaluates_the_same_in_steps(reqs, block, gpu, cpu, prewar
 def _stack_inputs(reqs, block, pin, data):  # type: ignore[no-untyped-def]
     """The block trace of ``reqs``, its tree, a pinned node drawn when ``pin``, and drawn
     service times: what an :class:`LRUStack` is built from."""
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     trace = _trace(reqs, block)
     tree = build_tree(trace)
@@ -770,7 +770,7 @@ def test_the_lru_stack_positions_grow_with_nodes_not_touches():
 
     import prefixplan.simulation.lru as lru
     from prefixplan.simulation.models import LRUStack
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     prompts = [np.arange(i * 100, i * 100 + 7, dtype=np.uint32) for i in range(4)]
     reqs = [SimRequest(time=float(t), namespace="m", tokens=prompts[t % 4], index=t) for t in range(400)]

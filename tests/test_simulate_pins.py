@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracles.prompts import iter_prompts
 
 from prefixplan.api import source_options
 from prefixplan.cli.app import main
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import iter_prompts
 from prefixplan.savings.kvsize import lookup_builtin
 from prefixplan.simulation.options import build_config
 

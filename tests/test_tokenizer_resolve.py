@@ -108,10 +108,12 @@ def test_auto_picks_each_of_three_families_real_tokenizer(tmp_path: Path, monkey
     _need("qwen3", "llama3", "deepseek_v3")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     monkeypatch.chdir(ROOT)
+    from oracles.prompts import iter_prompts
+
     import prefixplan
     from prefixplan.logs import LineErrors
     from prefixplan.render.hf import HFRenderer
-    from prefixplan.render.stream import SourceOptions, iter_prompts
+    from prefixplan.render.stream import SourceOptions
 
     log = DATA / "litellm-1.110.2-payloads.jsonl"
     analysis = prefixplan.analyze(str(log), tokenizer="auto", simulate=False, rag_whatif=False)

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracles.prompts import iter_prompts
 
 from prefixplan.cli.app import main
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import SourceOptions, iter_prompts
+from prefixplan.render.stream import SourceOptions
 from prefixplan.simulation import CacheModel, SimConfig
 from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import Workload

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracles.prompts import iter_prompts
 
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.spill import RaggedU64
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import SourceOptions, iter_prompts
+from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.blocks import TraceBuilder, request_of_row
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta

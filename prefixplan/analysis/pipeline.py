@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan import __version__
 from prefixplan.analysis.accounting import approx_reason, chunk_counts, kind_accounting
 from prefixplan.analysis.blocktree import BlockTree, count_tenants, rank_blocks
 from prefixplan.analysis.breakers import Breaker, BreakerFinder
@@ -54,11 +53,13 @@ from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, source_meter
 from prefixplan.trace.blocks import BlockTrace, TraceBuilder, request_of_row
 from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.inprocess import Rendered
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of
 from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.shards import ShardResult
-from prefixplan.trace.workers import Rendered, RenderedColumns, iter_rendered, row_segments
+from prefixplan.trace.workers import RenderedColumns, iter_rendered, row_segments
+from prefixplan.version import __version__
 
 PrefixSink = Callable[[TraceRow], object]
 """Receives every trace row during the single pass (e.g. the simulation headline)."""
@@ -200,18 +201,17 @@ class _FirstPass:
         self.total += int(cols.prompt_tokens.sum())
 
 
-def analyze(
+def run_analysis(
     options: AnalyzeOptions,
     progress: Progress = NO_PROGRESS,
     *,
     sinks: Iterable[PrefixSink] = (),
     trace_out: str | os.PathLike[str] | None = None,
-    workers: int | None = None,
 ) -> Analysis:
     """Run the analysis (module docstring); ``sinks`` see every trace row in input order;
     ``progress`` hears about each pass (reading and rendering, the documents-first what-if);
-    ``trace_out`` also writes the rows as a trace file; ``workers`` render in that many processes
-    (None: one per core for large inputs, :func:`~prefixplan.trace.workers.default_workers`)."""
+    ``trace_out`` also writes the rows as a trace file. ``options.source.workers`` says how many
+    processes render (:func:`~prefixplan.trace.workers.default_workers`)."""
     started = _time.monotonic()
     source = options.source
     trace_in = trace_input(source)
@@ -255,7 +255,6 @@ def analyze(
             errors,
             renderers,
             block_size=first.granularity.block_size,
-            workers=workers,
             failures=failures,
             meter=meter,
             text=functools.partial(TextPass, options.min_tenants, options.show_user_text),

@@ -14,8 +14,8 @@ from typing import Any
 
 import typer
 
-from prefixplan import __version__
 from prefixplan.cli.errors import run_with_error_boundary
+from prefixplan.version import __version__
 
 
 def _version_callback(value: bool) -> None:

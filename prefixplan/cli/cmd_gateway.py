@@ -46,7 +46,7 @@ def gateway(
     from prefixplan.gateway.config import GatewayConfig, client_key_hashes, metrics_token_hash
     from prefixplan.gateway.serve import serve
     from prefixplan.gateway.tenants import load_tenancy
-    from prefixplan.simulation.router import RouterConfig
+    from prefixplan.routing.policies import RouterConfig
     from prefixplan.warming.source import endpoints_from_options
 
     if recipes is None and Path("recipes").is_dir() and Path(lock or "prefixplan.lock").is_file():

@@ -27,7 +27,7 @@ import hashlib
 
 import numpy as np
 
-SCHEME = "pp-prefix-1"
+BLOCK_SCHEME = "pp-prefix-1"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _SM1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -8,7 +8,6 @@ type               what it identifies                           made by
 ``ContentHash``    a key's exact part bytes (``pp1:sha256:``)    :func:`content_hash`
 ``TokenHash``      a tokenizer fingerprint + token ids           :func:`token_hash`
                    (``pp1:tok:sha256:``)
-``BlockHash``      one cache block chained over its parent       the trace (engine-style block keys)
 =================  ===========================================  ==========================
 
 Only ``ContentHash`` and ``TokenHash`` are contracts (stored, locked, documented in
@@ -62,7 +61,6 @@ from typing import NewType
 SegmentHash = NewType("SegmentHash", str)
 ContentHash = NewType("ContentHash", str)
 TokenHash = NewType("TokenHash", str)
-BlockHash = NewType("BlockHash", int)
 
 
 def segment_hash(text: str | bytes) -> SegmentHash:
@@ -72,7 +70,8 @@ def segment_hash(text: str | bytes) -> SegmentHash:
     return SegmentHash(hashlib.sha256(data).hexdigest()[:16])
 
 
-SCHEME = "pp1"
+KEY_SCHEME = "pp1"
+"""The scheme of key content and token hashes (the lock's ``scheme:``)."""
 CONTENT_PREFIX = "pp1:sha256:"
 TOKEN_PREFIX = "pp1:tok:sha256:"
 _CONTENT_DOMAIN = b"prefixplan-content\x00pp1\x00"

@@ -6,5 +6,5 @@ Modules: ``config`` (what it is told), ``prefix`` (parts, hashing, expansion), `
 404/409/410 rules), ``state`` / ``redis_state`` (SQLite or Redis), ``warm`` (two-phase readiness),
 ``upstream`` (pooled clients, retries, usage), ``metrics`` (Prometheus), ``proxy`` (one request),
 ``app`` (routes, start-up), ``serve`` (uvicorn). The routing policies live in
-:mod:`prefixplan.simulation.router`, shared with ``simulate --replicas``.
+:mod:`prefixplan.routing.policies`, shared with ``simulate --replicas``.
 """

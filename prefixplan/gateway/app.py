@@ -36,7 +36,7 @@ from prefixplan.gateway.state import Backend, KeyVersion, SQLiteBackend
 from prefixplan.gateway.tenants import LOCK, Principal
 from prefixplan.gateway.upstream import Upstreams
 from prefixplan.gateway.warm import ReadyView, Warmer, warm_version
-from prefixplan.simulation.router import Router
+from prefixplan.routing.policies import Router
 from prefixplan.warming.results import WarmOptions
 
 if TYPE_CHECKING:  # pragma: no cover

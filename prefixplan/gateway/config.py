@@ -17,7 +17,7 @@ from prefixplan.engines.base import Endpoint
 from prefixplan.errors import UsageError
 from prefixplan.gateway.tenants import Tenancy, hash_client_key, tenancy_from_keys
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS
-from prefixplan.simulation.router import RouterConfig
+from prefixplan.routing.policies import RouterConfig
 
 _HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 __all__ = ["GatewayConfig", "client_key_hashes", "hash_client_key"]

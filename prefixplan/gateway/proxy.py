@@ -15,7 +15,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from prefixplan.core.routebytes import request_route_bytes, route_units
 from prefixplan.gateway.bodies import BodyReader
 from prefixplan.gateway.keys import GatewayError, KeyService
 from prefixplan.gateway.metrics import GatewayMetrics
@@ -23,7 +22,8 @@ from prefixplan.gateway.prefix import expand_chat, expand_completion, request_pa
 from prefixplan.gateway.tenants import Principal, Tenancy
 from prefixplan.gateway.upstream import StreamUsage, UpstreamFailure, Upstreams, response_headers, usage_of
 from prefixplan.gateway.warm import ReadyView, Warmer
-from prefixplan.simulation.router import Decision, Router
+from prefixplan.routing.content import request_route_bytes, route_units
+from prefixplan.routing.policies import Decision, Router
 
 if TYPE_CHECKING:  # pragma: no cover
     import httpx

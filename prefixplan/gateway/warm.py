@@ -27,7 +27,7 @@ from prefixplan.errors import PrefixplanError
 from prefixplan.gateway.keys import state_call
 from prefixplan.gateway.state import Backend, KeyVersion, fleet_status
 from prefixplan.keys.recipe_model import Part, Recipe
-from prefixplan.simulation.router import Router
+from prefixplan.routing.policies import Router
 from prefixplan.store.gateway import FLEET
 from prefixplan.warming.results import WarmOptions
 

@@ -7,7 +7,7 @@ parse_key`` is the one way callers reach the key contract.
 
 from prefixplan.core.hashes import (
     CONTENT_PREFIX,
-    SCHEME,
+    KEY_SCHEME,
     TOKEN_PREFIX,
     ContentHash,
     TokenHash,
@@ -30,9 +30,9 @@ from prefixplan.keys.grammar import (
 __all__ = [
     "CONTENT_PREFIX",
     "DEFAULT_RETAIN_SECONDS",
+    "KEY_SCHEME",
     "MAX_VERSION",
     "NAME_RE",
-    "SCHEME",
     "TOKEN_PREFIX",
     "CacheKey",
     "ContentHash",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from prefixplan.core import yamlsafe
 from prefixplan.errors import InputError, UsageError
-from prefixplan.keys import SCHEME, CacheKey, is_content_hash, parse_key
+from prefixplan.keys import KEY_SCHEME, CacheKey, is_content_hash, parse_key
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "prefixplan.lock"
@@ -76,7 +76,7 @@ def _q(s: str) -> str:
 
 def render_lock(entries: Iterable[LockEntry]) -> str:
     """The lock file text for ``entries`` (deterministic: sorted, fixed layout)."""
-    out = [HEADER, f"lock_version: {LOCK_VERSION}\n", f"scheme: {SCHEME}\n"]
+    out = [HEADER, f"lock_version: {LOCK_VERSION}\n", f"scheme: {KEY_SCHEME}\n"]
     items = sorted(entries, key=lambda e: (e.key.name, e.key.version))
     if not items:
         out.append("keys: {}\n")
@@ -114,8 +114,8 @@ def parse_lock_text(text: str, where: str = DEFAULT_LOCK) -> Lock:
         raise InputError(f"{where}: {sorted(unknown)[0]}: unknown field")
     if doc.get("lock_version", LOCK_VERSION) != LOCK_VERSION:
         raise InputError(f"{where}: lock_version: unsupported {doc.get('lock_version')!r} (expected {LOCK_VERSION})")
-    if doc.get("scheme", SCHEME) != SCHEME:
-        raise InputError(f"{where}: scheme: unsupported {doc.get('scheme')!r} (expected {SCHEME})")
+    if doc.get("scheme", KEY_SCHEME) != KEY_SCHEME:
+        raise InputError(f"{where}: scheme: unsupported {doc.get('scheme')!r} (expected {KEY_SCHEME})")
     keys = doc.get("keys") or {}
     if not isinstance(keys, dict):
         raise InputError(f"{where}: keys: expected a mapping")

@@ -4,23 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from prefixplan.core.types import FORMATS
 from prefixplan.errors import InputError
 from prefixplan.logs.lineerrors import LineErrors
 
-if TYPE_CHECKING:
-    from prefixplan.logs.read import ReadOptions
-
 EMPTY_TABLE = "a header and no rows"
 """The note a table reader leaves on a file with columns and no rows."""
 
 
-def nothing_left_error(errors: LineErrors, inputs: Sequence[str], options: ReadOptions) -> InputError:
+def nothing_left_error(
+    errors: LineErrors, inputs: Sequence[str], *, windowed: bool = False, sample: float | None = None
+) -> InputError:
     """The error for an input whose requests were all read and none was left to analyze: each
-    render failure is counted with its line, and a time window or a sample that left nothing is
-    named."""
+    render failure is counted with its line, and a time window (``windowed``: --since/--until) or
+    a ``sample`` that left nothing is named."""
     where = ", ".join(inputs) or "the input"
     renders = errors.by_reason.get("render", 0)
     why = []
@@ -28,10 +26,10 @@ def nothing_left_error(errors: LineErrors, inputs: Sequence[str], options: ReadO
         first = next((s for s in errors.samples if s.reason.startswith("render")), None)
         example = f" (first: {first.source}:{first.line_no}: {first.reason[:160]})" if first else ""
         why.append(f"{renders} could not be rendered{example}")
-    if options.since is not None or options.until is not None:
+    if windowed:
         why.append("the rest fell outside --since/--until" if renders else "none fell inside --since/--until")
-    if options.sample is not None and options.sample < 1:
-        why.append(f"--sample {options.sample:g} kept none")
+    if sample is not None and sample < 1:
+        why.append(f"--sample {sample:g} kept none")
     return InputError(
         f"no request left to analyze from {where}: {errors.requests_read} request(s) read; "
         + ("; ".join(why) or "none was kept"),

@@ -2,22 +2,20 @@
 
 :class:`SourceOptions` says where requests come from and how they are tokenized; analyze and
 simulate (and the public Python API) embed it and render through
-:func:`prefixplan.trace.workers.iter_rendered` (here or in workers); :func:`iter_prompts` streams
-the :class:`~prefixplan.core.types.Prompt` records themselves, token ids included, in input order. Requests the renderer
-rejects are counted with the malformed lines (reason ``render: ...``) and listed as
-:class:`RenderFailure`; with ``read.strict`` they raise.
+:func:`prefixplan.trace.workers.iter_rendered` (here or in workers). Requests the renderer rejects
+are counted with the malformed lines (reason ``render: ...``) and listed as :class:`RenderFailure`;
+with ``read.strict`` they raise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixplan.core.types import Prompt, Request
+from prefixplan.core.types import Request
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter, ReadOptions, expand_paths, iter_objects, iter_requests
-from prefixplan.logs.noinput import no_requests_error
 from prefixplan.logs.remote import shown
 from prefixplan.render import RenderSet
 
@@ -102,39 +100,3 @@ def source_meter(source: SourceOptions) -> ReadMeter | None:
     if source.objects is not None:
         return None
     return ReadMeter.for_paths(expand_paths(source.paths))
-
-
-def iter_prompts(
-    source: SourceOptions,
-    errors: LineErrors,
-    renderers: RenderSet | None = None,
-    *,
-    transform: Callable[[Request], Request] | None = None,
-    failures: list[RenderFailure] | None = None,
-    meter: ReadMeter | None = None,
-) -> Iterator[Prompt]:
-    """Read and render ``source`` in order (the module docstring).
-
-    Args:
-        source: inputs and tokenizer options.
-        errors: receives malformed lines and render failures.
-        renderers: reuse loaded renderers (default: ``source.renderers()``).
-        transform: rewrite each request before rendering (e.g. the documents-first what-if).
-        failures: receives each rejected request.
-        meter: follows how many bytes of the input were read (progress bars).
-    """
-    renderers = renderers or source.renderers()
-    requests: Iterator[Request] = iter_source_requests(source, errors, meter)
-    if transform is not None:
-        requests = (transform(r) for r in requests)
-
-    def on_error(req: Request, exc: Exception) -> None:
-        if source.read.strict:
-            raise exc
-        errors.add(req.source, req.line_no, "render: " + str(exc).replace(f"{req.source}:{req.line_no}: ", ""))
-        if failures is not None:
-            failures.append(RenderFailure(req.source, req.line_no, str(exc)))
-
-    yield from renderers.render_stream(requests, batch=source.render_batch, on_error=on_error)
-    if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
-        raise no_requests_error(errors, source.display)

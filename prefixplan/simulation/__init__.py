@@ -5,7 +5,7 @@ from prefixplan.simulation.capacity import tokens_from_bytes
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
-from prefixplan.simulation.trace import SimRequest
+from prefixplan.trace.blocks import SimRequest
 
 __all__ = [
     "AutoPromote",

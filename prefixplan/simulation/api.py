@@ -44,12 +44,10 @@ from prefixplan.simulation.models import (
     run_model,
 )
 from prefixplan.simulation.risk import PrefixRisk, eviction_risk
-from prefixplan.simulation.trace import BlockTrace, SimRequest, TraceBuilder
-from prefixplan.simulation.tree import build_tree
-from prefixplan.trace.rows import RowMaker
+from prefixplan.trace.blocks import BlockTrace, SimRequest, TraceBuilder, request_of_row
+from prefixplan.trace.nodes import build_tree
 
 if TYPE_CHECKING:
-    from prefixplan.core.types import Prompt
     from prefixplan.trace.columns import RowColumns
     from prefixplan.trace.rows import TraceRow
 from prefixplan.simulation.result import CacheRun, SimResult
@@ -184,17 +182,9 @@ class Simulation:
         if self.config.fleet is not None:
             self._fleet.append(fleet_request(request))
 
-    def add_prompt(self, prompt: Prompt) -> TraceRow:
-        """Add the next rendered prompt through its trace row; returns the row."""
-        row = self._rows.row(prompt, self._count)
-        self.add_row(row)
-        return row
-
     def add_row(self, row: TraceRow) -> None:
         """Add the next trace row (a rendered prompt, or a row read from a trace file)."""
-        from prefixplan.simulation.source import row_request
-
-        self.add(row_request(row))
+        self.add(request_of_row(row))
         self._count += 1
 
     @property
@@ -239,8 +229,7 @@ class Simulation:
         # that occurs in one request only needs an index entry (trace.blocks)
         lookups = bool(config.cache.pins or config.workload.hot_prefixes)
         self._builder = TraceBuilder(blocks, observer=self._anthropic, index_singletons=lookups)
-        self._rows = RowMaker(blocks.block_size, routing=self._routing)
-        self._count = 0
+        self._count = 0  # rows added (a shared trace may replace them only while none was)
         self._fleet: list[FleetRequest] = []
 
     def result(self) -> SimResult:

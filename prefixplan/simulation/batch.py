@@ -19,8 +19,8 @@ from array import array
 import numpy as np
 
 from prefixplan.simulation.spec import finish_times, request_values
-from prefixplan.simulation.trace import BlockTrace
-from prefixplan.simulation.tree import NodeTree
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import NodeTree
 
 DEFAULT_PREFILL_TPS = 8000.0  # prompt tokens per second for one request (assumption)
 DEFAULT_DECODE_TPS = 40.0  # output tokens per second for one request (assumption)

@@ -1,7 +1,7 @@
 """The fleet simulation: N replicas, each its own prefix cache, requests routed by a policy.
 
 ``prefixplan simulate --replicas N --router POLICY[,POLICY...]`` replays the block trace once per
-policy through :class:`~prefixplan.simulation.router.Router` (the gateway's own router) and
+policy through :class:`~prefixplan.routing.policies.Router` (the gateway's own router) and
 reports the fleet hit rate: cached tokens over prompt tokens, summed over replicas.
 
 Per replica the cache is unbounded, or an LRU of ``capacity_tokens`` each (less the running
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.routebytes import route_units
 from prefixplan.errors import UsageError
-from prefixplan.simulation.router import SIM_POLICIES, Router, RouterConfig
-from prefixplan.simulation.trace import BlockTrace, SimRequest
+from prefixplan.routing.content import route_units
+from prefixplan.routing.policies import SIM_POLICIES, Router, RouterConfig
+from prefixplan.trace.blocks import BlockTrace, SimRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ import numpy as np
 
 from prefixplan.errors import UsageError
 from prefixplan.simulation.spec import POLICIES, AutoPromote, CacheOutcome, finish_times
-from prefixplan.simulation.trace import BlockTrace
-from prefixplan.simulation.tree import build_tree
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import build_tree
 
 
 class GenericCache:

@@ -36,7 +36,7 @@ from prefixplan.simulation.result import CacheRun, SimResult, to_json
 if TYPE_CHECKING:
     from prefixplan.analysis.record import CandidateRecord
     from prefixplan.core.granularity import Granularity
-    from prefixplan.simulation.trace import BlockTrace
+    from prefixplan.trace.blocks import BlockTrace
 
 SWEEP_STEPS = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
 """Multipliers per decade of the headline capacity sweep (the R10 series)."""

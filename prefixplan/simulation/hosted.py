@@ -19,11 +19,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 
-from prefixplan.simulation.trace import SimRequest
+from prefixplan.trace.blocks import SimRequest
 
 
 class AnthropicCache:
-    """Observer for :class:`~prefixplan.simulation.trace.TraceBuilder` (one call per request)."""
+    """Observer for :class:`~prefixplan.trace.blocks.TraceBuilder` (one call per request)."""
 
     def __init__(self, min_tokens: int, ttl_s: float | None, mode: str = "request") -> None:
         self.min_tokens = int(min_tokens)

@@ -12,8 +12,8 @@ import numpy as np
 
 from prefixplan.core.mapped import drop_resident, mapped_empty
 from prefixplan.simulation.spec import finish_times
-from prefixplan.simulation.trace import BlockTrace
-from prefixplan.simulation.tree import NodeTree
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import NodeTree
 
 
 def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | None = None) -> bool:

@@ -1,4 +1,4 @@
-"""Cache models replayed over a :class:`~prefixplan.simulation.trace.BlockTrace`.
+"""Cache models replayed over a :class:`~prefixplan.trace.blocks.BlockTrace`.
 
 Semantics shared by every capacity-bounded model (and by the reference oracles in the tests):
 
@@ -81,8 +81,8 @@ from prefixplan.simulation.spec import (
     infinite_hits,
     parse_ttl,
 )
-from prefixplan.simulation.trace import BlockTrace
-from prefixplan.simulation.tree import build_tree
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import build_tree
 
 __all__ = [
     "POLICIES",

@@ -10,8 +10,8 @@ import numpy as np
 
 from prefixplan.errors import UsageError
 from prefixplan.simulation.spec import POLICIES, CacheOutcome, finish_times
-from prefixplan.simulation.trace import BlockTrace
-from prefixplan.simulation.tree import NodeTree, build_tree
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import NodeTree, build_tree
 
 
 class NodeCache:
@@ -19,7 +19,7 @@ class NodeCache:
     auto-promotion, no tiers); exactly :class:`GenericCache`'s replay, node by node.
 
     Every request touches whole nodes of the compressed tree (see
-    :mod:`prefixplan.simulation.tree`), so all blocks of a node share their last use, and the
+    :mod:`prefixplan.trace.nodes`), so all blocks of a node share their last use, and the
     blocks one request inserted into a node (a *segment*) also share their insertion time,
     use count and priority: they have equal policy keys. The cached part of a node is a run
     of its top blocks (the cache is prefix-closed); only its deepest block can be a leaf.

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefixplan.errors import UsageError
+from prefixplan.routing.policies import SIM_POLICIES
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.fleet import FleetModel, fleet_unsupported
 from prefixplan.simulation.models import AutoPromote
-from prefixplan.simulation.router import SIM_POLICIES
 
 
 def build_config(

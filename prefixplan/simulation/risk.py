@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixplan.simulation.trace import BlockTrace
-from prefixplan.simulation.tree import NodeTree
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.nodes import NodeTree
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""From rendered prompts to :class:`~prefixplan.simulation.trace.SimRequest`, and the simulation of a source.
+"""The simulation of a source: logs read and rendered, or a trace file read, then replayed.
 
 Logs are read and rendered exactly as ``prefixplan analyze`` does (the shared
 :func:`prefixplan.trace.workers.iter_rendered`), then replayed by
@@ -10,12 +10,10 @@ Anthropic rendering).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from prefixplan.core.progress import NO_PROGRESS, Progress
-from prefixplan.core.types import Prompt
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, source_meter
@@ -23,27 +21,9 @@ from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.pins import PinSelection
 from prefixplan.simulation.result import SimResult
-from prefixplan.simulation.trace import SimRequest
-from prefixplan.trace.blocks import request_of_row
 from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, trace_input
-from prefixplan.trace.rows import RowMaker
 from prefixplan.trace.workers import iter_rendered
-
-row_request = request_of_row
-
-
-def sim_request(prompt: Prompt, index: int, *, block_size: int = 1, routing: bool = False) -> SimRequest:
-    """One rendered prompt as simulation input, through its trace row at ``block_size`` tokens
-    (``index``: its position in the stream); with ``routing``, also what the fleet's router sees."""
-    return row_request(RowMaker(block_size, routing=routing).row(prompt, index))
-
-
-def sim_requests(prompts: Iterable[Prompt], *, block_size: int = 1, routing: bool = False) -> Iterator[SimRequest]:
-    """Rendered prompts as simulation input, in stream order."""
-    maker = RowMaker(block_size, routing=routing)
-    for i, prompt in enumerate(prompts):
-        yield row_request(maker.row(prompt, i))
 
 
 def simulate_source(

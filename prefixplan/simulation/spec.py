@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.simulation.trace import BlockTrace
+from prefixplan.trace.blocks import BlockTrace
 
 POLICIES = ("lru", "lfu", "fifo", "priority")
 TTL_PRESETS = {"5m": 300.0, "1h": 3600.0, "24h": 86400.0}
@@ -212,7 +212,7 @@ def infinite_hits(trace: BlockTrace, ttl_s: float | None = None, service_s: np.n
     known = np.minimum(trace.known_blocks, trace.cap_blocks)
     if ttl_s is None or math.isinf(ttl_s):
         return known
-    from prefixplan.simulation.tree import build_tree
+    from prefixplan.trace.nodes import build_tree
 
     tree = build_tree(trace)
     npar = tree.node_parent.tolist()

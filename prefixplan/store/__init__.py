@@ -6,7 +6,7 @@
 
 from prefixplan.store.base import STATUSES, iso
 from prefixplan.store.db import DEFAULT_DB, ENV_DB, Store, open_store, resolve_db_path
-from prefixplan.store.profiles import find_profile, resolve_profile, stored_profile
+from prefixplan.store.profile_lookup import find_profile, resolve_profile, stored_profile
 from prefixplan.store.versions import VersionRecord
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import SCHEME
+from prefixplan.core.blockhash import BLOCK_SCHEME
 from prefixplan.core.parquetio import iter_batches
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import DamagedTraceError, InputError, UsageError
@@ -164,9 +164,9 @@ class TraceFile:
                 hint="write the trace again with this version of prefixplan",
             )
         again = "write the trace again from its log with this version of prefixplan"
-        if meta.get("hash") != SCHEME:
+        if meta.get("hash") != BLOCK_SCHEME:
             raise InputError(
-                f"{self.path}: block keys of scheme {clip(repr(meta.get('hash')), 40)}; expected {SCHEME}", hint=again
+                f"{self.path}: block keys of scheme {clip(repr(meta.get('hash')), 40)}; expected {BLOCK_SCHEME}", hint=again
             )
         kinds = meta.get("segment_kinds")
         if kinds != list(SEGMENT_KINDS):

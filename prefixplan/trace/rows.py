@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from prefixplan.core.blockhash import BlockHasher, namespace_seed
-from prefixplan.core.routebytes import request_route_bytes, route_units
 from prefixplan.core.types import SEGMENT_KINDS, Prompt
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
+from prefixplan.routing.content import request_route_bytes, route_units
 from prefixplan.trace.spans import breakpoint_offsets, key_prefix
 
 KIND_CODE = {k: i for i, k in enumerate(SEGMENT_KINDS)}

@@ -187,7 +187,7 @@ def _render(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterato
     render it here; malformed lines and render failures go to ``result``."""
     from prefixplan.logs.read import iter_requests, parse_batch
     from prefixplan.logs.tables import table_format
-    from prefixplan.trace.workers import failure_handler, render_in_process
+    from prefixplan.trace.inprocess import failure_handler, render_in_process
 
     requests: Iterator[Request]
     if job.lines is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import SCHEME
+from prefixplan.core.blockhash import BLOCK_SCHEME
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.logs.limits import clip
 
@@ -296,7 +296,7 @@ def check_batch(batch: Any, block_size: int) -> None:
         keys = lists[name][1] if name in lists else None
         if keys is not None and keys.size and not bool(np.all(keys & np.uint64(1))):
             # keys of the scheme are odd: an even one (0 marks an empty index slot) is damage
-            raise TraceDamage(f"{name} holds an even value, which no key of scheme {SCHEME} is")
+            raise TraceDamage(f"{name} holds an even value, which no key of scheme {BLOCK_SCHEME} is")
     for group in _SAME_LENGTHS:
         present = [name for name in group if name in lists]
         for name in present[1:]:

@@ -30,13 +30,14 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from prefixplan.core.gcpolicy import relaxed_gc
-from prefixplan.core.types import Prompt, Request, Segment, SegmentHash
-from prefixplan.errors import PrefixplanError, TokenizerError, UsageError
+from prefixplan.core.types import Request, Segment, SegmentHash
+from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter
 from prefixplan.logs.noinput import no_requests_error, nothing_left_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
 from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.inprocess import Rendered, failure_handler, render_in_process
 from prefixplan.trace.rows import RowMaker, TraceRow
 from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, merge_stats, run_local
 
@@ -56,17 +57,6 @@ def default_workers(source: SourceOptions) -> int:
     if size is None:
         return 1
     return (os.cpu_count() or 1) if size >= SMALL_INPUT_BYTES else 1
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    """One rendered request: its row, and the request itself for text-level analysis (None when
-    a worker kept the text: :mod:`prefixplan.trace.shards`) with its segments when rendered in
-    this process (else :func:`row_segments` rebuilds them from the row)."""
-
-    request: Request | None
-    row: TraceRow
-    segments: tuple[Segment, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,23 +194,9 @@ def iter_rendered(
     if errors.requests_read == 0 and (errors.lines_read > 0 or errors.count > 0):
         raise no_requests_error(errors, source.display)
     if produced == 0 and errors.requests_read > 0:
-        raise nothing_left_error(errors, source.display, source.read)
-
-
-def failure_handler(
-    source: SourceOptions, errors: LineErrors, failures: list[RenderFailure] | None
-) -> Callable[[Request, str], None]:
-    """What to do with a request the renderer rejects: raise (strict), else count it with the
-    malformed lines and list it in ``failures``."""
-
-    def failed(req: Request, reason: str) -> None:
-        if source.read.strict:
-            raise TokenizerError(reason)
-        errors.add(req.source, req.line_no, "render: " + reason.replace(f"{req.source}:{req.line_no}: ", ""))
-        if failures is not None:
-            failures.append(RenderFailure(req.source, req.line_no, reason))
-
-    return failed
+        read = source.read
+        windowed = read.since is not None or read.until is not None
+        raise nothing_left_error(errors, source.display, windowed=windowed, sample=read.sample)
 
 
 def _batch_jobs(
@@ -338,41 +314,3 @@ def _merge_results(
         close = getattr(results, "close", None)
         if close is not None:
             close()
-
-
-def render_in_process(
-    requests: Iterator[Request],
-    renderers: RenderSet,
-    maker: RowMaker,
-    batch_size: int,
-    failed: Callable[[Request, str], None],
-) -> Iterator[Rendered]:
-    """Render ``requests`` here in batches of ``batch_size``. A reading error (strict mode) is
-    raised after the requests read before it are rendered, so that the first bad line in input
-    order is the one reported, whether it failed to parse or to render."""
-    index = 0
-    pending: list[Request] = []
-
-    def flush() -> Iterator[Rendered]:
-        nonlocal index
-        for req, result in zip(pending, renderers.render_batch(pending), strict=True):
-            if isinstance(result, Prompt):
-                yield Rendered(req, maker.row(result, index), result.segments)
-                index += 1
-            else:
-                failed(req, str(result))
-        pending.clear()
-
-    it = iter(requests)
-    while True:
-        try:
-            req = next(it)
-        except StopIteration:
-            break
-        except PrefixplanError:
-            yield from flush()
-            raise
-        pending.append(req)
-        if len(pending) >= batch_size:
-            yield from flush()
-    yield from flush()

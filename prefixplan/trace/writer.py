@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import SCHEME
+from prefixplan.core.blockhash import BLOCK_SCHEME
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import UsageError
 from prefixplan.logs.remote import filesystem, is_url, shown, upload
@@ -195,12 +195,12 @@ class TraceWriter:
 
 def base_meta(block_size: int, granularity: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata every trace starts with."""
-    from prefixplan import __version__
+    from prefixplan.version import __version__
 
     return {
         "format": FORMAT,
         "version": VERSION,
-        "hash": SCHEME,
+        "hash": BLOCK_SCHEME,
         "block_size": int(block_size),
         "granularity": dict(granularity),
         "segment_kinds": list(SEGMENT_KINDS),
