@@ -44,7 +44,7 @@ def child_parse_hash(log: Path) -> dict:
     import numpy as np
     import orjson
 
-    from prefixplan.core.blockhash import BlockHasher, namespace_seed
+    from prefixplan.trace.blockhash import BlockHasher, namespace_seed
 
     seed = namespace_seed("bench")
     hasher = BlockHasher()

@@ -82,8 +82,8 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
     batches bisect what earlier ones indexed), and the index built in 2, 4 or 8 parts."""
     from unittest import mock
 
-    import prefixplan.core.twice as twice
     import prefixplan.trace.blockids as blockids_mod
+    import prefixplan.trace.storage.twice as twice
 
     gran = engine_granularity("custom", block)
     built = []
@@ -131,7 +131,7 @@ def test_blocks_of_one_request_left_out_of_the_index_change_no_id(stream, block,
 
 
 def test_twice_filter_never_misses_a_repeated_key() -> None:
-    from prefixplan.core.twice import TwiceFilter
+    from prefixplan.trace.storage.twice import TwiceFilter
 
     rng = np.random.default_rng(3)
     keys = rng.integers(1, 2**63, size=50_000, dtype=np.int64).view(np.uint64)
@@ -147,7 +147,7 @@ def test_twice_filter_never_misses_a_repeated_key() -> None:
 
 def test_distinct_keys_are_estimated_from_a_hash_sample() -> None:
     """The twice filter is sized by an estimate of distinct keys, however often each repeats."""
-    from prefixplan.core.twice import estimate_keys
+    from prefixplan.trace.storage.twice import estimate_keys
 
     rng = np.random.default_rng(5)
     keys = rng.integers(1, 2**63, size=200_000, dtype=np.int64).view(np.uint64)
@@ -163,7 +163,7 @@ def test_repeated_keys_are_estimated_from_the_same_sample() -> None:
     whether a key's occurrences fall in one chunk or several (the sample is merged now and then)."""
     from unittest import mock
 
-    import prefixplan.core.twice as twice
+    import prefixplan.trace.storage.twice as twice
 
     rng = np.random.default_rng(7)
     keys = rng.integers(1, 2**63, size=300_000, dtype=np.int64).view(np.uint64)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixplan.core import gcpolicy
-from prefixplan.core.gcpolicy import relaxed_gc
+from prefixplan.trace import gcpolicy
+from prefixplan.trace.gcpolicy import relaxed_gc
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Per-request columns in mapped temporary files (prefixplan.core.mapped)."""
+"""Per-request columns in mapped temporary files (prefixplan.trace.storage.mapped)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import textwrap
 import numpy as np
 import pytest
 
-from prefixplan.core import mapped
-from prefixplan.core.mapped import ColumnWriter, drop_resident, is_mapped, mapped_copy, mapped_empty, mapped_gather
+from prefixplan.trace.storage import mapped
+from prefixplan.trace.storage.mapped import (
+    ColumnWriter,
+    drop_resident,
+    is_mapped,
+    mapped_copy,
+    mapped_empty,
+    mapped_gather,
+)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint64, np.int32, np.int8])
@@ -75,7 +82,7 @@ def test_mapped_arrays_hold_the_same_values_as_in_memory(monkeypatch: pytest.Mon
 RSS_SCRIPT = textwrap.dedent(
     """
     import numpy as np
-    from prefixplan.core.mapped import drop_resident, mapped_empty
+    from prefixplan.trace.storage.mapped import drop_resident, mapped_empty
 
     def rss():
         with open("/proc/self/status") as f:

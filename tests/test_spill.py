@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefixplan.core.spill import RaggedU64, SpillColumn
+from prefixplan.trace.storage.spill import RaggedU64, SpillColumn
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint64])

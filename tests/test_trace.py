@@ -97,7 +97,7 @@ def test_a_trace_simulates_exactly_as_its_log(rows_and_file: tuple[list[TraceRow
     from_trace = _sim(list(TraceFile(path).rows()), config)
     assert from_trace == from_log
     with pytest.MonkeyPatch.context() as patch:  # every per-request column in a mapped file
-        from prefixplan.core import mapped
+        from prefixplan.trace.storage import mapped
 
         patch.setattr(mapped, "CHUNK", 4)
         patch.setattr(mapped, "MIN_MAPPED", 0)
@@ -357,7 +357,7 @@ def test_analyze_is_the_same_with_the_row_store_on_disk(
     """Segments and chunks on disk, and every per-request column (the row store's, the block
     trace's, the LRU stack's touches) in a mapped file dropped between passes: the same record."""
     import prefixplan.analysis.rowstore as rowstore
-    from prefixplan.core import mapped
+    from prefixplan.trace.storage import mapped
 
     _, trace = rows_and_file
     a, b = tmp_path / "memory.json", tmp_path / "disk.json"

@@ -13,7 +13,6 @@ from oracles.prompts import iter_prompts
 
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.granularity import engine_granularity
-from prefixplan.core.spill import RaggedU64
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions
@@ -21,6 +20,7 @@ from prefixplan.trace.blocks import TraceBuilder, request_of_row
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta
 from prefixplan.trace.rows import RowMaker, TraceRow
+from prefixplan.trace.storage.spill import RaggedU64
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"

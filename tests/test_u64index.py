@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefixplan.core.u64index import MAX_LOAD, U64Index
+from prefixplan.trace.storage.u64index import MAX_LOAD, U64Index
 
 
 def _odd_keys(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -50,7 +50,7 @@ def test_freezing_straight_to_a_file_keeps_every_answer(part: int, monkeypatch: 
     """Past the budget, freeze writes the sorted keys and ids from the table to a file a range of
     keys at a time (one range, or many when ``SORT_PART`` is small): the file holds the same
     sorted keys and ids as an in-memory freeze, with the same page fence, and lookups agree."""
-    import prefixplan.core.u64index as u64
+    import prefixplan.trace.storage.u64index as u64
 
     monkeypatch.setattr(u64, "SORT_PART", part)
     rng = np.random.default_rng(part)
@@ -100,7 +100,7 @@ def test_ids_are_mapped_in_memory_and_in_the_file_alike(id_dtype: type) -> None:
 
 
 def test_a_split_index_asks_each_key_s_part() -> None:
-    from prefixplan.core.u64index import SplitIndex
+    from prefixplan.trace.storage.u64index import SplitIndex
 
     rng = np.random.default_rng(12)
     keys = rng.permutation(

@@ -15,8 +15,8 @@ import numpy as np
 from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.types import SEGMENT_KINDS
-from prefixplan.core.u64index import sorted_lookup
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
+from prefixplan.trace.storage.u64index import sorted_lookup
 
 
 def chunk_counts(store: RowStore, min_requests: int = 2) -> dict[str, int]:

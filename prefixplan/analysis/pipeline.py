@@ -336,7 +336,7 @@ def _rank_and_record(
     release_free_memory()  # what building the block trace freed (key batches, the twice filter)
 
     def between_passes() -> None:
-        """Hand back what the pass just done freed or read in (mapped columns: core.mapped)."""
+        """Hand back what the pass just done freed or read in (mapped columns: trace.storage.mapped)."""
         trace.drop_resident()
         store.drop_resident()
         release_free_memory()

@@ -26,12 +26,12 @@ from prefixplan.core.granularity import Granularity
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request
-from prefixplan.core.u64index import key_parts, sorted_lookup
 from prefixplan.errors import TokenizerError
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
 from prefixplan.render.stream import SourceOptions, source_meter
+from prefixplan.trace.storage.u64index import key_parts, sorted_lookup
 
 
 def request_chunk_hashes(request: Request, min_chars: int = MIN_CHUNK_CHARS) -> set[str]:
@@ -120,7 +120,7 @@ def _row_steps(store: RowStore, rows_per_step: int) -> Iterator[tuple[int, int, 
         if a < b:
             yield lo, hi, a, b
         if not step % DROP_STEPS:
-            store.drop_resident()  # the mapped columns' pages read so far (core.mapped)
+            store.drop_resident()  # the mapped columns' pages read so far (trace.storage.mapped)
     store.drop_resident()
 
 

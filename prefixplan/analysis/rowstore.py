@@ -5,14 +5,14 @@ Per request: arrival time, namespace, model, format, source and line, tenant (as
 anonymous requests have none), prompt tokens, units and scale, exactness, the logged cached
 tokens, and where its segments and document chunks begin in their flat columns (about 90 bytes a
 request). These columns go to temporary files as they grow and are mapped when read
-(:mod:`prefixplan.core.mapped`): resident only while a pass reads them.
+(:mod:`prefixplan.trace.storage.mapped`): resident only while a pass reads them.
 
 The segments and chunks themselves (18 and 4 a request on the benchmark log, about 260 bytes) are
 read in two ways only: all of them once, a slice of requests at a time (the token accounting, the
 document report), and a few requests' worth for the candidates a record shows. So they live in
-:class:`~prefixplan.core.spill.SpillColumn` columns that move to temporary files past a small
+:class:`~prefixplan.trace.storage.spill.SpillColumn` columns that move to temporary files past a small
 budget, and each segment's hash, message index and name in a
-:class:`~prefixplan.core.spill.RaggedU64`: memory for them stays the same whatever the log's size.
+:class:`~prefixplan.trace.storage.spill.RaggedU64`: memory for them stays the same whatever the log's size.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import hashlib
 
 import numpy as np
 
-from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, is_mapped, mapped_copy
-from prefixplan.core.spill import RaggedU64, SpillColumn
 from prefixplan.core.types import SEGMENT_KINDS, Chunk, Segment, SegmentHash
 from prefixplan.trace.columns import Labels, RowColumns
 from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.storage.mapped import SPILL_EVERY, ColumnWriter, drop_resident, is_mapped, mapped_copy
+from prefixplan.trace.storage.spill import RaggedU64, SpillColumn
 
 _ANON = 0
 
@@ -108,7 +108,7 @@ class RowStore:
         self.formats = Interned()
         self.sources = Interned()
         self.names = Interned()
-        # per-request columns: to temporary files as they grow, mapped when read (core.mapped)
+        # per-request columns: to temporary files as they grow, mapped when read (trace.storage.mapped)
         self._cols = {name: ColumnWriter(dtype) for name, (dtype, _) in _COLUMNS.items()}
         self._cols["seg_off"].append(0)
         self._cols["chunk_off"].append(0)

@@ -18,9 +18,7 @@ import numpy as np
 from prefixplan.core.granularity import (
     Granularity,
 )
-from prefixplan.core.mapped import drop_resident, mapped_copy
 from prefixplan.core.memory import release_free_memory
-from prefixplan.core.spill import ArrayShelf, ShelvedArray
 from prefixplan.errors import UsageError
 from prefixplan.savings.prefill import (
     load_profile,
@@ -46,6 +44,8 @@ from prefixplan.simulation.models import (
 from prefixplan.simulation.risk import PrefixRisk, eviction_risk
 from prefixplan.trace.blocks import BlockTrace, SimRequest, TraceBuilder, request_of_row
 from prefixplan.trace.nodes import build_tree
+from prefixplan.trace.storage.mapped import drop_resident, mapped_copy
+from prefixplan.trace.storage.spill import ArrayShelf, ShelvedArray
 
 if TYPE_CHECKING:
     from prefixplan.trace.columns import RowColumns
@@ -261,7 +261,7 @@ def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) ->
 
 def _settle(trace: BlockTrace, *mapped: np.ndarray) -> None:
     """Between two cache models: hand back the mapped pages the model read in (the trace's and
-    ``mapped``: :mod:`prefixplan.core.mapped`) and the memory its temporaries freed, so that the
+    ``mapped``: :mod:`prefixplan.trace.storage.mapped`) and the memory its temporaries freed, so that the
     next model's peak does not stack on the last one's."""
     trace.drop_resident()
     drop_resident(*mapped)
@@ -276,7 +276,7 @@ def _replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | No
     curves: dict[str, list[tuple[float, float, float]]] = {}
     in_batch_label = None
     work = config.workload
-    # per request, file-backed (core.mapped): read by the in-batch model and the TTL's expiry
+    # per request, file-backed (trace.storage.mapped): read by the in-batch model and the TTL's expiry
     service = mapped_copy(
         service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
     )

@@ -10,10 +10,10 @@ from itertools import pairwise
 
 import numpy as np
 
-from prefixplan.core.mapped import drop_resident, mapped_empty
 from prefixplan.simulation.spec import finish_times
 from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import NodeTree
+from prefixplan.trace.storage.mapped import drop_resident, mapped_empty
 
 
 def stack_exact(trace: BlockTrace, ttl_s: float | None, service_s: np.ndarray | None = None) -> bool:
@@ -137,7 +137,7 @@ class LRUStack:
         ttl = ttl_s if ttl_s is not None and not math.isinf(ttl_s) else None
         finish_all = finish_times(trace, service_s) if ttl is not None else trace.times
         ends = tree.req_node
-        lengths = mapped_empty(nreq, np.int64)  # per request: file-backed (core.mapped)
+        lengths = mapped_empty(nreq, np.int64)  # per request: file-backed (trace.storage.mapped)
         if n:
             has = ends >= 0
             lengths[has] = tree.depths()[ends[has]]

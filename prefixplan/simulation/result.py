@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from prefixplan.core.spill import ShelvedArray
 from prefixplan.savings.prefill import (
     TimeSavings,
 )
@@ -18,6 +17,7 @@ from prefixplan.savings.pricing import (
 )
 from prefixplan.simulation.fleet import FleetRun
 from prefixplan.simulation.risk import PrefixRisk
+from prefixplan.trace.storage.spill import ShelvedArray
 
 if TYPE_CHECKING:
     pass

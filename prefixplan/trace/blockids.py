@@ -2,10 +2,10 @@
 brought, and ids for the rest, in arrival order (:func:`assign_ids`, for
 :meth:`~prefixplan.trace.blocks.TraceBuilder.finish`).
 
-Ids come from a :class:`~prefixplan.core.u64index.U64Index` (17 bytes per indexed block; past
+Ids come from a :class:`~prefixplan.trace.storage.u64index.U64Index` (17 bytes per indexed block; past
 :data:`INDEX_BUDGET` built in parts by the keys' top bits, after one pass writes the keys grouped by part to a
 temporary file) and the keys wait for the sort in a
-:class:`~prefixplan.core.spill.RaggedU64`, on disk past a memory budget.
+:class:`~prefixplan.trace.storage.spill.RaggedU64`, on disk past a memory budget.
 
 Lookups. The keys of a request that an index part already holds are a prefix of its keys in
 that part (chained keys: whoever brought a key brought the ones before it, and a pass indexes a
@@ -19,7 +19,7 @@ file) would be taken as known past their first difference.
 Blocks seen once. Most distinct blocks of a real log occur in one request only (the unique tail
 of each prompt: 64% of them on the 100k benchmark log). Such a block is never reused, so with
 ``filtered`` the pass counts the keys of each index part in a
-:class:`~prefixplan.core.twice.TwiceFilter` of that part's own (filled from that part's keys
+:class:`~prefixplan.trace.storage.twice.TwiceFilter` of that part's own (filled from that part's keys
 alone, so the filter, like the table, is a part's size: 2 x 8 MiB instead of 2 x 32 MiB for each
 of the 1M-request benchmark log's 4 parts) and leaves a request's keys from its first
 certainly-single one onwards out of the index (chained keys: every later one is single too).
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixplan.core.mapped import drop_resident, mapped_copy, mapped_empty
-from prefixplan.core.spill import RaggedU64, SpillColumn
-from prefixplan.core.twice import TwiceFilter
-from prefixplan.core.u64index import SplitIndex, U64Index, key_parts, table_bytes
+from prefixplan.trace.storage.mapped import drop_resident, mapped_copy, mapped_empty
+from prefixplan.trace.storage.spill import RaggedU64, SpillColumn
+from prefixplan.trace.storage.twice import TwiceFilter
+from prefixplan.trace.storage.u64index import SplitIndex, U64Index, key_parts, table_bytes
 
 COUNT_CHUNK = 1 << 20
 """Keys per step of the passes that count keys before ids are given (8 MiB each, and a few
@@ -115,7 +115,7 @@ def assign_ids(keys: RaggedU64, order: np.ndarray, lengths: np.ndarray, expected
     total = int(lengths.sum())
     occ_dtype = np.int32 if total < 2**31 else np.int64
     bits = index_bits(expected, np.dtype(occ_dtype).itemsize)
-    known = mapped_copy(lengths, np.int64)  # per row (file-backed: core.mapped), lowered by each part
+    known = mapped_copy(lengths, np.int64)  # per row (file-backed: trace.storage.mapped), lowered by each part
     parts: list[U64Index] = []
     if not bits:
         # one part: the pass reads every key of each row, so it notes the key before each

@@ -11,7 +11,7 @@ Replay order. Every model replays requests in one order: arrival time, ties in i
 
 Block identity. Block ``j`` of a request stands for the whole prefix ``tokens[:(j+1)*block]``
 in its namespace (chained identity, as vLLM's block hashes): its key is the ``pp-prefix-1``
-prefix key (:mod:`prefixplan.core.blockhash`) of that prefix. A request either brings its
+prefix key (:mod:`prefixplan.trace.blockhash`) of that prefix. A request either brings its
 tokens (keys are computed here) or its keys at a finer block size that divides this one (a
 trace file). Distinct keys get dense ids in order of first arrival, so a block's parent always
 has a smaller id and the blocks a request adds form a consecutive id range. Because identities
@@ -33,16 +33,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.granularity import Granularity
-from prefixplan.core.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_gather
-from prefixplan.core.spill import DEFAULT_BUDGET, RaggedU64
-from prefixplan.core.twice import estimate_keys
-from prefixplan.core.u64index import SplitIndex, U64Index
 from prefixplan.errors import UsageError
+from prefixplan.trace.blockhash import BlockHasher, namespace_seed
 from prefixplan.trace.blockids import COUNT_CHUNK, assign_ids
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.storage.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_gather
+from prefixplan.trace.storage.spill import DEFAULT_BUDGET, RaggedU64
+from prefixplan.trace.storage.twice import estimate_keys
+from prefixplan.trace.storage.u64index import SplitIndex, U64Index
 
 KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
 """Called once per request in replay order with its prefix keys at its boundaries
@@ -270,7 +270,7 @@ class BlockTrace:
         )
 
     def drop_resident(self) -> None:
-        """Hand back the resident pages of the file-backed columns (:mod:`prefixplan.core.mapped`):
+        """Hand back the resident pages of the file-backed columns (:mod:`prefixplan.trace.storage.mapped`):
         call between passes; the next pass reads them in again."""
         drop_resident(*self.columns())
 
@@ -329,7 +329,7 @@ class TraceBuilder:
         self._ns_scale: dict[str, int] = {}  # block scale of each namespace's first request
         self._keys = RaggedU64(spill_bytes)
         self._observed: list[tuple[SimRequest, dict[int, int]]] = []
-        # per-request columns in input order: to temporary files as they grow (core.mapped)
+        # per-request columns in input order: to temporary files as they grow (trace.storage.mapped)
         self._times = ColumnWriter(np.float64)
         self._untimed = ColumnWriter(np.int8)
         self._ns = ColumnWriter(np.int32)

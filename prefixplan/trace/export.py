@@ -4,7 +4,7 @@
 order, ``{"timestamp", "input_length", "output_length", "hash_ids"}`` as Mooncake's published
 traces have them (timestamp in milliseconds from the first request). Each hash id stands for one
 block of ``block_size`` tokens (default 512) and identifies the whole prefix up to it, as the
-block keys do (:mod:`prefixplan.core.blockhash`); a last partial block gets an id of its own.
+block keys do (:mod:`prefixplan.trace.blockhash`); a last partial block gets an id of its own.
 
 Ids are small integers, as in Mooncake's traces: the n-th distinct block is ``(n * a + b) mod
 2**32`` with ``a`` (odd) and ``b`` drawn from a per-export salt, a bijection on 32-bit integers.
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from prefixplan.core.u64index import U64Index
 from prefixplan.errors import UsageError
 from prefixplan.trace.blocks import fill_times
 from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.storage.u64index import U64Index
 
 DEFAULT_BLOCK = 512
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixplan.core.mapped import GATHER_WINDOW, drop_resident, mapped_empty
 from prefixplan.trace.blocks import BlockTrace, runs_of
+from prefixplan.trace.storage.mapped import GATHER_WINDOW, drop_resident, mapped_empty
 
 
 @dataclass(slots=True)
@@ -148,7 +148,7 @@ def build_tree(trace: BlockTrace, extra_ends: Iterable[int] = ()) -> NodeTree:
     first_block = _sorted_unique_below(d, starts(), most)
     weight = np.diff(np.append(first_block, d)).astype(np.int64)
     node_parent = runs_of(first_block, trace.parents_of(first_block))  # -1 stays -1: ids start at 0
-    req_node = mapped_empty(end.shape[0], np.int64)  # per request: file-backed (core.mapped)
+    req_node = mapped_empty(end.shape[0], np.int64)  # per request: file-backed (trace.storage.mapped)
     for lo in range(0, end.shape[0], GATHER_WINDOW):
         req_node[lo : lo + GATHER_WINDOW] = runs_of(first_block, end[lo : lo + GATHER_WINDOW])
     drop_resident(req_node, end)

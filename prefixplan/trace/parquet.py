@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import BLOCK_SCHEME
 from prefixplan.core.parquetio import iter_batches
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import DamagedTraceError, InputError, UsageError
 from prefixplan.logs.limits import clip
 from prefixplan.logs.remote import is_url, open_remote, shown
 from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.blockhash import BLOCK_SCHEME
 from prefixplan.trace.columns import ARROW_FIELDS, RowColumns, arrow_ragged
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.schema import BATCH_ROWS, FORMAT, META_KEY, PARQUET_MAGIC, VERSION, arrow_schema, need_pyarrow
@@ -166,7 +166,8 @@ class TraceFile:
         again = "write the trace again from its log with this version of prefixplan"
         if meta.get("hash") != BLOCK_SCHEME:
             raise InputError(
-                f"{self.path}: block keys of scheme {clip(repr(meta.get('hash')), 40)}; expected {BLOCK_SCHEME}", hint=again
+                f"{self.path}: block keys of scheme {clip(repr(meta.get('hash')), 40)}; expected {BLOCK_SCHEME}",
+                hint=again,
             )
         kinds = meta.get("segment_kinds")
         if kinds != list(SEGMENT_KINDS):

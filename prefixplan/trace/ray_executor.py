@@ -27,7 +27,7 @@ class _ShardActor:
     """A Ray Data actor: renders the files of its batches (tokenizers stay loaded between them)."""
 
     def __init__(self) -> None:
-        from prefixplan.core.gcpolicy import relax_for_process
+        from prefixplan.trace.gcpolicy import relax_for_process
 
         relax_for_process()  # the actor's process renders logs and nothing else
 

@@ -1,7 +1,7 @@
 """One trace row per request: what every stage after rendering needs, and nothing more.
 
 A :class:`TraceRow` is a rendered request reduced to its arrival time, namespace, tenant,
-lengths, the prefix keys of its full blocks (:mod:`prefixplan.core.blockhash`) at the trace's
+lengths, the prefix keys of its full blocks (:mod:`prefixplan.trace.blockhash`) at the trace's
 block size, and its segment spans; no token ids and no text. Rows are what the render workers
 send back, what ``--trace-out`` writes as Parquet (:mod:`prefixplan.trace.parquet`) and what
 ``simulate`` and ``analyze`` read from a trace file instead of re-rendering the log.
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import BlockHasher, namespace_seed
 from prefixplan.core.types import SEGMENT_KINDS, Prompt
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.routing.content import request_route_bytes, route_units
+from prefixplan.trace.blockhash import BlockHasher, namespace_seed
 from prefixplan.trace.spans import breakpoint_offsets, key_prefix
 
 KIND_CODE = {k: i for i, k in enumerate(SEGMENT_KINDS)}

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from prefixplan.core.gcpolicy import relax_for_process
 from prefixplan.core.types import Request, Segment
 from prefixplan.errors import PrefixplanError
 from prefixplan.logs import LineErrors
@@ -29,6 +28,7 @@ from prefixplan.logs.read import LineBatch
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.gcpolicy import relax_for_process
 from prefixplan.trace.rows import TraceRow, pack_rows, unpack_rows
 
 IN_FLIGHT_PER_WORKER = 3
@@ -257,7 +257,7 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
 def _share_cores(threads: int) -> None:
     """Render worker start: the tokenizer's thread pool (Rust rayon, sized when first used) takes
     ``threads`` threads unless the user set RAYON_NUM_THREADS; the garbage collector runs less
-    often (:mod:`prefixplan.core.gcpolicy`)."""
+    often (:mod:`prefixplan.trace.gcpolicy`)."""
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     relax_for_process()
 

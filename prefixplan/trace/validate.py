@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import BLOCK_SCHEME
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.logs.limits import clip
+from prefixplan.trace.blockhash import BLOCK_SCHEME
 
 MAX_META_DEPTH = 32
 """Nesting of the metadata JSON (a writer nests 4 deep)."""

@@ -29,7 +29,6 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from prefixplan.core.gcpolicy import relaxed_gc
 from prefixplan.core.types import Request, Segment, SegmentHash
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter
@@ -37,6 +36,7 @@ from prefixplan.logs.noinput import no_requests_error, nothing_left_error
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests
 from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.gcpolicy import relaxed_gc
 from prefixplan.trace.inprocess import Rendered, failure_handler, render_in_process
 from prefixplan.trace.rows import RowMaker, TraceRow
 from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, merge_stats, run_local

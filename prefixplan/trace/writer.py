@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.blockhash import BLOCK_SCHEME
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.errors import UsageError
 from prefixplan.logs.remote import filesystem, is_url, shown, upload
+from prefixplan.trace.blockhash import BLOCK_SCHEME
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.schema import BATCH_ROWS, FORMAT, META_KEY, VERSION, arrow_schema, need_pyarrow
 

@@ -6,7 +6,7 @@ with 32-bit ids (up to twice that after the table grows), with no Python object 
 ``dict`` of ints costs ~100 bytes per key, which is what made block traces of large logs run
 out of memory). Lookups and inserts take whole arrays
 of keys at once. Key 0 is reserved for empty slots; block keys
-(:mod:`prefixplan.core.blockhash`) are odd, so it never occurs.
+(:mod:`prefixplan.trace.blockhash`) are odd, so it never occurs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import IO
 
 import numpy as np
 
-from prefixplan.core.spill import pread_all, pwrite_all
+from prefixplan.trace.storage.spill import pread_all, pwrite_all
 
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 _HIGH = np.uint64(32)

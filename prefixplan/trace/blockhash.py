@@ -14,7 +14,7 @@ Scheme ``pp-prefix-1`` (stable across versions and machines; traces store these 
 ``key_i`` identifies ``tokens[:i+1]`` in its namespace: the key of a block covers its parent's
 prefix and its own tokens (chained, as vLLM's block hashes), and a whole prompt's keys cost one
 vectorised pass. Keys are odd, so 0 never occurs (it marks empty slots in
-:class:`~prefixplan.core.u64index.U64Index`). Two distinct prefixes share a key with
+:class:`~prefixplan.trace.storage.u64index.U64Index`). Two distinct prefixes share a key with
 probability about ``D**2 / 2**64`` for ``D`` distinct prefixes.
 
 A salt (``trace --export``) gives every key a different value per export, so exported hash ids
