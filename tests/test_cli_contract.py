@@ -156,6 +156,17 @@ def test_help_reads_like_a_person_wrote_it(path: tuple[str, ...], capsys: pytest
         assert placeholder not in out, (path, placeholder)
 
 
+def test_no_help_text_loses_a_bracket_to_rich_markup() -> None:
+    """Rich reads ``[ray]`` as markup and drops it: help texts say it another way."""
+    bad = [
+        (path, param.name)
+        for path, command in LEAVES
+        for param in command.params
+        if re.search(r"\[[a-z][a-z_-]*\]", getattr(param, "help", None) or "")
+    ]
+    assert bad == []
+
+
 def test_shell_completion_is_offered(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     assert "--install-completion" in capsys.readouterr().out

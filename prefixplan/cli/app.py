@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from prefixplan.cli.errors import run_with_error_boundary
+from prefixplan.cli.help import PlainGroup
 from prefixplan.version import __version__
 
 
@@ -32,12 +33,13 @@ def build_app() -> typer.Typer:
         pretty_exceptions_show_locals=False,
         add_completion=True,
         rich_markup_mode="rich",
+        cls=PlainGroup,
     )
 
     @app.callback()
     def _root(
         version: bool = typer.Option(
-            False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+            False, "--version", callback=_version_callback, is_eager=True, metavar="", help="Print the version."
         ),
     ) -> None:
         """prefixplan: make prefix (KV) caching pay off."""
@@ -51,30 +53,9 @@ def build_app() -> typer.Typer:
     return app
 
 
-def _plain_help(command: Any) -> Any:
-    """Help that reads like a person wrote it: no type column for arguments (``<list[str]>``) or
-    for ``--help`` (``<bool>``); metavars (``LOG...``, ``FILE``, ``N``) say what to pass."""
-
-    def help_option(ctx: Any, original: Any = command.get_help_option) -> Any:
-        option = original(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
-
-    command.get_help_option = help_option
-    for param in getattr(command, "params", ()):
-        if getattr(param, "param_type_name", "") == "argument":
-            param.display_type_rich = lambda ctx: None
-        elif getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""  # a flag takes no value: show none
-    for sub in getattr(command, "commands", {}).values():
-        _plain_help(sub)
-    return command
-
-
 def build_command() -> Any:
-    """The click command tree of :func:`build_app`, with the help adjustments of :func:`_plain_help`."""
-    return _plain_help(typer.main.get_command(build_app()))
+    """The click command tree of :func:`build_app` (help adjusted by :mod:`prefixplan.cli.help`)."""
+    return typer.main.get_command(build_app())
 
 
 def main(argv: list[str] | None = None) -> int:

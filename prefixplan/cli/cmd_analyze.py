@@ -9,6 +9,7 @@ import typer
 
 from prefixplan.cli import common
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 from prefixplan.report.terminal import report_console
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(cls=PlainCommand)
     def analyze(
         logs: o.Logs,
         log_format: o.LogFormat = "auto",

@@ -9,10 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 
 
 def register(app: typer.Typer) -> None:
-    app.command("calibrate")(calibrate)
+    app.command("calibrate", cls=PlainCommand)(calibrate)
 
 
 def calibrate(

@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 
 
 def register(app: typer.Typer) -> None:
-    app.command("diff")(diff)
+    app.command("diff", cls=PlainCommand)(diff)
 
 
 def diff(

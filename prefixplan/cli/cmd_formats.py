@@ -7,10 +7,11 @@ import json
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 
 
 def register(app: typer.Typer) -> None:
-    app.command("formats")(formats)
+    app.command("formats", cls=PlainCommand)(formats)
 
 
 def formats(json_out: o.Json = None) -> None:

@@ -9,18 +9,21 @@ from typing import Annotated
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand, PlainGroup
 
 DbOpt = o.Db
 JsonOpt = o.Json
 
 
 def register(app: typer.Typer) -> None:
-    keys = typer.Typer(help="List, inspect, expire and collect versioned cache keys.", no_args_is_help=True)
-    keys.command("list")(list_cmd)
-    keys.command("show")(show_cmd)
-    keys.command("history")(history_cmd)
-    keys.command("expire")(expire_cmd)
-    keys.command("gc")(gc_cmd)
+    keys = typer.Typer(
+        help="List, inspect, expire and collect versioned cache keys.", no_args_is_help=True, cls=PlainGroup
+    )
+    keys.command("list", cls=PlainCommand)(list_cmd)
+    keys.command("show", cls=PlainCommand)(show_cmd)
+    keys.command("history", cls=PlainCommand)(history_cmd)
+    keys.command("expire", cls=PlainCommand)(expire_cmd)
+    keys.command("gc", cls=PlainCommand)(gc_cmd)
     app.add_typer(keys, name="keys")
 
 

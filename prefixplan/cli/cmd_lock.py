@@ -8,10 +8,11 @@ from pathlib import Path
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 
 
 def register(app: typer.Typer) -> None:
-    app.command("lock")(lock)
+    app.command("lock", cls=PlainCommand)(lock)
 
 
 def lock(

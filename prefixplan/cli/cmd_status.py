@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 
 
 def register(app: typer.Typer) -> None:
-    app.command("status")(status)
+    app.command("status", cls=PlainCommand)(status)
 
 
 def status(

@@ -7,10 +7,11 @@ from typing import Annotated, Optional
 import typer
 
 from prefixplan.cli import options as o
+from prefixplan.cli.help import PlainCommand
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(cls=PlainCommand)
     def trace(
         logs: o.Logs,
         out: Annotated[str, typer.Option("--out", "-o", metavar="FILE", help=o.OUT_HELP)],

@@ -15,9 +15,9 @@ DEFAULT_RECIPES = "recipes"
 
 def _command_class() -> type:
     """``--recipes`` takes an optional folder: given without a value it means ``recipes``."""
-    from typer.core import TyperCommand
+    from prefixplan.cli.help import PlainCommand
 
-    class WarmCommand(TyperCommand):
+    class WarmCommand(PlainCommand):
         def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
             args = list(args)
             for i, arg in enumerate(args):

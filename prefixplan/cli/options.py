@@ -306,8 +306,8 @@ Executor = Annotated[
     typer.Option(
         "--executor",
         metavar="local|ray",
-        help="Where rendering runs: local processes, or a Ray cluster (one actor per input file; "
-        'pip install "prefixplan[ray]"). The record is the same.',
+        help="Where rendering runs: local processes, or a Ray cluster (one actor per input file; the ray "
+        "extra of prefixplan). The record is the same.",
     ),
 ]
 RayAddress = Annotated[
