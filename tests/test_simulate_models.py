@@ -308,7 +308,7 @@ def test_node_depths_count_the_walk_to_the_root(reqs, block):
 @SETTINGS
 @given(traces(), st.integers(1, 3), st.integers(0, 10))
 def test_lru_stack_matches_generic_lru_and_reference(reqs, block, cap):
-    from prefixplan.simulation.models import GenericCache
+    from prefixplan.simulation.generic import GenericCache
 
     trace = _trace(reqs, block)
     stack = run_model(trace, CacheSpec(policy="lru", capacity_tokens=cap * block))
@@ -342,7 +342,8 @@ def test_lru_stack_with_ttl_is_exact_when_finishes_keep_arrival_order(reqs, bloc
     """With no service times or one for all, expiry only removes the bottom of the LRU stack: the
     one-pass stack gives the reference's hits at every capacity, and the block-level simulator's
     evictions (blocks leaving by expiry are not evictions)."""
-    from prefixplan.simulation.models import GenericCache, LRUStack, stack_exact
+    from prefixplan.simulation.generic import GenericCache
+    from prefixplan.simulation.lru import LRUStack, stack_exact
     from prefixplan.trace.nodes import build_tree
 
     service = services(len(reqs), data, varied=False)
@@ -361,7 +362,7 @@ def test_lru_stack_is_not_used_where_a_recent_block_expires_first():
     """A long request's blocks outlive a later, short request's: once the short one's blocks
     expire, the stack would see the long one's blocks on top again, although the short one
     evicted them. LRU with a TTL then runs node by node."""
-    from prefixplan.simulation.models import LRUStack, stack_exact
+    from prefixplan.simulation.lru import LRUStack, stack_exact
     from prefixplan.trace.nodes import build_tree
 
     a, b = (np.asarray([k, k, 9], dtype=np.uint32) for k in (1, 2))  # 3 blocks each at block 1
@@ -382,7 +383,10 @@ def test_unbounded_ttl_every_policy_equals_slow_reference(reqs, block, ttl, poli
     """At unbounded capacity nothing is evicted, so every policy with the same TTL reuses the same
     blocks: each model (the stack, the chain-compressed and block-level simulators, the unbounded
     pass) equals the definition in :func:`slow_unbounded`."""
-    from prefixplan.simulation.models import GenericCache, LRUStack, NodeCache, infinite_hits
+    from prefixplan.simulation.generic import GenericCache
+    from prefixplan.simulation.lru import LRUStack
+    from prefixplan.simulation.models import infinite_hits
+    from prefixplan.simulation.nodecache import NodeCache
     from prefixplan.trace.nodes import build_tree
 
     service = services(len(reqs), data)
@@ -635,7 +639,9 @@ def test_infinite_equals_longest_previous_prefix(reqs, block):
 def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prewarm, data):
     """The chain-compressed simulator replays exactly what the block-level one does (pins,
     prewarm, TTL with service times, priorities): hits, evictions and pinned blocks."""
-    from prefixplan.simulation.models import GenericCache, NodeCache, choose_pins
+    from prefixplan.simulation.generic import GenericCache
+    from prefixplan.simulation.models import choose_pins
+    from prefixplan.simulation.nodecache import NodeCache
 
     trace = build_trace(reqs, engine_granularity("custom", block))
     prios = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=len(reqs), max_size=len(reqs))))
@@ -723,7 +729,7 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
     from unittest import mock
 
     import prefixplan.simulation.lru as lru
-    from prefixplan.simulation.models import LRUStack
+    from prefixplan.simulation.lru import LRUStack
 
     trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
     want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
@@ -741,7 +747,7 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
     from unittest import mock
 
     import prefixplan.simulation.lru as lru
-    from prefixplan.simulation.models import LRUStack
+    from prefixplan.simulation.lru import LRUStack
 
     end = max(r.time for r in reqs)
     reqs = [
@@ -769,7 +775,7 @@ def test_the_lru_stack_positions_grow_with_nodes_not_touches():
     from unittest import mock
 
     import prefixplan.simulation.lru as lru
-    from prefixplan.simulation.models import LRUStack
+    from prefixplan.simulation.lru import LRUStack
     from prefixplan.trace.nodes import build_tree
 
     prompts = [np.arange(i * 100, i * 100 + 7, dtype=np.uint32) for i in range(4)]

@@ -16,7 +16,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 def _plain(params: list[Any]) -> list[Any]:
     for param in params:
         if isinstance(param, TyperArgument):
-            setattr(param, "display_type_rich", _no_type)  # the metavar (LOG...) says it: no "<list[str]>"
+            setattr(param, "display_type_rich", _no_type)  # noqa: B010 (the metavar LOG... says it: no "<list[str]>")
         elif getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""  # a flag takes no value: show none
     return params

@@ -101,58 +101,58 @@ def check_spec(spec: str, where: str = "--tokenizer ") -> None:
     )
 
 
+BACKENDS: dict[str, str] = {
+    "hf": "prefixplan.render.hf:from_spec",
+    "mistral": "prefixplan.render.mistral:from_spec",
+    "tiktoken": "prefixplan.render.tiktoken_backend:from_spec",
+    "vllm": "prefixplan.render.vllm_remote:vllm_from_spec",
+    "sglang": "prefixplan.render.vllm_remote:sglang_from_spec",
+}
+"""Tokenizer scheme -> ``module:function`` that builds its renderer from the rest of the spec.
+Imported on first use: naming a scheme loads only its backend (transformers for ``hf:`` only)."""
+TEMPLATED = frozenset({"hf"})
+"""Schemes whose renderer takes ``--chat-template`` / ``--template-kwargs``."""
+
+
+def _backend(scheme: str) -> Callable[..., Renderer]:
+    import importlib
+
+    module, _, name = BACKENDS[scheme].partition(":")
+    build: Callable[..., Renderer] = getattr(importlib.import_module(module), name)
+    return build
+
+
 def load_renderer(
     spec: str | None = None,
     *,
     chat_template: str | Path | None = None,
     template_kwargs: dict[str, Any] | None = None,
 ) -> Renderer:
-    """Load a renderer from a spec string (see module docstring)."""
+    """Load a renderer from a spec string (see module docstring), through :data:`BACKENDS`."""
     spec = spec or DEFAULT_TOKENIZER
     check_spec(spec)
     scheme, _, rest = spec.partition(":")
+    if spec == "auto":
+        raise UsageError(
+            "--tokenizer auto picks a tokenizer per model of a log; here one tokenizer is needed",
+            hint="name it: hf:ORG/NAME, hf:PATH, mistral:nemo, tiktoken:NAME, vllm:URL or sglang:URL",
+        )
+    if scheme not in BACKENDS:
+        raise UsageError(
+            f"--tokenizer {spec}: unknown scheme {scheme!r}",
+            hint="use hf:PATH or hf:ORG/NAME, mistral:nemo, tiktoken:o200k_base, vllm:URL, sglang:URL or auto",
+        )
     template_text = None
     if chat_template is not None:
         path = Path(chat_template)
         if not path.is_file():
             raise UsageError(f"--chat-template {chat_template}: file not found")
         template_text = path.read_text(encoding="utf-8")
-    if scheme == "hf":
-        from prefixplan.render.hf import HFRenderer
-        from prefixplan.render.resolve import resolve_hf
-
-        folder = resolve_hf(rest)
-        hf = HFRenderer(folder, chat_template=template_text, template_kwargs=template_kwargs)
-        if str(folder) != rest:  # a hub id: keep the name the user gave
-            hf.spec, hf.label = spec, f"hf:{rest}"
-        return hf
+    if scheme in TEMPLATED:
+        return _backend(scheme)(spec, rest, chat_template=template_text, template_kwargs=template_kwargs)
     if template_text is not None or template_kwargs:
         raise UsageError(f"--chat-template/--template-kwargs apply to hf: tokenizers only, not {spec}")
-    if scheme == "mistral":
-        from prefixplan.render.mistral import MistralRenderer
-
-        return MistralRenderer(rest or "nemo")
-    if scheme == "tiktoken":
-        from prefixplan.render.tiktoken_backend import TiktokenRenderer
-
-        return TiktokenRenderer(rest or "o200k_base")
-    if scheme == "vllm":
-        from prefixplan.render.vllm_remote import VLLMRenderer
-
-        return VLLMRenderer(rest)
-    if scheme == "sglang":
-        from prefixplan.render.vllm_remote import SGLangRenderer
-
-        return SGLangRenderer(rest)
-    if spec == "auto":
-        raise UsageError(
-            "--tokenizer auto picks a tokenizer per model of a log; here one tokenizer is needed",
-            hint="name it: hf:ORG/NAME, hf:PATH, mistral:nemo, tiktoken:NAME, vllm:URL or sglang:URL",
-        )
-    raise UsageError(
-        f"--tokenizer {spec}: unknown scheme {scheme!r}",
-        hint="use hf:PATH or hf:ORG/NAME, mistral:nemo, tiktoken:o200k_base, vllm:URL, sglang:URL or auto",
-    )
+    return _backend(scheme)(spec, rest)
 
 
 def parse_template_kwargs(text: str | None) -> dict[str, Any]:

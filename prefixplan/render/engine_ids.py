@@ -16,6 +16,7 @@ import numpy as np
 
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import ENGINE_FORMATS, Prompt, Request, Segment, as_token_ids
+from prefixplan.errors import TokenizerError
 
 ENGINE_SPEC = "engine"
 ENGINE_LABEL = "token ids from the engine log"
@@ -41,3 +42,12 @@ def adopt(rendered: Prompt, req: Request) -> tuple[Prompt, bool]:
     if rendered.tokens.shape == logged.shape and np.array_equal(rendered.tokens, logged):
         return replace(rendered, request=req, exact=True), True
     return ids_prompt(req), False
+
+
+def raw_ids_prompt(req: Request) -> Prompt:
+    """A completions request logged with token ids: the ids are the prompt."""
+    if req.prompt_ids is None:
+        raise TokenizerError(f"{req.source}:{req.line_no}: request has no messages, prompt or prompt ids")
+    tokens = as_token_ids(np.asarray(req.prompt_ids, dtype=np.uint32))
+    seg = Segment("raw", 0, len(tokens), segment_hash(tokens.tobytes()))
+    return Prompt(req, tokens, (seg,), (), exact=True)

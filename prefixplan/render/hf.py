@@ -20,7 +20,6 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,8 @@ from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.chatnorm import engine_messages
+from prefixplan.render.engine_ids import raw_ids_prompt
+from prefixplan.render.pieces import PieceCache
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 from prefixplan.render.tojson_memo import install as install_tojson_memo
 from prefixplan.render.tojson_memo import tojson_memo
@@ -39,34 +40,6 @@ from prefixplan.render.tojson_memo import tojson_memo
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
 PARAGRAPH_SPLIT_MIN_CHARS = 1024
 _PARAGRAPH_BOUNDARY = re.compile(r"\n\n(?=\S)")
-
-
-class PieceCache:
-    """LRU cache text piece -> (ids, char starts), bounded by total cached tokens."""
-
-    def __init__(self, max_tokens: int = 8_000_000) -> None:
-        self.max_tokens = max_tokens
-        self._data: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._tokens = 0
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, piece: str) -> tuple[np.ndarray, np.ndarray] | None:
-        item = self._data.get(piece)
-        if item is not None:
-            self._data.move_to_end(piece)
-            self.hits += 1
-        return item
-
-    def put(self, piece: str, item: tuple[np.ndarray, np.ndarray]) -> None:
-        self.misses += 1
-        if piece in self._data:
-            return
-        self._data[piece] = item
-        self._tokens += int(item[0].shape[0])
-        while self._tokens > self.max_tokens and len(self._data) > 1:
-            _, (ids, _) = self._data.popitem(last=False)
-            self._tokens -= int(ids.shape[0])
 
 
 class HFRenderer:
@@ -444,15 +417,6 @@ class HFRenderer:
         return Prompt(req, tokens, (seg,), (), exact=True)
 
 
-def raw_ids_prompt(req: Request) -> Prompt:
-    """A completions request logged with token ids: the ids are the prompt."""
-    if req.prompt_ids is None:
-        raise TokenizerError(f"{req.source}:{req.line_no}: request has no messages, prompt or prompt ids")
-    tokens = as_token_ids(np.asarray(req.prompt_ids, dtype=np.uint32))
-    seg = Segment("raw", 0, len(tokens), segment_hash(tokens.tobytes()))
-    return Prompt(req, tokens, (seg,), (), exact=True)
-
-
 def _join(
     items: Sequence[tuple[np.ndarray, np.ndarray]], offsets: Sequence[int] | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -472,3 +436,16 @@ def _starts(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
     arr = np.asarray(offsets, dtype=np.int64)[:, 0]
     # byte-level tokens inside one char may report the same start; keep non-decreasing
     return np.maximum.accumulate(arr)
+
+
+def from_spec(
+    spec: str, rest: str, *, chat_template: str | None = None, template_kwargs: dict[str, Any] | None = None
+) -> HFRenderer:
+    """``hf:PATH`` or ``hf:ORG/NAME`` (a hub id, from the local cache; its name is kept as given)."""
+    from prefixplan.render.resolve import resolve_hf
+
+    folder = resolve_hf(rest)
+    hf = HFRenderer(folder, chat_template=chat_template, template_kwargs=template_kwargs)
+    if str(folder) != rest:
+        hf.spec, hf.label = spec, f"hf:{rest}"
+    return hf

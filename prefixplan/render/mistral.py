@@ -23,7 +23,7 @@ import numpy as np
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
-from prefixplan.render.hf import raw_ids_prompt
+from prefixplan.render.engine_ids import raw_ids_prompt
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 
 # name -> (factory method name, kwargs, description)
@@ -117,3 +117,8 @@ def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
         out.pop("name", None)
         out.pop("tool_call_id", None)
     return out
+
+
+def from_spec(spec: str, rest: str) -> MistralRenderer:
+    """``mistral:NAME`` (default ``nemo``)."""
+    return MistralRenderer(rest or "nemo")

@@ -34,7 +34,8 @@ import numpy as np
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, TokenIds, as_token_ids
 from prefixplan.errors import TokenizerError
-from prefixplan.render.hf import PieceCache, raw_ids_prompt
+from prefixplan.render.engine_ids import raw_ids_prompt
+from prefixplan.render.pieces import PieceCache
 from prefixplan.render.spans import ROLE_KIND, message_text, tool_name
 
 KNOWN = ("cl100k_base", "o200k_base", "p50k_base", "r50k_base")
@@ -197,3 +198,8 @@ def _merge_template(segments: list[Segment]) -> list[Segment]:
         else:
             out.append(seg)
     return out
+
+
+def from_spec(spec: str, rest: str) -> TiktokenRenderer:
+    """``tiktoken:NAME`` (default ``o200k_base``)."""
+    return TiktokenRenderer(rest or "o200k_base")

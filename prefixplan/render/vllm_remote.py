@@ -137,7 +137,7 @@ class VLLMRenderer:
     def render(self, request: Request) -> Prompt:
         if request.messages is None:
             if request.prompt is None:
-                from prefixplan.render.hf import raw_ids_prompt
+                from prefixplan.render.engine_ids import raw_ids_prompt
 
                 return raw_ids_prompt(request)
             data = self._post("/tokenize", {"model": self.model, "prompt": request.prompt})
@@ -178,3 +178,13 @@ class SGLangRenderer(VLLMRenderer):
         super().__init__(url, model=model, timeout=timeout, api_key_env=api_key_env)
         self.spec = f"sglang:{self.shown}"
         self.label = f"sglang:{self.shown} ({self.model}, server /tokenize)"
+
+
+def vllm_from_spec(spec: str, rest: str) -> VLLMRenderer:
+    """``vllm:URL``: the server's ``/tokenize``."""
+    return VLLMRenderer(rest)
+
+
+def sglang_from_spec(spec: str, rest: str) -> SGLangRenderer:
+    """``sglang:URL``: the SGLang server's ``/tokenize``."""
+    return SGLangRenderer(rest)

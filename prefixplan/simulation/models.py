@@ -60,14 +60,14 @@ block-level simulator.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.simulation.generic import GenericCache
-from prefixplan.simulation.lru import LRUStack, stack_exact
-from prefixplan.simulation.nodecache import NodeCache
 from prefixplan.simulation.spec import (
     POLICIES,
     TTL_PRESETS,
@@ -85,23 +85,59 @@ from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import build_tree
 
 __all__ = [
+    "MODELS",
     "POLICIES",
     "TTL_PRESETS",
     "AutoPromote",
     "CacheOutcome",
     "CacheSpec",
-    "GenericCache",
-    "LRUStack",
-    "NodeCache",
+    "ModelRun",
     "Tier",
     "capacity_blocks",
     "choose_pins",
     "finish_times",
     "infinite_hits",
+    "model_kind",
     "parse_ttl",
     "run_model",
-    "stack_exact",
 ]
+
+MODELS: dict[str, str] = {
+    "unbounded": "prefixplan.simulation.models:run_unbounded",
+    "lru-stack": "prefixplan.simulation.models:run_lru_stack",
+    "lru-nodes": "prefixplan.simulation.models:run_lru_nodes",
+    "policy": "prefixplan.simulation.models:run_policy",
+    "auto-promote": "prefixplan.simulation.models:run_auto_promote",
+}
+"""Cache model kind (:func:`model_kind`) -> ``module:function`` replaying it, imported on first use."""
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """One replay: the trace, the spec, and what :func:`run_model` worked out for it."""
+
+    trace: BlockTrace
+    spec: CacheSpec
+    reg_cap: float  # blocks of the regular (unpinned) partition
+    pin_cap: int  # blocks of the pinned partition
+    pins: list[int]
+    priorities: np.ndarray | None
+    service_s: np.ndarray | None
+    stack_cache: dict | None
+
+
+def model_kind(spec: CacheSpec) -> str:
+    """Which model replays ``spec`` (a key of :data:`MODELS`)."""
+    lru = spec.policy in ("lru", "infinite")
+    if lru and spec.capacity_tokens is None and not spec.tiers:
+        return "unbounded"
+    if spec.auto_promote is not None:
+        return "auto-promote"
+    if lru:
+        return "lru-stack"
+    if spec.tiers:
+        raise UsageError("tiers are modelled with LRU eviction only", hint="use --policy lru with tiers")
+    return "policy"
 
 
 def run_model(
@@ -109,11 +145,10 @@ def run_model(
     spec: CacheSpec,
     *,
     priorities: np.ndarray | None = None,
-    kv_bytes_per_token: float | None = None,
     service_s: np.ndarray | None = None,
     _stack_cache: dict | None = None,
 ) -> CacheOutcome:
-    """Replay ``trace`` through one cache model.
+    """Replay ``trace`` through one cache model (:data:`MODELS`).
 
     ``service_s``: seconds each request (row) is served after its arrival; a block's TTL
     counts from the latest finish of the requests that used it (0: from their arrivals).
@@ -121,100 +156,130 @@ def run_model(
     """
     if spec.policy == "infinite":
         spec = CacheSpec(policy="lru", ttl_s=spec.ttl_s)
-    if spec.capacity_tokens is None and spec.policy == "lru" and not spec.tiers:
-        return CacheOutcome(infinite_hits(trace, spec.ttl_s, service_s), {}, 0)
+    kind = model_kind(spec)
+    if kind == "unbounded":
+        return run_unbounded(ModelRun(trace, spec, math.inf, 0, [], priorities, service_s, _stack_cache))
     cap = capacity_blocks(trace, spec.capacity_tokens)
-    pin_cap = math.floor(cap * spec.pinned_fraction) if spec.pinned_fraction > 0 and not math.isinf(cap) else 0
     if spec.pinned_fraction > 0 and math.isinf(cap):
         raise UsageError("a pinned partition needs a finite --capacity")
-    reg_cap = cap - pin_cap
+    pin_cap = math.floor(cap * spec.pinned_fraction) if spec.pinned_fraction > 0 else 0
     pins = choose_pins(trace, spec.pins, pin_cap) if (spec.pins and pin_cap and spec.auto_promote is None) else []
-    if spec.policy == "lru" and spec.auto_promote is None:
-        tier_caps = tuple(capacity_blocks(trace, t.capacity_tokens) for t in spec.tiers)
-        if not math.isinf(reg_cap) and not stack_exact(trace, spec.ttl_s, service_s):
-            return _lru_by_nodes(trace, spec, reg_cap, tier_caps, pins, service_s)
-        ttl_key = None
-        if spec.ttl_s is not None:
-            service = b"" if service_s is None else np.ascontiguousarray(service_s, dtype=np.float64).tobytes()
-            ttl_key = (spec.ttl_s, hashlib.blake2b(service, digest_size=16).digest())
-        key = (tuple(sorted(pins)), ttl_key)
-        cache = _stack_cache if _stack_cache is not None else {}
-        stack = cache.get(key)
-        if stack is None:
-            tree = build_tree(trace, extra_ends=pins)
-            pinned_nodes = np.zeros(tree.n_nodes, dtype=bool)
-            if pins:
-                pinned_nodes[np.unique(tree.nodes_of(np.asarray(pins, dtype=np.int64)))] = True
-            stack = cache[key] = LRUStack(trace, tree, pinned_nodes, ttl_s=spec.ttl_s, service_s=service_s)
-        _, per_tier, evictions = stack.evaluate(reg_cap, tier_caps, spec.prewarm_pins)
-        present = sum(per_tier)
-        hits = np.minimum(present, trace.cap_blocks)
-        tiers: dict[str, np.ndarray] = {}
-        acc = np.minimum(per_tier[0], hits)
-        for tier, amount in zip(spec.tiers, per_tier[1:], strict=False):
-            nxt = np.minimum(acc + amount, hits)
-            tiers[tier.name] = nxt - acc
-            acc = nxt
-        return CacheOutcome(hits, tiers, evictions, len(pins))
-    if spec.tiers:
-        raise UsageError("tiers are modelled with LRU eviction only", hint="use --policy lru with tiers")
-    if spec.auto_promote is None:
-        return NodeCache(
-            trace,
-            spec.policy,
-            reg_cap,
-            ttl_s=spec.ttl_s,
-            pinned_blocks=pins,
-            priorities=priorities,
-            prewarm_pins=spec.prewarm_pins,
-            service_s=service_s,
-        ).run()
-    sim = GenericCache(
-        trace,
-        spec.policy,
-        reg_cap,
-        ttl_s=spec.ttl_s,
-        pinned_blocks=pins,
-        pinned_capacity=pin_cap,
-        auto_promote=spec.auto_promote,
-        priorities=priorities,
-        prewarm_pins=spec.prewarm_pins,
-        service_s=service_s,
-    )
-    return sim.run()
+    reg_cap = cap - pin_cap
+    if kind == "lru-stack" and not math.isinf(reg_cap) and not stack_exact_for(trace, spec, service_s):
+        kind = "lru-nodes"  # a TTL the stack cannot replay exactly
+    module, _, name = MODELS[kind].partition(":")
+    replay: Callable[[ModelRun], CacheOutcome] = getattr(importlib.import_module(module), name)
+    return replay(ModelRun(trace, spec, reg_cap, pin_cap, pins, priorities, service_s, _stack_cache))
 
 
-def _lru_by_nodes(
-    trace: BlockTrace,
-    spec: CacheSpec,
-    reg_cap: float,
-    tier_caps: tuple[float, ...],
-    pins: list[int],
-    service_s: np.ndarray | None,
-) -> CacheOutcome:
+def stack_exact_for(trace: BlockTrace, spec: CacheSpec, service_s: np.ndarray | None) -> bool:
+    from prefixplan.simulation.lru import stack_exact
+
+    return stack_exact(trace, spec.ttl_s, service_s)
+
+
+def run_unbounded(run: ModelRun) -> CacheOutcome:
+    """An unbounded LRU cache (with a TTL, if any): every block ever seen, until it expires."""
+    return CacheOutcome(infinite_hits(run.trace, run.spec.ttl_s, run.service_s), {}, 0)
+
+
+def run_lru_stack(run: ModelRun) -> CacheOutcome:
+    """LRU by stack distances: one pass serves every capacity (and tiers below the GPU)."""
+    from prefixplan.simulation.lru import LRUStack
+
+    trace, spec = run.trace, run.spec
+    tier_caps = tuple(capacity_blocks(trace, t.capacity_tokens) for t in spec.tiers)
+    ttl_key = None
+    if spec.ttl_s is not None:
+        service = b"" if run.service_s is None else np.ascontiguousarray(run.service_s, dtype=np.float64).tobytes()
+        ttl_key = (spec.ttl_s, hashlib.blake2b(service, digest_size=16).digest())
+    key = (tuple(sorted(run.pins)), ttl_key)
+    cache = run.stack_cache if run.stack_cache is not None else {}
+    stack = cache.get(key)
+    if stack is None:
+        tree = build_tree(trace, extra_ends=run.pins)
+        pinned_nodes = np.zeros(tree.n_nodes, dtype=bool)
+        if run.pins:
+            pinned_nodes[np.unique(tree.nodes_of(np.asarray(run.pins, dtype=np.int64)))] = True
+        stack = cache[key] = LRUStack(trace, tree, pinned_nodes, ttl_s=spec.ttl_s, service_s=run.service_s)
+    _, per_tier, evictions = stack.evaluate(run.reg_cap, tier_caps, spec.prewarm_pins)
+    present = sum(per_tier)
+    hits = np.minimum(present, trace.cap_blocks)
+    tiers: dict[str, np.ndarray] = {}
+    acc = np.minimum(per_tier[0], hits)
+    for tier, amount in zip(spec.tiers, per_tier[1:], strict=False):
+        nxt = np.minimum(acc + amount, hits)
+        tiers[tier.name] = nxt - acc
+        acc = nxt
+    return CacheOutcome(hits, tiers, evictions, len(run.pins))
+
+
+def run_lru_nodes(run: ModelRun) -> CacheOutcome:
     """LRU with a TTL where the stack is not exact: :class:`NodeCache` at the GPU capacity and at
     each lower tier's boundary (GPU + the tiers above it hold what an LRU cache of that size holds)."""
-    tree = None if pins else build_tree(trace)  # NodeCache cuts its own tree at the pins
+    from prefixplan.simulation.nodecache import NodeCache
 
-    def run(capacity: float) -> CacheOutcome:
+    trace, spec = run.trace, run.spec
+    tier_caps = tuple(capacity_blocks(trace, t.capacity_tokens) for t in spec.tiers)
+    tree = None if run.pins else build_tree(trace)  # NodeCache cuts its own tree at the pins
+
+    def replay(capacity: float) -> CacheOutcome:
         return NodeCache(
             trace,
             "lru",
             capacity,
             ttl_s=spec.ttl_s,
-            pinned_blocks=pins,
+            pinned_blocks=run.pins,
             prewarm_pins=spec.prewarm_pins,
             tree=tree,
-            service_s=service_s,
+            service_s=run.service_s,
         ).run()
 
-    gpu = run(reg_cap)
+    gpu = replay(run.reg_cap)
     tiers: dict[str, np.ndarray] = {}
     acc = gpu.hit_blocks
-    bound = reg_cap
+    bound = run.reg_cap
     for tier, extra in zip(spec.tiers, tier_caps, strict=True):
         bound += extra
-        nxt = run(bound).hit_blocks
+        nxt = replay(bound).hit_blocks
         tiers[tier.name] = nxt - acc
         acc = nxt
     return CacheOutcome(acc, tiers, gpu.evictions, gpu.pinned_blocks)
+
+
+def run_policy(run: ModelRun) -> CacheOutcome:
+    """LFU, FIFO or priority eviction over the trie's nodes (:class:`NodeCache`)."""
+    from prefixplan.simulation.nodecache import NodeCache
+
+    spec = run.spec
+    return NodeCache(
+        run.trace,
+        spec.policy,
+        run.reg_cap,
+        ttl_s=spec.ttl_s,
+        pinned_blocks=run.pins,
+        priorities=run.priorities,
+        prewarm_pins=spec.prewarm_pins,
+        service_s=run.service_s,
+    ).run()
+
+
+def run_auto_promote(run: ModelRun) -> CacheOutcome:
+    """Any policy with auto-promotion into a pinned partition (:class:`GenericCache`, block by block)."""
+    from prefixplan.simulation.generic import GenericCache
+
+    spec = run.spec
+    if spec.tiers:
+        raise UsageError("tiers are modelled with LRU eviction only", hint="use --policy lru with tiers")
+    return GenericCache(
+        run.trace,
+        spec.policy,
+        run.reg_cap,
+        ttl_s=spec.ttl_s,
+        pinned_blocks=run.pins,
+        pinned_capacity=run.pin_cap,
+        auto_promote=spec.auto_promote,
+        priorities=run.priorities,
+        prewarm_pins=spec.prewarm_pins,
+        service_s=run.service_s,
+    ).run()
