@@ -86,13 +86,14 @@ def child_batch(log: Path, n: int) -> dict:
 
 
 def child_analyze(log: Path, whatif: bool, record: Path | None) -> dict:
-    from prefixplan.analysis.pipeline import AnalyzeOptions, analyze
+    from prefixplan.api import analyze
 
     t0 = time.perf_counter()
-    result = analyze(AnalyzeOptions(paths=(str(log),), tokenizer=f"hf:{QWEN3}", engine="vllm", rag_whatif=whatif))
+    result = analyze(str(log), tokenizer=f"hf:{QWEN3}", engine="vllm", rag_whatif=whatif, simulate=False, workers=1)
+    doc = result.record.to_json()
     if record is not None:
-        record.write_text(json.dumps(result.record))
-    s = result.record["summary"]
+        record.write_text(json.dumps(doc))
+    s = doc["summary"]
     return {
         "seconds": time.perf_counter() - t0,
         "requests": s["requests"],

@@ -26,9 +26,9 @@ import numpy as np
 from bench_simulate import synthetic
 
 from prefixplan.analysis.record import CandidateRecord
-from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import CacheModel, SimConfig
 from prefixplan.simulation.headline import headline_json, headline_simulation
+from prefixplan.simulation.simulator import Simulation
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,12 +29,14 @@ def trace_of(requests: int) -> Path:
 
 def child_analyze(trace: Path) -> dict:
     from prefixplan.analysis.pipeline import AnalyzeOptions
-    from prefixplan.api import HeadlineOptions, run_analyze, source_options
+    from prefixplan.api import AnalyzeRequest, HeadlineOptions, run_analyze, source_options
     from prefixplan.core.memory import map_large_allocations
 
     map_large_allocations()  # as the command line does
     t0 = time.perf_counter()
-    outcome = run_analyze(AnalyzeOptions(source=source_options(str(trace)), engine="vllm"), headline=HeadlineOptions())
+    outcome = run_analyze(
+        AnalyzeRequest(AnalyzeOptions(source=source_options(str(trace)), engine="vllm"), HeadlineOptions())
+    )
     s = outcome.analysis.record.summary
     return {
         "seconds": time.perf_counter() - t0,

@@ -57,7 +57,7 @@ def split(log: Path, files: int, folder: Path) -> list[Path]:
 
 def child_analyze(folder: Path, executor: str, workers: int) -> dict:
     from prefixplan.analysis.pipeline import AnalyzeOptions
-    from prefixplan.api import AnalyzeOutputs, HeadlineOptions, run_analyze, source_options
+    from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze, source_options
 
     if executor == "ray":
         import ray
@@ -66,9 +66,9 @@ def child_analyze(folder: Path, executor: str, workers: int) -> dict:
     t0 = time.perf_counter()
     source = source_options(str(folder), tokenizer=f"hf:{QWEN3}", workers=workers, executor=executor)
     outcome = run_analyze(
-        AnalyzeOptions(source=source, engine="vllm", rag_whatif=False),
-        headline=HeadlineOptions(),
-        outputs=AnalyzeOutputs(),
+        AnalyzeRequest(
+            AnalyzeOptions(source=source, engine="vllm", rag_whatif=False), HeadlineOptions(), AnalyzeOutputs()
+        )
     )
     seconds = time.perf_counter() - t0
     analysis = outcome.analysis

@@ -70,14 +70,16 @@ def child_parse_hash(log: Path) -> dict:
 
 def child_analyze(log: Path, workers: int, trace: Path | None) -> dict:
     from prefixplan.analysis.pipeline import AnalyzeOptions
-    from prefixplan.api import AnalyzeOutputs, HeadlineOptions, run_analyze, source_options
+    from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze, source_options
 
     t0 = time.perf_counter()
     source = source_options(str(log), tokenizer=f"hf:{QWEN3}", workers=workers)
     outcome = run_analyze(
-        AnalyzeOptions(source=source, engine="vllm", rag_whatif=False),
-        headline=HeadlineOptions(),
-        outputs=AnalyzeOutputs(trace_out=str(trace) if trace else None),
+        AnalyzeRequest(
+            AnalyzeOptions(source=source, engine="vllm", rag_whatif=False),
+            HeadlineOptions(),
+            AnalyzeOutputs(trace_out=str(trace) if trace else None),
+        )
     )
     s = outcome.analysis.record.summary
     workers = outcome.analysis.workers or {}

@@ -31,7 +31,7 @@ _EXPORTS = {
     "warm": "prefixplan.api",
     "load_analysis": "prefixplan.api",
     "write_trace": "prefixplan.api",
-    "Simulation": "prefixplan.api",
+    "SimulationResult": "prefixplan.api",
     "Analysis": "prefixplan.analysis.pipeline",
     "AnalysisRecord": "prefixplan.analysis.record",
     "CandidateRecord": "prefixplan.analysis.record",
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from prefixplan.analysis.pipeline import Analysis
     from prefixplan.analysis.record import AnalysisRecord, CandidateRecord
     from prefixplan.api import (
-        Simulation,
+        SimulationResult,
         analyze,
         check,
         load_analysis,

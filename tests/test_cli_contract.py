@@ -5,7 +5,6 @@
   the problem, a ``hint:`` line, and no traceback.
 * One meaning per flag name: two commands never give the same flag different help.
 * Help reads like a person wrote it (no ``<bool>``, ``<list[str]>``, ``{logs}`` placeholders).
-* Old spellings still work for one release and say what replaced them.
 """
 
 from __future__ import annotations
@@ -173,25 +172,6 @@ def test_shell_completion_is_offered(capsys: pytest.CaptureFixture[str]) -> None
 
 
 # -- deprecated spellings --------------------------------------------------------------------
-
-
-def test_old_spellings_work_and_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    log = tmp_path / "log.jsonl"
-    body = {
-        "model": "m",
-        "messages": [{"role": "system", "content": "You help. " * 60}, {"role": "user", "content": "q"}],
-    }
-    log.write_text("".join(json.dumps({**body, "user": f"u{i}"}) + "\n" for i in range(4)))
-    code, out, err = _run(
-        ["analyze", str(log), "--format", "openai-chat", "--engine", "sglang", "--no-record", "--json", "-", "-q"],
-        capsys,
-    )
-    assert code == 0
-    assert "--format is deprecated" in err and "--log-format" in err and "--granularity" in err and "--store" in err
-    record = json.loads(out)
-    assert record["granularity"]["block_size"] == 1 and record["inputs"]["formats"] == {"openai-chat": 4}
-    db = tmp_path / "prefixplan.db"
-    assert not db.exists()
 
 
 def test_analyze_says_where_the_store_is_and_what_it_wrote(tmp_path: Path, capsys, monkeypatch) -> None:

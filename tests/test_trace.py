@@ -20,10 +20,10 @@ from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions
 from prefixplan.simulation import CacheModel, SimConfig
-from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import Workload
 from prefixplan.simulation.fleet import FleetModel
 from prefixplan.simulation.result import to_json
+from prefixplan.simulation.simulator import Simulation
 from prefixplan.simulation.spec import Tier
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta
 from prefixplan.trace.rows import RowMaker, TraceRow

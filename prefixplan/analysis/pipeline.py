@@ -80,6 +80,10 @@ class AnalyzeOptions:
     show_user_text: bool = False
     rag_whatif: bool = True
 
+    def __post_init__(self) -> None:
+        if self.top < 0:
+            raise UsageError("--top must be >= 0 (0 keeps every candidate)", hint="e.g. --top 20")
+
     @property
     def granularity(self) -> int:
         """The cache block size the candidates are aligned to."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -39,7 +39,6 @@ def check(
     ] = "human",
     json_out: o.Json = None,
     no_lint: Annotated[bool, typer.Option("--no-lint", metavar="", help="Skip the cache-breaker lint.")] = False,
-    old_format: Annotated[Optional[str], o.deprecated("--format", "--output-format")] = None,
 ) -> None:
     """Fail when recipe content changed under an unchanged name@vN, or a bump is not locked.
 
@@ -50,7 +49,6 @@ def check(
     from prefixplan.gate.annotations import github_annotations
     from prefixplan.gate.check import run_check
 
-    fmt = o.prefer(fmt, old_format, "human")
     if fmt not in ("human", "github", "json"):
         raise UsageError(f"--output-format must be human, github or json, got {fmt!r}")
     result = run_check(recipes, lock, base_ref=base, fail_on=fail_on, lint=not no_lint)

@@ -108,7 +108,6 @@ def warm(
     profile: o.Profile = None,
     json_out: o.Json = None,
     store: o.Store = True,
-    old_record: Annotated[Optional[bool], o.deprecated("--record/--no-record", "--store/--no-store")] = None,
     db: o.Db = None,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar on a terminal.")
@@ -151,7 +150,7 @@ def warm(
         every_s=parse_duration(every) if every else None,
         for_s=parse_duration(for_) if for_ else None,
         rounds=rounds,
-        record=store if old_record is None else old_record,
+        record=store,
         db=str(db) if db else None,
         profile=profile,
     )

@@ -9,7 +9,7 @@ callback warns (:func:`deprecated`); the command then prefers the new value.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -354,26 +354,3 @@ Quiet = Annotated[
     bool,
     typer.Option("--quiet", "-q", metavar="", help="No console report and no progress (errors still go to stderr)."),
 ]
-
-
-# -- deprecated spellings (kept for one release) ------------------------------------------------
-def _warn(old: str, new: str) -> Any:
-    def callback(ctx: typer.Context, value: Any) -> Any:
-        if value is not None and not ctx.resilient_parsing:
-            typer.echo(f"warning: {old} is deprecated and will be removed in the next release; use {new}", err=True)
-        return value
-
-    return callback
-
-
-def deprecated(old: str, new: str) -> Any:
-    """A hidden option ``old`` (default None) that warns and points to ``new``; the command merges
-    its value with :func:`prefer`."""
-    return typer.Option(old, hidden=True, callback=_warn(old.split("/")[0], new))
-
-
-def prefer(new: Any, old: Any, default: Any = None) -> Any:
-    """The value of the new spelling, else the deprecated one, else ``default``."""
-    if old is not None and (new is None or new == default):
-        return old
-    return new

@@ -1,10 +1,10 @@
 """Replay request streams through prefix-cache models (see docs/simulate.md)."""
 
-from prefixplan.simulation.api import Simulation, simulate, sweep
 from prefixplan.simulation.capacity import tokens_from_bytes
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
+from prefixplan.simulation.simulator import Simulation, simulate, sweep
 from prefixplan.trace.blocks import SimRequest
 
 __all__ = [

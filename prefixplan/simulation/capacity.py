@@ -58,3 +58,19 @@ def parse_tier(text: str, kv: KVShape | None) -> Tier:
     except ValueError:
         raise UsageError(f"bad tier {text!r}", hint="bandwidth in GB/s and latency in ms are numbers") from None
     return Tier(parts[0], parse_capacity(parts[1], kv), bw, lat)
+
+
+def headline_capacity(text: str | None) -> float | None:
+    """``analyze --capacity``: a capacity in tokens (a byte size needs the model's KV size, which
+    only ``simulate`` takes)."""
+    if text is None:
+        return None
+    try:
+        return parse_capacity(text, None)
+    except UsageError as err:
+        if "in bytes" not in str(err):
+            raise
+        raise UsageError(
+            f"analyze takes --capacity in tokens (e.g. 2e6), not {text!r}: a byte size needs the model's KV size",
+            hint=f"prefixplan simulate LOG --capacity {text} --model NAME (or --model-config DIR) sizes it in bytes",
+        ) from None

@@ -27,7 +27,7 @@ from prefixplan.simulation.models import AutoPromote, Tier
 @dataclass(frozen=True, slots=True)
 class CacheModel:
     """The prefix cache being modelled. Capacities are in tokens (see
-    :func:`prefixplan.simulation.api.tokens_from_bytes`).
+    :func:`prefixplan.simulation.simulator.tokens_from_bytes`).
 
     Attributes:
         engine: ``vllm``, ``sglang``, ``lmcache`` or ``custom`` (ignored when ``provider`` is set).

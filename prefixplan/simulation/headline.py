@@ -1,6 +1,6 @@
 """The simulation ``analyze`` runs beside its candidates, and the record section it writes.
 
-Besides the in-batch / persistent runs and the LRU capacity curve (:mod:`prefixplan.simulation.api`),
+Besides the in-batch / persistent runs and the LRU capacity curve (:mod:`prefixplan.simulation.simulator`),
 the headline section carries what the report's next steps and plots need, all computed from the
 same replay and the same savings model:
 
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from prefixplan.savings.prefill import PrefillProfile, load_profile, profile_json
-from prefixplan.simulation.api import Simulation, _replay
 from prefixplan.simulation.config import CacheModel, SimConfig
 from prefixplan.simulation.models import CacheSpec, capacity_blocks, choose_pins, run_model
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
+from prefixplan.simulation.simulator import Simulation, _replay
 
 if TYPE_CHECKING:
     from prefixplan.analysis.record import CandidateRecord

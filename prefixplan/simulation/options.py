@@ -1,4 +1,4 @@
-"""Turn command-line style options into a :class:`~prefixplan.simulation.api.SimConfig`."""
+"""Turn command-line style options into a :class:`~prefixplan.simulation.simulator.SimConfig`."""
 
 from __future__ import annotations
 

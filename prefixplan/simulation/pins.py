@@ -65,7 +65,7 @@ class PinSelection:
     notes: tuple[str, ...]
 
     def pins(self) -> tuple[tuple[str, np.ndarray], ...]:
-        """``(namespace, tokens)`` pairs for :class:`~prefixplan.simulation.api.SimConfig.pins`."""
+        """``(namespace, tokens)`` pairs for :class:`~prefixplan.simulation.simulator.SimConfig.pins`."""
         return tuple((p.namespace, p.tokens) for p in self.prefixes)
 
     def hot_prefixes(self) -> tuple[tuple[str, str, np.ndarray], ...]:

@@ -2,7 +2,7 @@
 
 Logs are read and rendered exactly as ``prefixplan analyze`` does (the shared
 :func:`prefixplan.trace.workers.iter_rendered`), then replayed by
-:func:`prefixplan.simulation.api.simulate`. Requests without a timestamp use their position in the
+:func:`prefixplan.simulation.simulator.simulate`. Requests without a timestamp use their position in the
 stream as the arrival time. Anthropic ``cache_control`` markers become token offsets: the end of
 the system segment, of the marked tool schema, or of the marked message (approximate, like every
 Anthropic rendering).
@@ -17,10 +17,10 @@ from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions, source_meter
-from prefixplan.simulation.api import Simulation
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.pins import PinSelection
 from prefixplan.simulation.result import SimResult
+from prefixplan.simulation.simulator import Simulation
 from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, trace_input
 from prefixplan.trace.workers import iter_rendered
