@@ -337,7 +337,7 @@ class _FailingState(SQLiteBackend):
 def test_a_failing_key_state_is_a_503_naming_the_store(tmp_path: Path) -> None:
     import asyncio
 
-    from prefixplan.gateway.keys import GatewayError, KeyService
+    from prefixplan.gateway.rules import GatewayError, KeyService
 
     keys = KeyService(_FailingState(str(tmp_path / "gw.db")))
     with pytest.raises(GatewayError) as err:
@@ -356,7 +356,7 @@ def test_a_warm_that_raises_is_recorded_failed_not_left_warming(tmp_path: Path) 
     import asyncio
 
     from prefixplan.gateway.warm import Warmer
-    from prefixplan.store.gateway import FLEET
+    from prefixplan.store.gateway_tables import FLEET
     from prefixplan.warming.results import WarmOptions
 
     backend = SQLiteBackend(str(tmp_path / "gw.db"))

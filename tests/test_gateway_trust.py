@@ -385,7 +385,7 @@ def test_the_open_gateway_keeps_locked_keys_read_only(tmp_path: Path) -> None:
 
 def test_state_call_keeps_asyncio_responsive() -> None:
     """The big diff runs in a thread: the loop answers meanwhile (a structural check, no timing)."""
-    from prefixplan.gateway import keys
+    from prefixplan.gateway import rules as keys
 
     seen: list[str] = []
 

@@ -9,7 +9,7 @@ import pytest
 
 from prefixplan.analysis.record import CandidateRecord
 from prefixplan.savings.prefill import load_profile, time_savings
-from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate
+from prefixplan.simulation import CacheModel, SimConfig, SimRequest, replay_requests
 from prefixplan.simulation.headline import SWEEP_STEPS, headline_simulation, sweep_capacities
 
 
@@ -82,7 +82,7 @@ def test_section_figures_match_the_runs():
     pinned = sec["pinned"]
     assert pinned["ranks"] and pinned["pinned_tokens"] <= 0.2 * 1600
     pins = tuple(("m", np.asarray(cands[r - 1].token_ids, dtype=np.uint32)) for r in pinned["ranks"])
-    again = simulate(
+    again = replay_requests(
         reqs,
         SimConfig(cache=CacheModel(capacities=(1600.0,), pinned_fraction=0.2, pins=pins, prewarm_pins=True)),
     )

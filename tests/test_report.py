@@ -344,7 +344,7 @@ def test_real_simulation_renders(analyzed):
     """The simulate stage's own to_json output renders, and its curves are what is plotted."""
     import numpy as np
 
-    from prefixplan.simulation import CacheModel, SimConfig, SimRequest, simulate, to_json
+    from prefixplan.simulation import CacheModel, SimConfig, SimRequest, replay_requests, to_json
 
     rng = np.random.default_rng(3)
     shared = rng.integers(0, 50_000, 160, dtype=np.uint32)
@@ -353,7 +353,7 @@ def test_real_simulation_renders(analyzed):
         for i in range(30)
     ]
     sim = to_json(
-        simulate(reqs, SimConfig(cache=CacheModel(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo"))))
+        replay_requests(reqs, SimConfig(cache=CacheModel(capacities=(200.0, 1000.0, 5000.0), policies=("lru", "fifo"))))
     )
     doc = parse(render_html({**analyzed, "simulation": sim}))
     data = embedded(doc)

@@ -203,7 +203,7 @@ def test_simulate_cli_compares_routers(tmp_path, capsys) -> None:
 def test_fleet_refuses_what_it_does_not_model_and_keeps_the_running_share() -> None:
     from dataclasses import replace
 
-    from prefixplan.simulation import CacheModel, SimConfig, Tier, simulate
+    from prefixplan.simulation import CacheModel, SimConfig, Tier, replay_requests
     from prefixplan.simulation.options import build_config
 
     with pytest.raises(UsageError, match=r"--provider, --tier are not modelled per replica"):
@@ -214,13 +214,13 @@ def test_fleet_refuses_what_it_does_not_model_and_keeps_the_running_share() -> N
     ]
     fleet = FleetModel(replicas=1, routers=("round-robin",), capacity_tokens=40.0)
     with pytest.raises(UsageError, match="--tier is not modelled"):
-        simulate(reqs, SimConfig(cache=CacheModel(capacities=(1e3,), tiers=(Tier("cpu", 1e6),)), fleet=fleet))
+        replay_requests(reqs, SimConfig(cache=CacheModel(capacities=(1e3,), tiers=(Tier("cpu", 1e6),)), fleet=fleet))
     # 40 tokens hold the three prompts' six blocks; with half of it held by running requests, the
     # replica's cache is the 20-token one (five blocks: each prompt's root survives, not its tail).
-    full = simulate(reqs, SimConfig(cache=CacheModel(block_size=4), fleet=fleet)).fleet[0]
-    half = simulate(reqs, SimConfig(cache=CacheModel(block_size=4, running_fraction=0.5), fleet=fleet)).fleet[0]
+    full = replay_requests(reqs, SimConfig(cache=CacheModel(block_size=4), fleet=fleet)).fleet[0]
+    half = replay_requests(reqs, SimConfig(cache=CacheModel(block_size=4, running_fraction=0.5), fleet=fleet)).fleet[0]
     small = replace(fleet, capacity_tokens=20.0)
-    twenty = simulate(reqs, SimConfig(cache=CacheModel(block_size=4), fleet=small)).fleet[0]
+    twenty = replay_requests(reqs, SimConfig(cache=CacheModel(block_size=4), fleet=small)).fleet[0]
     assert full.cached.tolist() == [0, 0, 0, 8, 8, 8]
     assert half.cached.tolist() == twenty.cached.tolist() == [0, 0, 0, 4, 4, 4]
 
@@ -252,7 +252,7 @@ def test_one_replica_fleet_with_a_ttl_equals_the_single_cache_model(cap, ttl) ->
 
 
 def test_options_the_models_cannot_combine_are_refused_by_name() -> None:
-    from prefixplan.simulation import CacheModel, SimConfig, Workload, simulate
+    from prefixplan.simulation import CacheModel, SimConfig, Workload, replay_requests
     from prefixplan.simulation.options import build_config
 
     with pytest.raises(UsageError, match="--tier cannot be combined with --auto-promote"):
@@ -264,7 +264,9 @@ def test_options_the_models_cannot_combine_are_refused_by_name() -> None:
         for i in range(1, 6)
     ]
     hot = Workload(hot_prefixes=(("sys", "m", head),))
-    crowded = simulate(reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.9), workload=hot))
+    crowded = replay_requests(
+        reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.9), workload=hot)
+    )
     assert crowded.risk == () and any(n.startswith("eviction risk not compared") for n in crowded.notes)
-    roomy = simulate(reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.5), workload=hot))
+    roomy = replay_requests(reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.5), workload=hot))
     assert len(roomy.risk) == 1

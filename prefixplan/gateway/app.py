@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from prefixplan.gateway.bodies import BodyReader
 from prefixplan.gateway.config import GatewayConfig
-from prefixplan.gateway.keys import GatewayError, KeyService
 from prefixplan.gateway.ledger import Ledger, StateWatch
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.proxy import Proxy, error_response
+from prefixplan.gateway.rules import GatewayError, KeyService
 from prefixplan.gateway.state import Backend, KeyVersion, SQLiteBackend
 from prefixplan.gateway.tenants import LOCK, Principal
 from prefixplan.gateway.upstream import Upstreams

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from prefixplan.gateway.keys import GatewayError
+from prefixplan.gateway.rules import GatewayError
 
 if TYPE_CHECKING:  # pragma: no cover
     from starlette.requests import Request

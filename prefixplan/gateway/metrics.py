@@ -28,7 +28,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from prefixplan.store.gateway import KeyStats
+from prefixplan.store.gateway_tables import KeyStats
 
 UNKEYED = "-"
 

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.gateway.bodies import BodyReader
-from prefixplan.gateway.keys import GatewayError, KeyService
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.prefix import expand_chat, expand_completion, request_parts
+from prefixplan.gateway.rules import GatewayError, KeyService
 from prefixplan.gateway.tenants import Principal, Tenancy
 from prefixplan.gateway.upstream import StreamUsage, UpstreamFailure, Upstreams, response_headers, usage_of
 from prefixplan.gateway.warm import ReadyView, Warmer
@@ -89,7 +89,7 @@ class Proxy:
     async def apply_key(
         self, body: dict[str, Any], chat: bool, headers: dict[str, str], principal: Principal
     ) -> tuple[dict[str, Any], str | None]:
-        """Expand or check ``prefix_key`` for ``principal`` (module :mod:`prefixplan.gateway.keys`);
+        """Expand or check ``prefix_key`` for ``principal`` (module :mod:`prefixplan.gateway.rules`);
         the body to send and the version's label (routing, metrics) used."""
         if "prefix_key" not in body:
             return body, None

@@ -33,7 +33,7 @@ from typing import Any
 from prefixplan.core.urls import display_url
 from prefixplan.errors import UsageError
 from prefixplan.gateway.state import KeyVersion, StateLost, supersede
-from prefixplan.store.gateway import AUDIT_FIELDS, KeyStats
+from prefixplan.store.gateway_tables import AUDIT_FIELDS, KeyStats
 
 PREFIX = "prefixplan:gw:"
 AUDIT_MAXLEN = 100_000

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from prefixplan.gateway.prefix import WirePart, parts_from_json, parts_json
 from prefixplan.gateway.tenants import LOCK, OPEN
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS
-from prefixplan.store.gateway import FLEET, KeyStats
+from prefixplan.store.gateway_tables import FLEET, KeyStats
 
 if TYPE_CHECKING:  # pragma: no cover
     from prefixplan.store import Store
@@ -134,7 +134,7 @@ class Backend(Protocol):
         """The state's epoch; ``create`` sets it when there is none (atomic)."""
 
     def audit(self, entry: Mapping[str, object]) -> None:
-        """Append one audit entry (:data:`prefixplan.store.gateway.AUDIT_FIELDS`)."""
+        """Append one audit entry (:data:`prefixplan.store.gateway_tables.AUDIT_FIELDS`)."""
 
     def set_warm(self, key: str, states: Mapping[str, str]) -> None:
         """Record warm statuses per replica label (``*``: the fleet status) of a version label."""

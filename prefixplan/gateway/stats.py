@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefixplan.store.gateway import FLEET
+from prefixplan.store.gateway_tables import FLEET
 
 
 def key_stats(db: str | None = None) -> list[dict[str, Any]]:

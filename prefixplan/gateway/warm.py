@@ -24,11 +24,11 @@ from pathlib import Path
 
 from prefixplan.engines.base import Endpoint
 from prefixplan.errors import PrefixplanError
-from prefixplan.gateway.keys import state_call
+from prefixplan.gateway.rules import state_call
 from prefixplan.gateway.state import Backend, KeyVersion, fleet_status
 from prefixplan.keys.recipe_model import Part, Recipe
 from prefixplan.routing.policies import Router
-from prefixplan.store.gateway import FLEET
+from prefixplan.store.gateway_tables import FLEET
 from prefixplan.warming.results import WarmOptions
 
 log = logging.getLogger("prefixplan.gateway")

@@ -4,7 +4,7 @@ from prefixplan.simulation.capacity import tokens_from_bytes
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
-from prefixplan.simulation.simulator import Simulation, simulate, sweep
+from prefixplan.simulation.simulator import Simulation, replay_requests, sweep
 from prefixplan.trace.blocks import SimRequest
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
     "Simulation",
     "Tier",
     "Workload",
-    "simulate",
+    "replay_requests",
     "sweep",
     "to_json",
     "tokens_from_bytes",

@@ -251,7 +251,7 @@ class Simulation:
         return replace(result, fleet=simulate_fleet(trace, in_rows, fleet, service))
 
 
-def simulate(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:
+def replay_requests(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:
     """Replay ``requests`` (in arrival order) through the configured cache models."""
     sim = Simulation(config)
     for req in requests:
@@ -495,4 +495,4 @@ def sweep(
         cache=replace(base.cache, capacities=tuple(float(c) for c in capacities), policies=tuple(policies)),
         workload=replace(base.workload, hot_prefixes=()),
     )
-    return simulate(requests, cfg).curves
+    return replay_requests(requests, cfg).curves

@@ -22,7 +22,7 @@ from pathlib import Path
 from prefixplan.errors import StoreError
 from prefixplan.store.analyses import AnalysesMixin
 from prefixplan.store.base import StoreBase
-from prefixplan.store.gateway import GatewayMixin
+from prefixplan.store.gateway_tables import GatewayMixin
 from prefixplan.store.profiles import ProfilesMixin
 from prefixplan.store.schema import migrations
 from prefixplan.store.versions import VersionsMixin
