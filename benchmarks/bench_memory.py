@@ -28,7 +28,7 @@ def trace_of(requests: int) -> Path:
 
 
 def child_analyze(trace: Path) -> dict:
-    from prefixplan.analysis.pipeline import AnalyzeOptions
+    from prefixplan.analysis.options import AnalyzeOptions
     from prefixplan.api import AnalyzeRequest, HeadlineOptions, run_analyze, source_options
     from prefixplan.core.memory import map_large_allocations
 

@@ -56,7 +56,7 @@ def split(log: Path, files: int, folder: Path) -> list[Path]:
 
 
 def child_analyze(folder: Path, executor: str, workers: int) -> dict:
-    from prefixplan.analysis.pipeline import AnalyzeOptions
+    from prefixplan.analysis.options import AnalyzeOptions
     from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze, source_options
 
     if executor == "ray":

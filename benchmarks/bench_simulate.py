@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from prefixplan.trace.blocks import SimRequest
+from prefixplan.trace.requests import SimRequest
 
 
 def synthetic(n: int = 100_000, seed: int = 7) -> Iterator[SimRequest]:
@@ -158,8 +158,9 @@ def replay_log(args) -> int:
     from prefixplan.logs import LineErrors
     from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.simulation.models import AutoPromote, CacheSpec, run_model
-    from prefixplan.trace.blocks import build_trace, request_of_row
+    from prefixplan.trace.blocks import build_trace
     from prefixplan.trace.nodes import build_tree
+    from prefixplan.trace.requests import request_of_row
     from prefixplan.trace.workers import iter_rendered
 
     source = source_options(args.log, tokenizer=args.tokenizer, workers=1)

@@ -69,7 +69,7 @@ def child_parse_hash(log: Path) -> dict:
 
 
 def child_analyze(log: Path, workers: int, trace: Path | None) -> dict:
-    from prefixplan.analysis.pipeline import AnalyzeOptions
+    from prefixplan.analysis.options import AnalyzeOptions
     from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze, source_options
 
     t0 = time.perf_counter()

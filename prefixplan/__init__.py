@@ -32,7 +32,7 @@ _EXPORTS = {
     "load_analysis": "prefixplan.api",
     "write_trace": "prefixplan.api",
     "SimulationResult": "prefixplan.api",
-    "Analysis": "prefixplan.analysis.pipeline",
+    "Analysis": "prefixplan.analysis.options",
     "AnalysisRecord": "prefixplan.analysis.record",
     "CandidateRecord": "prefixplan.analysis.record",
     "SimConfig": "prefixplan.simulation.config",
@@ -46,7 +46,7 @@ _EXPORTS = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from prefixplan.analysis.pipeline import Analysis
+    from prefixplan.analysis.options import Analysis
     from prefixplan.analysis.record import AnalysisRecord, CandidateRecord
     from prefixplan.api import (
         SimulationResult,

@@ -11,7 +11,8 @@ from oracles.radix import RadixTree
 
 from prefixplan.analysis.blocktree import BlockTree, count_tenants, find_block_candidates
 from prefixplan.core.granularity import engine_granularity
-from prefixplan.trace.blocks import SimRequest, TraceBuilder
+from prefixplan.trace.blocks import TraceBuilder
+from prefixplan.trace.requests import SimRequest
 
 
 @st.composite

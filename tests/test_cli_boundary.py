@@ -24,8 +24,8 @@ def test_unexpected_exception_exits_internal(tmp_path: Path, monkeypatch: pytest
     def boom(*args, **kwargs):
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr(prefixplan.analysis.pipeline, "analyze", boom)
-    assert main(["analyze", str(_log(tmp_path)), "--no-record", "-q"]) == ExitCode.INTERNAL == 70
+    monkeypatch.setattr(prefixplan.analysis.pipeline, "run_analysis", boom)
+    assert main(["analyze", str(_log(tmp_path)), "--no-store", "-q"]) == ExitCode.INTERNAL == 70
     assert "planted bug" in capsys.readouterr().err
 
 
@@ -34,7 +34,7 @@ def test_unwritable_json_output_is_a_usage_error(tmp_path: Path, capsys, where: 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     target = tmp_path if where == "folder" else blocker / "out.json"
-    assert main(["analyze", str(_log(tmp_path)), "--no-record", "-q", "--json", str(target)]) == ExitCode.USAGE
+    assert main(["analyze", str(_log(tmp_path)), "--no-store", "-q", "--json", str(target)]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "error:" in err and "cannot write" in err and "Traceback" not in err
     assert blocker.read_text() == "x"
@@ -42,5 +42,5 @@ def test_unwritable_json_output_is_a_usage_error(tmp_path: Path, capsys, where: 
 
 def test_negative_top_is_refused(tmp_path: Path, capsys) -> None:
     # a negative --top used to slice candidates[:-1], silently dropping the last one
-    assert main(["analyze", str(_log(tmp_path)), "--no-record", "-q", "--top", "-1"]) == ExitCode.USAGE
+    assert main(["analyze", str(_log(tmp_path)), "--no-store", "-q", "--top", "-1"]) == ExitCode.USAGE
     assert "--top" in capsys.readouterr().err

@@ -115,7 +115,7 @@ def test_withheld_candidates_are_never_pinned():
 def test_a_sweep_on_disk_gives_the_same_section(monkeypatch: pytest.MonkeyPatch) -> None:
     """Large logs keep each sweep run's per-request tokens on disk (the headline's in memory):
     the section, every run and every per-request array are the same as with all of them in memory."""
-    import prefixplan.simulation.simulator as api
+    import prefixplan.simulation.replay as api
     from prefixplan.trace.storage.spill import ShelvedArray
 
     reqs, systems = _requests()

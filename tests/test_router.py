@@ -12,7 +12,8 @@ from prefixplan.errors import UsageError
 from prefixplan.routing.content import request_route_bytes, route_units
 from prefixplan.routing.policies import Router, RouterConfig
 from prefixplan.simulation.fleet import FleetModel, FleetRequest, simulate_fleet
-from prefixplan.trace.blocks import SimRequest, build_trace
+from prefixplan.trace.blocks import build_trace
+from prefixplan.trace.requests import SimRequest
 
 
 def _units(text: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""simulate(): the two generations side by side, sweeps, risk, savings wiring, JSON."""
+"""replay_requests(): the two generations side by side, sweeps, risk, savings wiring, JSON."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from prefixplan.simulation import (
     SimRequest,
     Tier,
     Workload,
-    simulate,
+    replay_requests,
     sweep,
     to_json,
     tokens_from_bytes,
@@ -33,7 +33,7 @@ def test_two_generations_batch_window():
         SimRequest(float(t), "m", np.concatenate([sys_, _toks(10 + i, 20)]), index=i)
         for i, t in enumerate([0.0, 1.0, 10.0, 12.0, 30.0])
     ]
-    res = simulate(reqs, SimConfig(workload=Workload(batch_window=5.0)))
+    res = replay_requests(reqs, SimConfig(workload=Workload(batch_window=5.0)))
     batch = res.run(res.in_batch).cached.tolist()
     persist = res.run(res.persistent).cached.tolist()
     # in flight for 5 s: t=1 overlaps t=0, t=12 overlaps t=10; t=10 and t=30 arrive alone
@@ -47,11 +47,11 @@ def test_estimated_service_time():
     p = _toks(2, 8000)
     # 8000 prompt tokens at 8000 tok/s + 200 default output tokens at 40 tok/s = 6 s in flight
     reqs = [SimRequest(0.0, "m", p), SimRequest(5.9, "m", p), SimRequest(12.0, "m", p)]
-    res = simulate(reqs, SimConfig())
+    res = replay_requests(reqs, SimConfig())
     assert res.run(res.in_batch).cached.tolist() == [0, 7984, 0]  # 2nd runs 5.9..11.9, 3rd arrives at 12
     # a logged output length of 400 keeps the 2nd in flight 1 + 400/40 = 11 s, until 16.9
     reqs[1] = SimRequest(5.9, "m", p, output_len=400)
-    res = simulate(reqs, SimConfig())
+    res = replay_requests(reqs, SimConfig())
     assert res.run(res.in_batch).cached.tolist() == [0, 7984, 7984]
 
 
@@ -70,7 +70,7 @@ def test_capacity_curve_monotone_and_json():
         assert all(0 <= r <= 1 for r in rates)
     lru = [t for _, t, _ in curves["lru"]]
     assert lru == sorted(lru)  # LRU has the inclusion property: never worse with more capacity
-    res = simulate(reqs, SimConfig(cache=CacheModel(capacities=(1000,))))
+    res = replay_requests(reqs, SimConfig(cache=CacheModel(capacities=(1000,))))
     doc = to_json(res)
     json.dumps(doc)
     head = next(r for r in doc["runs"] if r["label"] == doc["headline"])
@@ -92,7 +92,7 @@ def test_risk_pinned_protects_hot_prefix():
     cfg = SimConfig(
         cache=CacheModel(capacities=(2000,), pinned_fraction=0.3), workload=Workload(hot_prefixes=(("hot", "m", hot),))
     )
-    res = simulate(reqs, cfg)
+    res = replay_requests(reqs, cfg)
     (r,) = res.risk
     assert r.uses == 20 and r.tokens == 512
     lru_re, lru_tok = r.by_model["lru"]
@@ -104,7 +104,7 @@ def test_savings_and_self_hosted_money():
     p = _toks(6, 1000)
     reqs = [SimRequest(0.0, "m", p), SimRequest(100.0, "m", p)]
     prof = PrefillProfile("t", a=0.01, b=1e-4, c=1e-8, gpu_hour_price=3600.0, source="measured")
-    res = simulate(reqs, SimConfig(cache=CacheModel(engine="sglang"), savings=SavingsModel(profile=prof)))
+    res = replay_requests(reqs, SimConfig(cache=CacheModel(engine="sglang"), savings=SavingsModel(profile=prof)))
     # second request reuses 999 tokens: t(1, 999) = 0.01 + 1e-4 + 1e-8*1*(999 + 0.5)
     with_ = 0.115 + (0.01 + 1e-4 + 1e-8 * 999.5)
     assert res.savings.gpu_seconds_with == pytest.approx(with_)
@@ -119,7 +119,7 @@ def test_tiers_and_bytes_capacity():
     reqs = [SimRequest(float(i), "m", x, index=i) for i, x in enumerate([a, b, a])]
     tier = Tier("cpu", 1000, bandwidth_bytes_per_s=131_072 * 1000, latency_s=0.01)
     prof = PrefillProfile("t", a=0.0, b=0.0, c=0.0, source="measured")
-    res = simulate(
+    res = replay_requests(
         reqs, SimConfig(cache=CacheModel(capacities=(320,), tiers=(tier,)), savings=SavingsModel(kv=kv, profile=prof))
     )
     head = res.run(res.headline)
@@ -144,7 +144,7 @@ def test_pins_resolve_block_level_traces_at_their_scale():
     trace = build_trace(reqs, engine_granularity("vllm", 16))
     assert len(trace.resolve(hot, "m")) == 8
     assert trace.resolve(hot, "m", 1) == []  # the same ids read as 1-token units are other blocks
-    res = simulate(
+    res = replay_requests(
         reqs,
         SimConfig(
             cache=CacheModel(capacities=(512 * 9,), pins=(("m", hot),), pinned_fraction=0.5),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from prefixplan.core.granularity import anthropic_min_tokens, engine_granularity
 from prefixplan.errors import UsageError
 from prefixplan.simulation import CacheModel, SimConfig, SimRequest, replay_requests
-from prefixplan.trace.blocks import request_boundaries
+from prefixplan.trace.requests import request_boundaries
 
 
 def _toks(seed: int, n: int) -> np.ndarray:

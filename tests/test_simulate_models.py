@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier, run_model
-from prefixplan.trace.blocks import SimRequest, build_trace
+from prefixplan.trace.blocks import build_trace
+from prefixplan.trace.requests import SimRequest
 
 # ---------------------------------------------------------------- reference oracles
 # Blocks are identified by (namespace, tuple of all prefix tokens): no hashing, no ids.

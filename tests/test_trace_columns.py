@@ -16,9 +16,10 @@ from prefixplan.core.granularity import engine_granularity
 from prefixplan.errors import InputError, UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions
-from prefixplan.trace.blocks import TraceBuilder, request_of_row
+from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta
+from prefixplan.trace.requests import request_of_row
 from prefixplan.trace.rows import RowMaker, TraceRow
 from prefixplan.trace.storage.spill import RaggedU64
 

@@ -270,7 +270,8 @@ def rag_whatif(
     """Second pass: rewrite requests documents-first and measure the reuse on a fresh block
     trace (same granularity and replay order as the first pass), rendered like the first pass
     (in this process, local workers or Ray actors)."""
-    from prefixplan.trace.blocks import TraceBuilder, request_of_row
+    from prefixplan.trace.blocks import TraceBuilder
+    from prefixplan.trace.requests import request_of_row
     from prefixplan.trace.workers import iter_rendered
 
     builder = TraceBuilder(granularity, index_singletons=False)  # only counts are read

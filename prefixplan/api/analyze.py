@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefixplan.analysis.pipeline import Analysis, AnalyzeOptions
+from prefixplan.analysis.options import Analysis, AnalyzeOptions
 from prefixplan.api.source import Inputs, source_options
 from prefixplan.core.progress import NO_PROGRESS, Progress
 
@@ -188,7 +188,7 @@ def analyze(
         store: record the analysis (and lineage-named keys) in the SQLite store at ``db``.
 
     Returns:
-        An :class:`~prefixplan.analysis.pipeline.Analysis`: ``.candidates`` (ranked, with name,
+        An :class:`~prefixplan.analysis.options.Analysis`: ``.candidates`` (ranked, with name,
         label and preview), ``.record`` (the typed record), ``.to_json()``, ``.to_pandas()``.
     """
     source = source_options(

@@ -5,7 +5,7 @@ from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Wo
 from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
 from prefixplan.simulation.simulator import Simulation, replay_requests, sweep
-from prefixplan.trace.blocks import SimRequest
+from prefixplan.trace.requests import SimRequest
 
 __all__ = [
     "AutoPromote",

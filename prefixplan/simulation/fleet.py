@@ -32,7 +32,8 @@ import numpy as np
 from prefixplan.errors import UsageError
 from prefixplan.routing.content import route_units
 from prefixplan.routing.policies import SIM_POLICIES, Router, RouterConfig
-from prefixplan.trace.blocks import BlockTrace, SimRequest
+from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.requests import SimRequest
 
 
 @dataclass(frozen=True, slots=True)

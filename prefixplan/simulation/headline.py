@@ -30,8 +30,9 @@ import numpy as np
 from prefixplan.savings.prefill import PrefillProfile, load_profile, profile_json
 from prefixplan.simulation.config import CacheModel, SimConfig
 from prefixplan.simulation.models import CacheSpec, capacity_blocks, choose_pins, run_model
+from prefixplan.simulation.replay import replay
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
-from prefixplan.simulation.simulator import Simulation, _replay
+from prefixplan.simulation.simulator import Simulation
 
 if TYPE_CHECKING:
     from prefixplan.analysis.record import CandidateRecord
@@ -102,7 +103,7 @@ class HeadlineSimulation(Simulation):
             config = replace(config, cache=replace(config.cache, capacities=tuple(sorted(caps))))
             self.config = config
         self._trace = trace
-        self._result = _replay(trace, config, self._anthropic)
+        self._result = replay(trace, config, self._anthropic)
         return self._result
 
     def section(self, configured_capacity: float | None, candidates: Sequence[CandidateRecord] = ()) -> dict[str, Any]:

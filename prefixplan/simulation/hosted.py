@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 
-from prefixplan.trace.blocks import SimRequest
+from prefixplan.trace.requests import SimRequest
 
 
 class AnthropicCache:

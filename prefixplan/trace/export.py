@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from prefixplan.errors import UsageError
-from prefixplan.trace.blocks import fill_times
+from prefixplan.trace.requests import fill_times
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.storage.u64index import U64Index
 
