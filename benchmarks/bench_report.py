@@ -48,7 +48,7 @@ def _driver() -> Any:
 
 
 def measure(path: Path, runs: int, drv: Any, out_dir: Path) -> dict[str, Any]:
-    from prefixplan.analysis.record import load_record
+    from prefixplan.analysis.record_io import load_record
     from prefixplan.report.html import render_html
 
     record = load_record(path).to_json()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from fake_engine import FakeEngine, char_tokenize, free_port_url
 
-from prefixplan.engines.base import Endpoint, EngineRequestError
+from prefixplan.engines.base import EngineRequestError
 from prefixplan.engines.detect import connect
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.engines.metrics import counter_sum, first_label, parse_metrics
 from prefixplan.engines.openai_compat import OpenAICompatAdapter
 from prefixplan.engines.retries import with_retries

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.gateway.config import GatewayConfig
 
 ROOT = Path(__file__).resolve().parent.parent

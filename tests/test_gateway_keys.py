@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("starlette")
 openai = pytest.importorskip("openai")
 
-from prefixplan.engines.base import Endpoint  # noqa: E402
+from prefixplan.engines.endpoint import Endpoint  # noqa: E402
 from prefixplan.errors import KeyConflictError  # noqa: E402
 from prefixplan.gateway.config import GatewayConfig, client_key_hashes, hash_client_key  # noqa: E402
 from prefixplan.gateway.prefix import (  # noqa: E402

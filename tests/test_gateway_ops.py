@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("starlette")
 openai = pytest.importorskip("openai")
 
-from prefixplan.engines.base import Endpoint  # noqa: E402
+from prefixplan.engines.endpoint import Endpoint  # noqa: E402
 from prefixplan.gateway.config import GatewayConfig  # noqa: E402
 from prefixplan.gateway.prefix import WirePart, wire_hash  # noqa: E402
 from prefixplan.gateway.state import KeyVersion  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.gateway.config import GatewayConfig
 from prefixplan.gateway.prefix import WirePart, diff_summary
 from prefixplan.gateway.tenants import hash_client_key, load_tenancy

@@ -16,7 +16,7 @@ from fake_engine import FakeEngine
 from records import plan_from_record
 
 from prefixplan.cli.app import main
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import ExitCode
 from prefixplan.warming.results import WarmOptions
 from prefixplan.warming.run import run_warm

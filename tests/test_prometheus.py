@@ -23,7 +23,7 @@ def _parse(text: str) -> dict[str, list]:
 
 
 def test_status_prometheus_equals_status_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from prefixplan.engines.base import Endpoint
+    from prefixplan.engines.endpoint import Endpoint
     from prefixplan.engines.vllm import VLLMAdapter
     from prefixplan.store import open_store
 

@@ -15,7 +15,7 @@ import pytest
 from fake_engine import FakeEngine, VirtualClock, free_port_url
 
 from prefixplan.cli.app import main
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import ExitCode, InputError, UsageError
 from prefixplan.savings.prefill import load_profile
 from prefixplan.store import resolve_profile

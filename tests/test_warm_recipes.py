@@ -16,7 +16,8 @@ from fake_engine import FakeEngine, char_tokenize, chat_text
 from records import plan_from_record
 
 from prefixplan.cli.app import main
-from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, Endpoint
+from prefixplan.engines.base import TOKENIZER_PROBE_TEXT
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.keys.recipes import load_recipes
 from prefixplan.store import open_store

@@ -7,11 +7,8 @@ from typing import Any
 
 from prefixplan.analysis.breakers import Breaker
 from prefixplan.analysis.candidates import Candidate
-from prefixplan.analysis.record import (
-    AnalysisRecord,
-    CandidateRecord,
-    candidates_frame,
-)
+from prefixplan.analysis.record import AnalysisRecord, CandidateRecord
+from prefixplan.analysis.record_io import candidates_frame
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors

@@ -12,6 +12,6 @@ if TYPE_CHECKING:
 
 def load_analysis(path: str | os.PathLike[str]) -> AnalysisRecord:
     """Read an analysis record written by ``prefixplan analyze --json``."""
-    from prefixplan.analysis.record import load_record
+    from prefixplan.analysis.record_io import load_record
 
     return load_record(Path(path))

@@ -4,14 +4,8 @@
 (``engine="auto"`` asks the server's own endpoints which engine it is).
 """
 
-from prefixplan.engines.base import (
-    CacheCounters,
-    Completion,
-    Endpoint,
-    EngineAdapter,
-    EngineRequestError,
-    ServerInfo,
-)
+from prefixplan.engines.base import EngineAdapter, EngineRequestError
+from prefixplan.engines.endpoint import CacheCounters, Completion, Endpoint, ServerInfo
 
 __all__ = [
     "CacheCounters",

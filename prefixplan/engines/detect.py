@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prefixplan.engines.base import Endpoint, EngineAdapter, EngineRequestError
+from prefixplan.engines.base import EngineAdapter, EngineRequestError
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.engines.openai_compat import OpenAICompatAdapter
 from prefixplan.engines.sglang import SGLangAdapter
 from prefixplan.engines.vllm import VLLMAdapter

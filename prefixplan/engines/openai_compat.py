@@ -11,13 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from prefixplan.engines.base import (
-    CacheCounters,
-    Completion,
-    EngineAdapter,
-    ServerInfo,
-    _Stream,
-)
+from prefixplan.engines.base import EngineAdapter, _Stream
+from prefixplan.engines.endpoint import CacheCounters, Completion, ServerInfo
 from prefixplan.engines.fields import usage_cached_tokens
 
 

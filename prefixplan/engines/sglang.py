@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from prefixplan.engines.base import CacheCounters, Completion, EngineAdapter, EngineRequestError, ServerInfo, _Stream
+from prefixplan.engines.base import EngineAdapter, EngineRequestError, _Stream
+from prefixplan.engines.endpoint import CacheCounters, Completion, ServerInfo
 from prefixplan.engines.metrics import counter_sum, first_label
 from prefixplan.engines.openai_compat import _tokens
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from prefixplan.engines.base import CacheCounters, EngineRequestError, ServerInfo
+from prefixplan.engines.base import EngineRequestError
+from prefixplan.engines.endpoint import CacheCounters, ServerInfo
 from prefixplan.engines.metrics import counter_sum, first_label
 from prefixplan.engines.openai_compat import OpenAICompatAdapter, _tokens
 

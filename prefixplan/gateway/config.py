@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import UsageError
 from prefixplan.gateway.tenants import Tenancy, hash_client_key, tenancy_from_keys
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import PrefixplanError
 from prefixplan.gateway.rules import state_call
 from prefixplan.gateway.state import Backend, KeyVersion, fleet_status

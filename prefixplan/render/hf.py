@@ -33,7 +33,7 @@ from prefixplan.errors import TokenizerError
 from prefixplan.render.chatnorm import engine_messages
 from prefixplan.render.engine_ids import raw_ids_prompt
 from prefixplan.render.pieces import PieceCache
-from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
+from prefixplan.render.spans import assign, byte_starts_to_char_starts, join_pieces, locate, offset_starts
 from prefixplan.render.tojson_memo import install as install_tojson_memo
 from prefixplan.render.tojson_memo import tojson_memo
 
@@ -145,7 +145,7 @@ class HFRenderer:
             ends = np.cumsum(lens)
             if int(ends[-1]) == len(data):  # no normalisation changed the bytes
                 return ids, byte_starts_to_char_starts(data, ends - lens)
-        return ids, _starts(enc.offsets)
+        return ids, offset_starts(enc.offsets)
 
     def _added_token_splitter(self) -> tuple[re.Pattern[str] | None, dict[str, int], bool]:
         decoder = self.backend.get_added_tokens_decoder()
@@ -359,7 +359,7 @@ class HFRenderer:
                 cache.put(piece, item)
         for piece, parts in wholes.items():
             items = [self._cached(part, fresh) for part in parts]
-            whole = _join(items, np.cumsum([0] + [len(p) for p in parts[:-1]]))
+            whole = join_pieces(items, np.cumsum([0] + [len(p) for p in parts[:-1]]))
             fresh[piece] = whole
             if not any(part in missing for part in parts):  # every paragraph seen before: a recurring piece
                 cache.put(piece, whole)
@@ -370,7 +370,7 @@ class HFRenderer:
             for piece, offset, special in layout:
                 items.append(self._special_items[special] if special is not None else self._cached(piece, fresh))
                 offsets.append(offset)
-            out.append(_join(items, offsets))
+            out.append(join_pieces(items, offsets))
         return out
 
     def _cached(self, piece: str, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -393,7 +393,10 @@ class HFRenderer:
             encoded = {}
             for i in chat:
                 enc = self.backend.encode(texts[i], add_special_tokens=False)
-                encoded[i] = (as_token_ids(enc.ids), _starts(enc.offsets))  # the reference path: tokenizer offsets
+                encoded[i] = (
+                    as_token_ids(enc.ids),
+                    offset_starts(enc.offsets),
+                )  # the reference path: tokenizer offsets
         prompts = []
         for i, req in enumerate(requests):
             if i in encoded:
@@ -415,27 +418,6 @@ class HFRenderer:
         tokens = as_token_ids(self.backend.encode(req.prompt, add_special_tokens=True).ids)
         seg = Segment("raw", 0, len(tokens), segment_hash(req.prompt))
         return Prompt(req, tokens, (seg,), (), exact=True)
-
-
-def _join(
-    items: Sequence[tuple[np.ndarray, np.ndarray]], offsets: Sequence[int] | np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate pieces' (ids, char starts), the starts of piece k shifted by ``offsets[k]``."""
-    if not items:
-        return as_token_ids(np.zeros(0, np.uint32)), np.zeros(0, np.int64)
-    ids = np.concatenate([it[0] for it in items])
-    starts = np.concatenate([it[1] for it in items])
-    lengths = [it[0].shape[0] for it in items]
-    starts += np.repeat(np.asarray(offsets, dtype=np.int64), lengths)
-    return as_token_ids(ids), starts
-
-
-def _starts(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
-    if not offsets:
-        return np.zeros(0, dtype=np.int64)
-    arr = np.asarray(offsets, dtype=np.int64)[:, 0]
-    # byte-level tokens inside one char may report the same start; keep non-decreasing
-    return np.maximum.accumulate(arr)
 
 
 def from_spec(

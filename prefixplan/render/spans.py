@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from prefixplan.core.hashes import SegmentHash, segment_hash
-from prefixplan.core.types import Chunk, Segment
+from prefixplan.core.types import Chunk, Segment, as_token_ids
 
 ROLE_KIND = {
     "system": "system",
@@ -396,3 +396,24 @@ def byte_starts_to_char_starts(data: bytes, byte_starts: np.ndarray) -> np.ndarr
     out = char_of_byte[clipped]
     out[byte_starts >= arr.size] = int(char_of_byte[-1]) + 1
     return out
+
+
+def join_pieces(
+    items: Sequence[tuple[np.ndarray, np.ndarray]], offsets: Sequence[int] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate pieces' (ids, char starts), the starts of piece k shifted by ``offsets[k]``."""
+    if not items:
+        return as_token_ids(np.zeros(0, np.uint32)), np.zeros(0, np.int64)
+    ids = np.concatenate([it[0] for it in items])
+    starts = np.concatenate([it[1] for it in items])
+    lengths = [it[0].shape[0] for it in items]
+    starts += np.repeat(np.asarray(offsets, dtype=np.int64), lengths)
+    return as_token_ids(ids), starts
+
+
+def offset_starts(offsets: Sequence[tuple[int, int]]) -> np.ndarray:
+    if not offsets:
+        return np.zeros(0, dtype=np.int64)
+    arr = np.asarray(offsets, dtype=np.int64)[:, 0]
+    # byte-level tokens inside one char may report the same start; keep non-decreasing
+    return np.maximum.accumulate(arr)

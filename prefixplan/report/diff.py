@@ -242,7 +242,7 @@ def diff_files(before: str | Path, after: str | Path) -> RecordDiff:
     Raises:
         InputError: a file is missing, not JSON, not an analysis record or from a newer schema.
     """
-    from prefixplan.analysis.record import load_record
+    from prefixplan.analysis.record_io import load_record
 
     rb, ra = load_record(before).to_json(), load_record(after).to_json()
     return diff_records(rb, ra, before_name=f"{before} ({_inputs(rb)})", after_name=f"{after} ({_inputs(ra)})")

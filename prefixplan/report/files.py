@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefixplan.analysis.record import AnalysisRecord, load_record, read_json_file
+from prefixplan.analysis.record import AnalysisRecord
+from prefixplan.analysis.record_io import load_record, read_json_file
 from prefixplan.errors import InputError, OutputsFailed, UsageError
 
 if TYPE_CHECKING:

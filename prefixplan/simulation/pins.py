@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from prefixplan.analysis.record import load_record
+from prefixplan.analysis.record_io import load_record
 from prefixplan.errors import InputError, UsageError
 
 if TYPE_CHECKING:

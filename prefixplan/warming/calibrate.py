@@ -353,8 +353,8 @@ def calibrate_endpoint(
 ) -> tuple[Profile, Path | None]:
     """Connect, measure, fit, and save the YAML profile (when ``out``) and the store's profile
     ``name`` (when ``store``; default name :func:`default_profile_name`)."""
-    from prefixplan.engines.base import Endpoint
     from prefixplan.engines.detect import connect
+    from prefixplan.engines.endpoint import Endpoint
 
     if not lengths or any(n < 2 for n in lengths):
         raise UsageError("--lengths must be integers >= 2")

@@ -8,11 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from prefixplan.analysis.record import TokenizerInfo
-from prefixplan.engines.base import (
-    TOKENIZER_PROBE_TEXT,
-    Endpoint,
-    EngineAdapter,
-)
+from prefixplan.engines.base import TOKENIZER_PROBE_TEXT, EngineAdapter
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.engines.retries import with_retries
 from prefixplan.errors import EndpointError, PrefixplanError
 from prefixplan.warming.results import ReplicaInfo, WarmOptions

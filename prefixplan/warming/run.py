@@ -35,13 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from prefixplan.core.granularity import ENGINE_BLOCK_SIZES, aligned
-from prefixplan.engines.base import (
-    CacheCounters,
-    Completion,
-    Endpoint,
-    EngineAdapter,
-    EngineRequestError,
-)
+from prefixplan.engines.base import EngineAdapter, EngineRequestError
+from prefixplan.engines.endpoint import CacheCounters, Completion, Endpoint
 from prefixplan.engines.retries import with_retries
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.warming.plan import WarmItem, WarmPlan

@@ -67,7 +67,7 @@ class WarmOutcome:
 def build_source(req: WarmRequest) -> WarmSource:
     """Where ``req``'s candidates come from: recipes, an analysis file, registered keys, or the
     store's newest analysis."""
-    from prefixplan.analysis.record import load_record
+    from prefixplan.analysis.record_io import load_record
     from prefixplan.warming.source import latest_source, source_from_record, source_from_store_keys, store_token_lookup
 
     if req.recipes:

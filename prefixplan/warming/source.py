@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, TokenizerInfo, load_record
+from prefixplan.analysis.record import AnalysisRecord, CandidateRecord, TokenizerInfo
+from prefixplan.analysis.record_io import load_record
 from prefixplan.core import yamlsafe
-from prefixplan.engines.base import Endpoint
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import InputError, PrefixplanError, UsageError
 from prefixplan.keys import parse_key_ref
 from prefixplan.warming.plan import WarmCandidate, WarmSource

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prefixplan.engines.base import Endpoint, EngineRequestError
+from prefixplan.engines.base import EngineRequestError
+from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import PrefixplanError
 
 

@@ -418,7 +418,7 @@ def _live_recipes(root: Path) -> tuple[Path, str, list[dict], list[str]]:
 def test_warm_recipes_live_then_real_chat_request_hits(vllm_server, tmp_path: Path) -> None:
     """--recipes rendered by the server's own /tokenize (default), warmed, then real chat requests
     (system + tools + a new question; system + documents + a new question) reuse the prefix."""
-    from prefixplan.engines.base import Endpoint
+    from prefixplan.engines.endpoint import Endpoint
     from prefixplan.keys.recipes import load_recipes
     from prefixplan.warming.recipes import source_from_recipes
 
