@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixplan.errors import UsageError
 from prefixplan.trace.storage.mapped import drop_resident, mapped_copy, mapped_empty
 from prefixplan.trace.storage.spill import RaggedU64, SpillColumn
 from prefixplan.trace.storage.twice import TwiceFilter
@@ -383,3 +384,21 @@ def _lower(
         batch, before = track
         deeper = k > 0
         before[lo + rows[deeper]] = batch[starts[rows[deeper]] + k[deeper] - 1]
+
+
+def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Which run each of ``ids`` falls in, for consecutive runs of ids beginning at ``starts``
+    (non-decreasing; an empty run shares its start with the next one, which wins)."""
+    out = np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right")
+    out -= 1  # in place: one array of len(ids), not two
+    return out
+
+
+def coarser_keys_error(key_tokens: int, block_tokens: int) -> UsageError:
+    """The error for trace keys every ``key_tokens`` tokens, which blocks of ``block_tokens``
+    cannot be cut from."""
+    return UsageError(
+        f"the trace has block keys every {key_tokens} tokens; blocks of {block_tokens} tokens cannot be cut from them",
+        hint=f"simulate with a block size that is a multiple of {key_tokens}, or write the trace at the "
+        "finer granularity (--granularity / --block-size when writing it)",
+    )

@@ -36,7 +36,7 @@ import numpy as np
 from prefixplan.core.granularity import Granularity
 from prefixplan.errors import UsageError
 from prefixplan.trace.blockhash import BlockHasher, namespace_seed
-from prefixplan.trace.blockids import COUNT_CHUNK, assign_ids
+from prefixplan.trace.blockids import COUNT_CHUNK, assign_ids, coarser_keys_error, runs_of
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.requests import SimRequest, fill_times, request_boundaries
 from prefixplan.trace.storage.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_gather
@@ -261,7 +261,7 @@ class TraceBuilder:
             raise UsageError(f"request {req.index} has neither tokens nor block keys")
         ku = max(1, int(req.keys_units))
         if bu % ku:
-            raise _coarser_keys(ku * scale, bu * scale)
+            raise coarser_keys_error(ku * scale, bu * scale)
         step = bu // ku
         keys = np.asarray(req.block_keys, dtype=np.uint64)[step - 1 :: step]
         if self.observer is None:
@@ -319,7 +319,7 @@ class TraceBuilder:
         bad = np.flatnonzero(bu % ku)
         if bad.shape[0]:
             i = int(bad[0])
-            raise _coarser_keys(int(ku[i] * scale[i]), int(btok[i]))
+            raise coarser_keys_error(int(ku[i] * scale[i]), int(btok[i]))
         step = bu // ku
         lengths = cols.block_keys.lengths
         n_real = cols.prompt_tokens
@@ -429,24 +429,6 @@ class TraceBuilder:
         del end, known, start, attach
         trace.drop_resident()
         return trace
-
-
-def _coarser_keys(key_tokens: int, block_tokens: int) -> UsageError:
-    """The error for trace keys every ``key_tokens`` tokens, which blocks of ``block_tokens``
-    cannot be cut from."""
-    return UsageError(
-        f"the trace has block keys every {key_tokens} tokens; blocks of {block_tokens} tokens cannot be cut from them",
-        hint=f"simulate with a block size that is a multiple of {key_tokens}, or write the trace at the "
-        "finer granularity (--granularity / --block-size when writing it)",
-    )
-
-
-def runs_of(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Which run each of ``ids`` falls in, for consecutive runs of ids beginning at ``starts``
-    (non-decreasing; an empty run shares its start with the next one, which wins)."""
-    out = np.searchsorted(starts, np.asarray(ids, dtype=np.int64), side="right")
-    out -= 1  # in place: one array of len(ids), not two
-    return out
 
 
 def build_trace(

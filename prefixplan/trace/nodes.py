@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixplan.trace.blocks import BlockTrace, runs_of
+from prefixplan.trace.blockids import runs_of
+from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.storage.mapped import GATHER_WINDOW, drop_resident, mapped_empty
 
 
