@@ -75,7 +75,8 @@ def warm_version(
     ``*`` -> ``ready`` | ``partial`` | ``failed``."""
     from prefixplan.warming.plan import plan_warm
     from prefixplan.warming.recipes import source_from_recipes
-    from prefixplan.warming.run import record_report, run_warm
+    from prefixplan.warming.records import record_report
+    from prefixplan.warming.run import run_warm
 
     try:
         source = source_from_recipes(

@@ -10,8 +10,9 @@ from typing import Any
 from prefixplan.errors import ExitCode, UsageError
 from prefixplan.savings.prefill import PrefillProfile
 from prefixplan.warming.plan import WarmPlan, WarmSource, plan_warm
+from prefixplan.warming.records import record_report
 from prefixplan.warming.results import ItemResult, WarmOptions, WarmReport
-from prefixplan.warming.run import record_report, run_warm
+from prefixplan.warming.run import run_warm
 
 DEFAULT_TOP = 20
 
