@@ -15,6 +15,7 @@ import pytest
 from fake_engine import FakeEngine, VirtualClock, free_port_url
 
 from prefixplan.cli.app import main
+from prefixplan.core.durations import parse_duration
 from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import ExitCode, InputError, UsageError
 from prefixplan.savings.prefill import load_profile
@@ -25,7 +26,7 @@ from prefixplan.warming.calibrate import (
     fit_prefill,
     save_profile,
 )
-from prefixplan.warming.keepalive import keepalive, parse_duration
+from prefixplan.warming.keepalive import keepalive
 from prefixplan.warming.status import replica_status
 
 

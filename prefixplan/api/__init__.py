@@ -2,8 +2,11 @@
 
 Each command is one ``run_*`` function taking one typed request (a frozen dataclass per command:
 what to read, what to compute, what to write), so a notebook, a service and the command line get
-the same results; the keyword functions (:func:`analyze`, :func:`simulate`, :func:`write_trace`)
-build the request from plain arguments::
+the same results: ``run_analyze``, ``run_simulate``, ``run_trace``, ``run_lock``, ``run_check``,
+``run_warm``, ``run_status``, ``run_calibrate``, ``run_report``, ``run_diff``, ``run_formats``,
+``run_gateway`` and ``run_keys_list|show|history|expire|gc``. The keyword functions
+(:func:`analyze`, :func:`simulate`, :func:`write_trace`, :func:`lock`, :func:`check`,
+:func:`warm`) build the request from plain arguments::
 
     import prefixplan
 
@@ -22,6 +25,7 @@ format prefixplan reads, e.g. OpenAI chat requests). Errors are :mod:`prefixplan
 exceptions, the same the command line turns into messages and exit codes.
 """
 
+from prefixplan.analysis.options import AnalyzeOptions
 from prefixplan.api.analyze import (
     AnalyzeOutcome,
     AnalyzeOutputs,
@@ -30,30 +34,97 @@ from prefixplan.api.analyze import (
     analyze,
     run_analyze,
 )
-from prefixplan.api.gate import check, lock
+from prefixplan.api.gate import CheckRequest, LockRequest, check, lock, run_check, run_lock
+from prefixplan.api.gateway import GatewayRequest, gateway_config, run_gateway
+from prefixplan.api.keys import (
+    KeysExpireRequest,
+    KeysGcRequest,
+    KeysHistoryRequest,
+    KeysListRequest,
+    KeysShowRequest,
+    run_keys_expire,
+    run_keys_gc,
+    run_keys_history,
+    run_keys_list,
+    run_keys_show,
+)
 from prefixplan.api.records import load_analysis
+from prefixplan.api.reports import (
+    DiffRequest,
+    FormatsRequest,
+    ReportRequest,
+    run_diff,
+    run_formats,
+    run_report,
+)
 from prefixplan.api.simulate import SimulateRequest, SimulationResult, run_simulate, simulate, simulation_config
 from prefixplan.api.source import Inputs, source_options
 from prefixplan.api.trace import TraceOutcome, TraceRequest, run_trace, write_trace
-from prefixplan.api.warming import warm
+from prefixplan.api.warming import (
+    CalibrateOutcome,
+    CalibrateRequest,
+    StatusOutcome,
+    StatusRequest,
+    WarmOptions,
+    WarmOutcome,
+    WarmRequest,
+    run_calibrate,
+    run_status,
+    run_warm,
+    warm,
+)
 
 __all__ = [
+    "AnalyzeOptions",
     "AnalyzeOutcome",
     "AnalyzeOutputs",
     "AnalyzeRequest",
+    "CalibrateOutcome",
+    "CalibrateRequest",
+    "CheckRequest",
+    "DiffRequest",
+    "FormatsRequest",
+    "GatewayRequest",
     "HeadlineOptions",
     "Inputs",
+    "KeysExpireRequest",
+    "KeysGcRequest",
+    "KeysHistoryRequest",
+    "KeysListRequest",
+    "KeysShowRequest",
+    "LockRequest",
+    "ReportRequest",
     "SimulateRequest",
     "SimulationResult",
+    "StatusOutcome",
+    "StatusRequest",
     "TraceOutcome",
     "TraceRequest",
+    "WarmOptions",
+    "WarmOutcome",
+    "WarmRequest",
     "analyze",
     "check",
+    "gateway_config",
     "load_analysis",
     "lock",
     "run_analyze",
+    "run_calibrate",
+    "run_check",
+    "run_diff",
+    "run_formats",
+    "run_gateway",
+    "run_keys_expire",
+    "run_keys_gc",
+    "run_keys_history",
+    "run_keys_list",
+    "run_keys_show",
+    "run_lock",
+    "run_report",
     "run_simulate",
+    "run_status",
     "run_trace",
+    "run_warm",
     "simulate",
     "simulation_config",
     "source_options",

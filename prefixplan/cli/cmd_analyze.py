@@ -75,8 +75,7 @@ def analyze(
     quiet: o.Quiet = False,
 ) -> None:
     """Render each request into exact token ids, build a token radix tree and rank shared prefixes."""
-    from prefixplan.analysis.options import AnalyzeOptions
-    from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze
+    from prefixplan.api import AnalyzeOptions, AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze
     from prefixplan.cli.output import one_stdout
     from prefixplan.cli.progress import ConsoleProgress
     from prefixplan.report.console import render_analysis

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from prefixplan.cli import options as o
@@ -16,13 +14,13 @@ def register(app: typer.Typer) -> None:
 
 def formats(json_out: o.Json = None) -> None:
     """List the log formats prefixplan reads: how each is detected, what it needs, where token ids come from."""
-    from prefixplan.logs.detect import formats_table
+    from prefixplan.api import FormatsRequest, run_formats
 
-    table = formats_table()
+    table = run_formats(FormatsRequest())
     if json_out is not None:
-        from prefixplan.core.fileio import atomic_write_text
+        from prefixplan.cli.output import write_json
 
-        atomic_write_text(json_out, json.dumps({"formats": [f.to_json() for f in table]}, indent=2) + "\n")
+        write_json(json_out, {"formats": [f.to_json() for f in table]}, ensure_ascii=True)
         if json_out == "-":
             return
     from prefixplan.report.console_formats import render_formats

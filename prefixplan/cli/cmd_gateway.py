@@ -10,6 +10,9 @@ import typer
 from prefixplan.cli import options as o
 from prefixplan.cli.help import PlainCommand
 
+RecipesDir = Annotated[Optional[Path], o.RECIPES_OPTION]
+LockFile = Annotated[Optional[Path], o.LOCK_OPTION]
+
 
 def register(app: typer.Typer) -> None:
     app.command("gateway", cls=PlainCommand)(gateway)
@@ -22,8 +25,8 @@ def gateway(
     host: o.Host = "127.0.0.1",
     port: o.Port = 8080,
     router: o.Router = "cache-aware",
-    recipes: Annotated[Optional[Path], o.RECIPES_OPTION] = None,
-    lock: Annotated[Optional[Path], o.LOCK_OPTION] = None,
+    recipes: RecipesDir = None,
+    lock: LockFile = None,
     db: o.Db = None,
     state: o.State = None,
     auto_version: o.AutoVersion = False,
@@ -44,19 +47,15 @@ def gateway(
 ) -> None:
     """Serve an OpenAI-compatible API in front of the replicas: prefix_key expansion and
     registration per tenant, cache-aware routing, two-phase warming, /metrics."""
-    from prefixplan.gateway.config import GatewayConfig, client_key_hashes, metrics_token_hash
-    from prefixplan.gateway.serve import serve
-    from prefixplan.gateway.tenants import load_tenancy
-    from prefixplan.routing.policies import RouterConfig
-    from prefixplan.warming.source import endpoints_from_options
+    from prefixplan.api import GatewayRequest, run_gateway
 
-    if recipes is None and Path("recipes").is_dir() and Path(lock or "prefixplan.lock").is_file():
-        recipes = Path("recipes")
-    config = GatewayConfig(
-        endpoints=tuple(
-            endpoints_from_options(endpoint or [], str(endpoints_file) if endpoints_file else None, api_key_env)
-        ),
-        router=RouterConfig(policy=router or "cache-aware"),
+    request = GatewayRequest(
+        endpoints=tuple(endpoint or ()),
+        endpoints_file=str(endpoints_file) if endpoints_file else None,
+        api_key_env=api_key_env,
+        host=host,
+        port=port,
+        router=router or "cache-aware",
         recipes=str(recipes) if recipes else None,
         lock=str(lock) if lock else None,
         db=str(db) if db else None,
@@ -68,12 +67,13 @@ def gateway(
         timeout=timeout,
         retries=retries,
         max_body_bytes=max_body_bytes,
-        client_key_hashes=client_key_hashes(client_key_hash or [], client_keys_env),
-        tenancy=load_tenancy(tenants) if tenants else None,
-        metrics_token_hash=metrics_token_hash(metrics_token_env),
-        header_timeout_s=header_timeout,
-        body_timeout_s=body_timeout,
-        max_bodies_in_flight=max_uploads,
+        client_key_hashes=tuple(client_key_hash or ()),
+        client_keys_env=client_keys_env,
+        tenants=str(tenants) if tenants else None,
+        metrics_token_env=metrics_token_env,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_uploads=max_uploads,
         log_prompts=log_prompts,
     )
-    serve(config, host=host, port=port, log_level="info")
+    run_gateway(request)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +12,11 @@ from prefixplan.cli.help import PlainCommand, PlainGroup
 
 DbOpt = o.Db
 JsonOpt = o.Json
+Status = Annotated[str | None, typer.Option("--status", metavar="STATUS", help="active, superseded or expired.")]
+Key = Annotated[str, typer.Argument(metavar="KEY", help="name@vN, or a name for its active version.")]
+Name = Annotated[str, typer.Argument(metavar="NAME", help="Prefix name (without @vN).")]
+Now = Annotated[float | None, typer.Option("--now", metavar="EPOCH", help="Pretend the time is this epoch second.")]
+Yes = Annotated[bool, typer.Option("--yes", metavar="", help="Really delete (default: dry run).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -27,26 +31,18 @@ def register(app: typer.Typer) -> None:
     app.add_typer(keys, name="keys")
 
 
-def _emit_json(target: str, data: object) -> None:
-    from prefixplan.core.fileio import atomic_write_text
-
-    atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+def _db(db: Path | None) -> str | None:
+    return str(db) if db else None
 
 
-def list_cmd(
-    status: Annotated[
-        str | None, typer.Option("--status", metavar="STATUS", help="active, superseded or expired.")
-    ] = None,
-    db: DbOpt = None,
-    json_out: JsonOpt = None,
-) -> None:
+def list_cmd(status: Status = None, db: DbOpt = None, json_out: JsonOpt = None) -> None:
     """List all versions (optionally of one status)."""
-    from prefixplan.store import open_store
+    from prefixplan.api import KeysListRequest, run_keys_list
+    from prefixplan.cli.output import write_json
 
-    with open_store(str(db) if db else None, create=False) as store:
-        records = store.list_keys(status)
+    records = run_keys_list(KeysListRequest(status, _db(db)))
     if json_out is not None:
-        _emit_json(json_out, [r.to_dict() for r in records])
+        write_json(json_out, [r.to_dict() for r in records])
         if json_out == "-":
             return
     from prefixplan.report.console_fleet import render_versions
@@ -54,23 +50,14 @@ def list_cmd(
     render_versions(records, "keys" + (f" ({status})" if status else ""))
 
 
-def show_cmd(
-    key: Annotated[str, typer.Argument(metavar="KEY", help="name@vN, or a name for its active version.")],
-    db: DbOpt = None,
-    json_out: JsonOpt = None,
-) -> None:
+def show_cmd(key: Key, db: DbOpt = None, json_out: JsonOpt = None) -> None:
     """Show one version with all its fields."""
-    from prefixplan.errors import UsageError
-    from prefixplan.keys import parse_key_ref
-    from prefixplan.store import open_store
+    from prefixplan.api import KeysShowRequest, run_keys_show
+    from prefixplan.cli.output import write_json
 
-    name, version = parse_key_ref(key)
-    with open_store(str(db) if db else None, create=False) as store:
-        rec = store.get(name, version)
-    if rec is None:
-        raise UsageError(f"no such key {key!r} in the store", hint="see `prefixplan keys list`")
+    rec = run_keys_show(KeysShowRequest(key, _db(db)))
     if json_out is not None:
-        _emit_json(json_out, rec.to_dict())
+        write_json(json_out, rec.to_dict())
         if json_out == "-":
             return
     from prefixplan.report.terminal import report_console
@@ -80,23 +67,14 @@ def show_cmd(
         con.print(f"[bold]{k}[/]: {v}")
 
 
-def history_cmd(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Prefix name (without @vN).")],
-    db: DbOpt = None,
-    json_out: JsonOpt = None,
-) -> None:
+def history_cmd(name: Name, db: DbOpt = None, json_out: JsonOpt = None) -> None:
     """All versions of one name, oldest first."""
-    from prefixplan.errors import UsageError
-    from prefixplan.keys import parse_key_ref
-    from prefixplan.store import open_store
+    from prefixplan.api import KeysHistoryRequest, run_keys_history
+    from prefixplan.cli.output import write_json
 
-    key_name = parse_key_ref(name)[0]  # a malformed name is a usage error, store or not
-    with open_store(str(db) if db else None, create=False) as store:
-        records = store.versions(key_name)
-    if not records:
-        raise UsageError(f"no versions of {name!r} in the store", hint="see `prefixplan keys list`")
+    records = run_keys_history(KeysHistoryRequest(name, _db(db)))
     if json_out is not None:
-        _emit_json(json_out, [r.to_dict() for r in records])
+        write_json(json_out, [r.to_dict() for r in records])
         if json_out == "-":
             return
     from prefixplan.report.console_fleet import render_versions
@@ -104,20 +82,14 @@ def history_cmd(
     render_versions(records, f"history of {name}")
 
 
-def expire_cmd(
-    now: Annotated[
-        float | None, typer.Option("--now", metavar="EPOCH", help="Pretend the time is this epoch second.")
-    ] = None,
-    db: DbOpt = None,
-    json_out: JsonOpt = None,
-) -> None:
+def expire_cmd(now: Now = None, db: DbOpt = None, json_out: JsonOpt = None) -> None:
     """Mark superseded versions past their retention as expired."""
-    from prefixplan.store import open_store
+    from prefixplan.api import KeysExpireRequest, run_keys_expire
+    from prefixplan.cli.output import write_json
 
-    with open_store(str(db) if db else None, create=False) as store:
-        records = store.expire(now if now is not None else time.time())
+    records = run_keys_expire(KeysExpireRequest(now, _db(db)))
     if json_out is not None:
-        _emit_json(json_out, [r.to_dict() for r in records])
+        write_json(json_out, [r.to_dict() for r in records])
         if json_out == "-":
             return
     typer.echo(
@@ -125,18 +97,14 @@ def expire_cmd(
     )
 
 
-def gc_cmd(
-    yes: Annotated[bool, typer.Option("--yes", metavar="", help="Really delete (default: dry run).")] = False,
-    db: DbOpt = None,
-    json_out: JsonOpt = None,
-) -> None:
+def gc_cmd(yes: Yes = False, db: DbOpt = None, json_out: JsonOpt = None) -> None:
     """Delete expired versions (dry run unless --yes)."""
-    from prefixplan.store import open_store
+    from prefixplan.api import KeysGcRequest, run_keys_gc
+    from prefixplan.cli.output import write_json
 
-    with open_store(str(db) if db else None, create=False) as store:
-        records = store.gc(dry_run=not yes)
+    records = run_keys_gc(KeysGcRequest(delete=yes, db=_db(db)))
     if json_out is not None:
-        _emit_json(json_out, {"deleted": yes, "keys": [str(r.key) for r in records]})
+        write_json(json_out, {"deleted": yes, "keys": [str(r.key) for r in records]})
         if json_out == "-":
             return
     verb = "deleted" if yes else "would delete (dry run; pass --yes)"

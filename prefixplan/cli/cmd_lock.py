@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -23,13 +22,12 @@ def lock(
     json_out: o.Json = None,
 ) -> None:
     """Lock every recipe's content hash under its name@vN; refuse to change an existing one."""
-    from prefixplan.api import lock as run_lock
+    from prefixplan.api import LockRequest, run_lock
+    from prefixplan.cli.output import write_json
 
-    result = run_lock(recipes, lock_path, db=str(db) if db else None, store=store)
+    result = run_lock(LockRequest(recipes, lock_path, db=str(db) if db else None, store=store))
     if json_out is not None:
-        from prefixplan.core.fileio import atomic_write_text
-
-        atomic_write_text(json_out, json.dumps(result.to_dict(), indent=2) + "\n")
+        write_json(json_out, result.to_dict(), ensure_ascii=True)
         if json_out == "-":
             return
     from prefixplan.report.terminal import report_console

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
 
 from prefixplan.cli import options as o
 from prefixplan.cli.help import PlainCommand
+
+Window = Annotated[
+    Optional[str],
+    typer.Option("--window", metavar="DURATION", help="Also measure the hit rate over this interval (e.g. 30s)."),
+]
+Target = Annotated[float, typer.Option("--target", metavar="RATE", help="Hit-rate target (0-1).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -20,11 +25,8 @@ def status(
     endpoints_file: o.EndpointsFile = None,
     engine: o.Engine = "auto",
     api_key_env: o.ApiKeyEnv = None,
-    window: Annotated[
-        Optional[str],
-        typer.Option("--window", metavar="DURATION", help="Also measure the hit rate over this interval (e.g. 30s)."),
-    ] = None,
-    target: Annotated[float, typer.Option("--target", metavar="RATE", help="Hit-rate target (0-1).")] = 0.7,
+    window: Window = None,
+    target: Target = 0.7,
     timeout: o.Timeout = 10.0,
     json_out: o.Json = None,
     prometheus: o.Prometheus = None,
@@ -38,55 +40,41 @@ def status(
     Exit codes: 0 every replica at or above target (or without traffic); 1 below target;
     4 a replica unreachable.
     """
-    from prefixplan.errors import ExitCode, UsageError
-    from prefixplan.warming.keepalive import parse_duration
-    from prefixplan.warming.service import endpoints_for
-    from prefixplan.warming.status import replica_status
+    from prefixplan.api import StatusRequest, run_status
+    from prefixplan.cli.output import write_json
+    from prefixplan.errors import ExitCode
 
-    if not 0 <= target <= 1:
-        raise UsageError("--target must be between 0 and 1")
-    eps = endpoints_for(endpoint or [], str(endpoints_file) if endpoints_file else None, api_key_env)
-    if key_stats:
-        from prefixplan.gateway.stats import key_stats as read_key_stats
-
-        keys = read_key_stats(str(db) if db else None)
-        if json_out is not None and not eps:
-            from prefixplan.core.fileio import atomic_write_text
-
-            atomic_write_text(json_out, json.dumps({"keys": keys}, indent=2) + "\n")
+    request = StatusRequest(
+        endpoints=tuple(endpoint or ()),
+        endpoints_file=str(endpoints_file) if endpoints_file else None,
+        engine=engine,
+        api_key_env=api_key_env,
+        window=window,
+        target=target,
+        timeout=timeout,
+        key_stats=key_stats,
+        db=str(db) if db else None,
+    )
+    outcome = run_status(request)
+    if outcome.keys is not None:
+        if json_out is not None and outcome.replicas is None:
+            write_json(json_out, {"keys": outcome.keys}, ensure_ascii=True)
         if json_out != "-":
             from prefixplan.report.console_router import render_key_stats
             from prefixplan.report.terminal import report_console
 
-            render_key_stats(keys, report_console())
-        if not eps:
-            raise typer.Exit(ExitCode.OK)
-    if not eps:
-        raise UsageError("no endpoint given", hint="pass --endpoint URL or --endpoints FILE")
-    rows = replica_status(
-        eps,
-        engine=engine,
-        window_s=parse_duration(window) if window else 0.0,
-        target=target,
-        timeout=timeout,
-        db=str(db) if db else None,
-    )
-    data = {"target": target, "replicas": [r.to_dict() for r in rows]}
+            render_key_stats(outcome.keys, report_console())
+    if outcome.replicas is None:
+        raise typer.Exit(ExitCode.OK)
     if json_out is not None:
-        from prefixplan.core.fileio import atomic_write_text
-
-        atomic_write_text(json_out, json.dumps(data, indent=2) + "\n")
+        write_json(json_out, outcome.to_dict(), ensure_ascii=True)
     if prometheus is not None:
         from prefixplan.core.fileio import atomic_write_text
         from prefixplan.report.prometheus import render_prometheus
 
-        atomic_write_text(prometheus, render_prometheus(rows, target))
+        atomic_write_text(prometheus, render_prometheus(outcome.replicas, target))
     if "-" not in (json_out, prometheus):
         from prefixplan.report.console_fleet import render_status
 
-        render_status(rows)
-    if any(r.verdict == "unreachable" for r in rows):
-        raise typer.Exit(ExitCode.ENDPOINT)
-    if any(r.verdict == "below-target" for r in rows):
-        raise typer.Exit(ExitCode.FINDINGS)
-    raise typer.Exit(ExitCode.OK)
+        render_status(outcome.replicas)
+    raise typer.Exit(outcome.exit_code)

@@ -2,15 +2,64 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from prefixplan.cli import options as o
 
+if TYPE_CHECKING:
+    from prefixplan.api import WarmRequest
+
 DEFAULT_RECIPES = "recipes"
+
+Keys = Annotated[
+    Optional[str],
+    typer.Option("--keys", metavar="KEY[,KEY...]", help="Comma-separated name@vN keys instead of --top."),
+]
+RecipesPath = Annotated[Optional[str], o.RECIPES_OPTION]
+LockFile = Annotated[Optional[Path], o.LOCK_OPTION]
+Via = Annotated[
+    str,
+    typer.Option(
+        "--via", metavar="MODE", help="auto, ids (exact token ids) or chat (the request, rendered by the server)."
+    ),
+]
+Budget = Annotated[
+    Optional[float],
+    typer.Option(
+        "--budget",
+        metavar="GB",
+        help="KV memory budget in GB: warm the set that maximises reused tokens within it.",
+    ),
+]
+KvBytesPerToken = Annotated[
+    Optional[float], typer.Option("--kv-bytes-per-token", metavar="N", help="KV bytes per token (for --budget).")
+]
+Concurrency = Annotated[int, typer.Option("--concurrency", metavar="N", help="Replicas warmed in parallel.")]
+Retries = Annotated[int, typer.Option("--retries", metavar="N", help="Retries per request on refused/timeout/5xx.")]
+Priority = Annotated[
+    Optional[int],
+    typer.Option("--priority", metavar="N", help="SGLang request priority (--radix-eviction-policy priority)."),
+]
+Every = Annotated[
+    Optional[str],
+    typer.Option("--every", metavar="DURATION", help="Re-warm every DURATION (e.g. 60s); needs --for or --rounds."),
+]
+For = Annotated[Optional[str], typer.Option("--for", metavar="DURATION", help="Total keepalive time (e.g. 1h).")]
+Rounds = Annotated[Optional[int], typer.Option("--rounds", metavar="N", help="Number of keepalive rounds.")]
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        metavar="",
+        help="Print the plan (prefixes, tokens, order, estimated prefill) and send nothing.",
+    ),
+]
+ShowProgress = Annotated[
+    bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar on a terminal.")
+]
 
 
 def _command_class() -> type:
@@ -34,95 +83,55 @@ def register(app: typer.Typer) -> None:
     app.command("warm", cls=_command_class())(warm)
 
 
-def _write_json(target: str, data: object) -> None:
-    from prefixplan.core.fileio import atomic_write_text
-
-    atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
 def warm(
     endpoint: o.Endpoint = None,
     endpoints_file: o.EndpointsFile = None,
     analysis: o.Analysis = None,
     top: o.Top = None,
-    keys: Annotated[
-        Optional[str],
-        typer.Option("--keys", metavar="KEY[,KEY...]", help="Comma-separated name@vN keys instead of --top."),
-    ] = None,
-    recipes: Annotated[
-        Optional[str],
-        o.RECIPES_OPTION,
-    ] = None,
+    keys: Keys = None,
+    recipes: RecipesPath = None,
     tokenizer: o.Tokenizer = None,
-    lock_file: Annotated[
-        Optional[Path],
-        o.LOCK_OPTION,
-    ] = None,
-    via: Annotated[
-        str,
-        typer.Option(
-            "--via", metavar="MODE", help="auto, ids (exact token ids) or chat (the request, rendered by the server)."
-        ),
-    ] = "auto",
-    budget: Annotated[
-        Optional[float],
-        typer.Option(
-            "--budget",
-            metavar="GB",
-            help="KV memory budget in GB: warm the set that maximises reused tokens within it.",
-        ),
-    ] = None,
-    kv_bytes_per_token: Annotated[
-        Optional[float], typer.Option("--kv-bytes-per-token", metavar="N", help="KV bytes per token (for --budget).")
-    ] = None,
+    lock_file: LockFile = None,
+    via: Via = "auto",
+    budget: Budget = None,
+    kv_bytes_per_token: KvBytesPerToken = None,
     model_config: o.ModelConfig = None,
     engine: o.Engine = "auto",
     model: o.Model = None,
     block_size: o.BlockSize = None,
     api_key_env: o.ApiKeyEnv = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", metavar="N", help="Replicas warmed in parallel.")] = 8,
+    concurrency: Concurrency = 8,
     timeout: o.Timeout = 30.0,
-    retries: Annotated[
-        int, typer.Option("--retries", metavar="N", help="Retries per request on refused/timeout/5xx.")
-    ] = 2,
-    priority: Annotated[
-        Optional[int],
-        typer.Option("--priority", metavar="N", help="SGLang request priority (--radix-eviction-policy priority)."),
-    ] = None,
-    every: Annotated[
-        Optional[str],
-        typer.Option("--every", metavar="DURATION", help="Re-warm every DURATION (e.g. 60s); needs --for or --rounds."),
-    ] = None,
-    for_: Annotated[
-        Optional[str], typer.Option("--for", metavar="DURATION", help="Total keepalive time (e.g. 1h).")
-    ] = None,
-    rounds: Annotated[Optional[int], typer.Option("--rounds", metavar="N", help="Number of keepalive rounds.")] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            metavar="",
-            help="Print the plan (prefixes, tokens, order, estimated prefill) and send nothing.",
-        ),
-    ] = False,
+    retries: Retries = 2,
+    priority: Priority = None,
+    every: Every = None,
+    for_: For = None,
+    rounds: Rounds = None,
+    dry_run: DryRun = False,
     profile: o.Profile = None,
     json_out: o.Json = None,
     store: o.Store = True,
     db: o.Db = None,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar on a terminal.")
-    ] = True,
+    progress: ShowProgress = True,
 ) -> None:
     """Warm the top-N prefixes on every replica, verify them with the engine, record the result.
 
     Exit codes: 0 every prefix ready on every replica; 1 partial (some replica did not verify);
     2 bad options; 4 no replica usable (unreachable, tokenizer mismatch).
     """
-    from prefixplan.warming.keepalive import parse_duration
-    from prefixplan.warming.results import WarmOptions
-    from prefixplan.warming.service import WarmRequest
-    from prefixplan.warming.service import warm as run
+    from prefixplan.api import WarmOptions, WarmRequest
+    from prefixplan.core.durations import parse_duration
 
+    options = WarmOptions(
+        engine=engine,
+        concurrency=concurrency,
+        timeout=timeout,
+        retries=retries,
+        model=model,
+        block_size=block_size,
+        priority=priority,
+        via=via,
+    )
     req = WarmRequest(
         endpoints=tuple(endpoint or ()),
         endpoints_file=str(endpoints_file) if endpoints_file else None,
@@ -133,16 +142,7 @@ def warm(
         kv_bytes_per_token=kv_bytes_per_token,
         model_config=str(model_config) if model_config else None,
         api_key_env=api_key_env,
-        options=WarmOptions(
-            engine=engine,
-            concurrency=concurrency,
-            timeout=timeout,
-            retries=retries,
-            model=model,
-            block_size=block_size,
-            priority=priority,
-            via=via,
-        ),
+        options=options,
         recipes=recipes,
         tokenizer=tokenizer,
         lock=str(lock_file) if lock_file else None,
@@ -154,23 +154,31 @@ def warm(
         db=str(db) if db else None,
         profile=profile,
     )
+    _warm(req, json_out, progress)
+
+
+def _warm(req: WarmRequest, json_out: str | None, progress: bool) -> None:
+    """Run ``req`` (with a progress bar on a terminal), write its JSON, render it, exit with its code."""
     from rich.console import Console
+
+    from prefixplan.api import run_warm
+    from prefixplan.cli.output import write_json
 
     con = Console(stderr=json_out == "-", highlight=False, soft_wrap=True)
     bar = None
-    if progress and con.is_terminal and not dry_run:
+    if progress and con.is_terminal and not req.dry_run:
         from rich.progress import Progress
 
         bar = Progress(console=con, transient=True)
     if bar is not None:
         with bar:
             task = bar.add_task("warming", total=None)
-            outcome = run(req, progress=lambda r: bar.advance(task))
+            outcome = run_warm(req, progress=lambda r: bar.advance(task))
     else:
-        outcome = run(req)
+        outcome = run_warm(req)
     data = outcome.to_dict()
     if json_out is not None:
-        _write_json(json_out, data)
+        write_json(json_out, data)
     if json_out != "-":
         from prefixplan.report.console_warm import render_warm
 

@@ -7,11 +7,14 @@ import json
 from typing import Any
 
 
-def write_json(target: str, data: Any) -> None:
-    """``data`` as indented JSON to ``target`` (``-``: stdout), atomically for a file."""
+def write_json(target: str, data: Any, *, ensure_ascii: bool = False, allow_nan: bool = True) -> None:
+    """``data`` as indented JSON to ``target`` (``-``: stdout), atomically for a file.
+    ``ensure_ascii`` escapes non-ASCII text (as lock, status, calibrate, formats and diff have
+    always written it); ``allow_nan=False`` refuses NaN and infinities (diff)."""
     from prefixplan.core.fileio import atomic_write_text
 
-    atomic_write_text(target, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(data, indent=2, ensure_ascii=ensure_ascii, allow_nan=allow_nan, default=str)
+    atomic_write_text(target, text + "\n")
 
 
 def one_stdout(*outputs: tuple[str, str | None]) -> bool:

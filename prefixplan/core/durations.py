@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from prefixplan.errors import UsageError
+
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
@@ -29,3 +31,12 @@ def parse_seconds(text: str | float | int, *, minimum: float = 0.0, strict_minim
         bound = ">" if strict_minimum else ">="
         raise ValueError(f"invalid duration {text!r}: must be finite and {bound} {minimum:g} seconds")
     return value
+
+
+def parse_duration(text: str) -> float:
+    """A command's duration option (``warm --every``/``--for``, ``status --window``): ``"90"``,
+    ``"90s"``, ``"5m"``, ``"1h"`` -> seconds (> 0); a malformed one is a usage error."""
+    try:
+        return parse_seconds(text, strict_minimum=True)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="use e.g. 60s, 5m, 1h") from None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from prefixplan.gate.findings import CheckResult
 
 
 def _one_line(text: str) -> str:
@@ -38,3 +41,11 @@ def render_check(result: Any) -> None:
         f"check: {keys} keys, {counts['error']} errors, {counts['warning']} warnings, "
         f"{counts['notice']} notices: {verdict}"
     )
+
+
+def github_lines(result: CheckResult) -> list[str]:
+    """``check --output-format github``: one GitHub Actions workflow command per finding
+    (:func:`prefixplan.gate.annotations.github_annotations`), for the command to print."""
+    from prefixplan.gate.annotations import github_annotations
+
+    return github_annotations(result)

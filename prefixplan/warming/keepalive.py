@@ -19,16 +19,6 @@ from prefixplan.errors import UsageError
 R = TypeVar("R")
 
 
-def parse_duration(text: str) -> float:
-    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds (> 0)."""
-    from prefixplan.core.durations import parse_seconds
-
-    try:
-        return parse_seconds(text, strict_minimum=True)
-    except ValueError as exc:
-        raise UsageError(str(exc), hint="use e.g. 60s, 5m, 1h") from None
-
-
 def keepalive(
     run_round: Callable[[int], R],
     every_s: float,
