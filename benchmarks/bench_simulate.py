@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from prefixplan.core.granularity import engine_granularity
     from prefixplan.simulation.batch import in_batch_hits, service_times
-    from prefixplan.simulation.models import CacheSpec, run_model
+    from prefixplan.simulation.models import run_model
+    from prefixplan.simulation.spec import CacheSpec
     from prefixplan.trace.blocks import build_trace
     from prefixplan.trace.nodes import build_tree
 
@@ -157,7 +158,8 @@ def replay_log(args) -> int:
     from prefixplan.core.granularity import engine_granularity
     from prefixplan.logs import LineErrors
     from prefixplan.simulation.batch import in_batch_hits, service_times
-    from prefixplan.simulation.models import AutoPromote, CacheSpec, run_model
+    from prefixplan.simulation.models import run_model
+    from prefixplan.simulation.spec import AutoPromote, CacheSpec
     from prefixplan.trace.blocks import build_trace
     from prefixplan.trace.nodes import build_tree
     from prefixplan.trace.requests import request_of_row

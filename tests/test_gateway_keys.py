@@ -21,7 +21,7 @@ openai = pytest.importorskip("openai")
 
 from prefixplan.engines.endpoint import Endpoint  # noqa: E402
 from prefixplan.errors import KeyConflictError  # noqa: E402
-from prefixplan.gateway.config import GatewayConfig, client_key_hashes, hash_client_key  # noqa: E402
+from prefixplan.gateway.config import GatewayConfig, client_key_hashes  # noqa: E402
 from prefixplan.gateway.prefix import (  # noqa: E402
     WirePart,
     diff_summary,
@@ -31,7 +31,7 @@ from prefixplan.gateway.prefix import (  # noqa: E402
     wire_hash,
 )
 from prefixplan.gateway.state import KeyVersion, SQLiteBackend  # noqa: E402
-from prefixplan.gateway.tenants import LOCK, OPEN_PRINCIPAL  # noqa: E402
+from prefixplan.gateway.tenants import LOCK, OPEN_PRINCIPAL, hash_client_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

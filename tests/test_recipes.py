@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from prefixplan.errors import RecipeError
 from prefixplan.keys import content_hash
-from prefixplan.keys.recipes import chunk_text, load_recipes, parse_duration
+from prefixplan.keys.chunking import chunk_text
+from prefixplan.keys.recipe_parts import parse_duration
+from prefixplan.keys.recipes import load_recipes
 
 ROOT = Path(__file__).resolve().parent.parent
 

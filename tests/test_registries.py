@@ -26,7 +26,8 @@ def test_every_registry_entry_resolves() -> None:
 
 
 def test_model_kinds() -> None:
-    from prefixplan.simulation.models import MODELS, AutoPromote, CacheSpec, model_kind
+    from prefixplan.simulation.models import MODELS, model_kind
+    from prefixplan.simulation.spec import AutoPromote, CacheSpec
 
     kinds = {
         model_kind(CacheSpec("lru")),

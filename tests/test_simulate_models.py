@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefixplan.core.granularity import engine_granularity
-from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier, run_model
+from prefixplan.simulation.models import run_model
+from prefixplan.simulation.spec import AutoPromote, CacheSpec, Tier
 from prefixplan.trace.blocks import build_trace
 from prefixplan.trace.requests import SimRequest
 
@@ -386,8 +387,8 @@ def test_unbounded_ttl_every_policy_equals_slow_reference(reqs, block, ttl, poli
     pass) equals the definition in :func:`slow_unbounded`."""
     from prefixplan.simulation.generic import GenericCache
     from prefixplan.simulation.lru import LRUStack
-    from prefixplan.simulation.models import infinite_hits
     from prefixplan.simulation.nodecache import NodeCache
+    from prefixplan.simulation.spec import infinite_hits
     from prefixplan.trace.nodes import build_tree
 
     service = services(len(reqs), data)
@@ -414,7 +415,7 @@ def test_in_flight_sharing_never_exceeds_the_persistent_cache(reqs, block, data)
     """A block an in-flight request holds has a last use after now, so the persistent cache with
     any TTL (0 included) reuses at least what in-batch sharing does, and no more than with none."""
     from prefixplan.simulation.batch import in_batch_hits
-    from prefixplan.simulation.models import infinite_hits
+    from prefixplan.simulation.spec import infinite_hits
     from prefixplan.trace.nodes import build_tree
 
     trace = _trace(reqs, block)
@@ -641,8 +642,8 @@ def test_node_cache_equals_block_level_cache(reqs, block, cap, policy, ttl, prew
     """The chain-compressed simulator replays exactly what the block-level one does (pins,
     prewarm, TTL with service times, priorities): hits, evictions and pinned blocks."""
     from prefixplan.simulation.generic import GenericCache
-    from prefixplan.simulation.models import choose_pins
     from prefixplan.simulation.nodecache import NodeCache
+    from prefixplan.simulation.spec import choose_pins
 
     trace = build_trace(reqs, engine_granularity("custom", block))
     prios = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=len(reqs), max_size=len(reqs))))

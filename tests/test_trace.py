@@ -25,8 +25,9 @@ from prefixplan.simulation.fleet import FleetModel
 from prefixplan.simulation.result import to_json
 from prefixplan.simulation.simulator import Simulation
 from prefixplan.simulation.spec import Tier
-from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta
+from prefixplan.trace.parquet import TraceFile
 from prefixplan.trace.rows import RowMaker, TraceRow
+from prefixplan.trace.writer import TraceWriter, base_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
@@ -265,7 +266,7 @@ def test_a_trace_that_cannot_be_finished_leaves_no_file(tmp_path: Path, rows_and
 def test_only_an_integer_version_1_is_read(tmp_path: Path, rows_and_file, version) -> None:
     import pyarrow.parquet as pq
 
-    from prefixplan.trace.parquet import META_KEY
+    from prefixplan.trace.schema import META_KEY
 
     _, path = rows_and_file
     source = pq.ParquetFile(path)

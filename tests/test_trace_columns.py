@@ -18,10 +18,11 @@ from prefixplan.logs import LineErrors
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.columns import RowColumns
-from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta
+from prefixplan.trace.parquet import TraceFile
 from prefixplan.trace.requests import request_of_row
 from prefixplan.trace.rows import RowMaker, TraceRow
 from prefixplan.trace.storage.spill import RaggedU64
+from prefixplan.trace.writer import TraceWriter, base_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"

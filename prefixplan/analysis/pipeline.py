@@ -30,9 +30,10 @@ from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import RenderFailure, source_meter
 from prefixplan.trace.meta import check_block_size, line_errors_of
-from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
+from prefixplan.trace.parquet import trace_input
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.workers import RenderedColumns, iter_rendered
+from prefixplan.trace.writer import TraceWriter, base_meta
 
 PrefixSink = Callable[[TraceRow], object]
 """Receives every trace row during the single pass (e.g. the simulation headline)."""

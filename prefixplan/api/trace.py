@@ -52,8 +52,9 @@ def run_trace(request: TraceRequest, progress: Progress = NO_PROGRESS) -> TraceO
     from prefixplan.logs import LineErrors
     from prefixplan.render.stream import source_meter
     from prefixplan.trace.meta import line_errors_json, line_errors_of, renderers_json
-    from prefixplan.trace.parquet import TraceWriter, base_meta, trace_input
+    from prefixplan.trace.parquet import trace_input
     from prefixplan.trace.workers import iter_rendered
+    from prefixplan.trace.writer import TraceWriter, base_meta
 
     out, export, granularity, block_size, salt = (
         request.out,

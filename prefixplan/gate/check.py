@@ -26,7 +26,8 @@ from prefixplan.gate.findings import FAIL_LEVELS, CheckResult, Finding, exit_cod
 from prefixplan.gate.git import git_ref_exists, git_show
 from prefixplan.gate.lint import recipe_lint_findings
 from prefixplan.keys.lockfile import Lock, parse_lock_text, read_lock
-from prefixplan.keys.recipes import display_path, load_recipes
+from prefixplan.keys.recipe_model import display_path
+from prefixplan.keys.recipes import load_recipes
 
 
 def run_check(

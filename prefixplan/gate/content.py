@@ -9,7 +9,8 @@ from prefixplan.gate.findings import Finding
 from prefixplan.gate.git import git_show
 from prefixplan.keys import part_hash
 from prefixplan.keys.lockfile import LockEntry
-from prefixplan.keys.recipes import Part, Recipe, display_path, parse_recipe_text
+from prefixplan.keys.recipe_model import Part, Recipe, display_path
+from prefixplan.keys.recipes import parse_recipe_text
 
 MAX_DIFF_LINES = 40
 

@@ -26,7 +26,7 @@ from typing import Any
 from prefixplan.analysis.dynamic import TokenCounter, estimate_tokens, find_dynamic, line_col
 from prefixplan.gate.content import part_file
 from prefixplan.gate.findings import Finding
-from prefixplan.keys.recipes import Recipe, display_path
+from prefixplan.keys.recipe_model import Recipe, display_path
 from prefixplan.render.spans import schema_tool_name as tool_name
 
 

@@ -11,7 +11,8 @@ from prefixplan.core.fileio import clean_stale_temps
 from prefixplan.errors import KeyConflictError
 from prefixplan.gate.findings import LockResult
 from prefixplan.keys.lockfile import LockEntry, read_lock, render_lock, write_lock
-from prefixplan.keys.recipes import Recipe, display_path, load_recipes
+from prefixplan.keys.recipe_model import Recipe, display_path
+from prefixplan.keys.recipes import load_recipes
 
 
 def recipe_kind(recipe: Recipe) -> str:

@@ -20,7 +20,7 @@ from prefixplan.keys import DEFAULT_RETAIN_SECONDS
 from prefixplan.routing.policies import RouterConfig
 
 _HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-__all__ = ["GatewayConfig", "client_key_hashes", "hash_client_key"]
+__all__ = ["GatewayConfig", "client_key_hashes"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prefixplan.core.hashes import content_hash
-from prefixplan.keys.recipes import Recipe
+from prefixplan.keys.recipe_model import Recipe
 
 MESSAGE_KINDS = ("system", "developer")
 

@@ -33,24 +33,11 @@ from typing import Any
 from prefixplan.core import yamlsafe
 from prefixplan.errors import RecipeError
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS, MAX_VERSION, NAME_RE
-from prefixplan.keys.chunking import chunk_text
-from prefixplan.keys.recipe_model import CHUNK_MODES, RENDER_MODES, Part, Recipe, display_path
+from prefixplan.keys.recipe_model import RENDER_MODES, Part, Recipe, display_path
 from prefixplan.keys.recipe_parts import check_keys, document_parts, parse_duration, system_part, tool_part
 from prefixplan.keys.recipe_yaml import RecipeContext, RecipeProblem, line_map
 
-__all__ = [
-    "CHUNK_MODES",
-    "RENDER_MODES",
-    "Part",
-    "Recipe",
-    "RecipeProblem",
-    "chunk_text",
-    "display_path",
-    "load_recipes",
-    "parse_duration",
-    "parse_recipe_text",
-    "recipe_files",
-]
+__all__ = ["load_recipes", "parse_recipe_text", "recipe_files"]
 
 _PREFIX_FIELDS = (
     "name",

@@ -320,4 +320,4 @@ def _mooncake(env: Envelope, ctx: LineContext, label: str) -> Request:
     )
 
 
-__all__ = ["BadLine", "LineContext", "check_message", "parse_object"]
+__all__ = ["check_message", "parse_object"]

@@ -2,9 +2,9 @@
 
 from prefixplan.simulation.capacity import tokens_from_bytes
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
-from prefixplan.simulation.models import AutoPromote, CacheSpec, Tier
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
 from prefixplan.simulation.simulator import Simulation, replay_requests, sweep
+from prefixplan.simulation.spec import AutoPromote, CacheSpec, Tier
 from prefixplan.trace.requests import SimRequest
 
 __all__ = [

@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING
 
 from prefixplan.errors import UsageError
 from prefixplan.savings.kvsize import KVShape
-from prefixplan.simulation.models import (
-    Tier,
-)
+from prefixplan.simulation.spec import Tier
 
 if TYPE_CHECKING:
     pass

@@ -21,7 +21,7 @@ from prefixplan.savings.kvsize import KVShape
 from prefixplan.savings.prefill import PrefillProfile
 from prefixplan.simulation.batch import DEFAULT_DECODE_TPS, DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_TPS
 from prefixplan.simulation.fleet import FleetModel
-from prefixplan.simulation.models import AutoPromote, Tier
+from prefixplan.simulation.spec import AutoPromote, Tier
 
 
 @dataclass(frozen=True, slots=True)

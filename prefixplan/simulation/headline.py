@@ -29,10 +29,11 @@ import numpy as np
 
 from prefixplan.savings.prefill import PrefillProfile, load_profile, profile_json
 from prefixplan.simulation.config import CacheModel, SimConfig
-from prefixplan.simulation.models import CacheSpec, capacity_blocks, choose_pins, run_model
+from prefixplan.simulation.models import run_model
 from prefixplan.simulation.replay import replay
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
 from prefixplan.simulation.simulator import Simulation
+from prefixplan.simulation.spec import CacheSpec, capacity_blocks, choose_pins
 
 if TYPE_CHECKING:
     from prefixplan.analysis.record import CandidateRecord

@@ -69,38 +69,16 @@ import numpy as np
 
 from prefixplan.errors import UsageError
 from prefixplan.simulation.spec import (
-    POLICIES,
-    TTL_PRESETS,
-    AutoPromote,
     CacheOutcome,
     CacheSpec,
-    Tier,
     capacity_blocks,
     choose_pins,
-    finish_times,
     infinite_hits,
-    parse_ttl,
 )
 from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import build_tree
 
-__all__ = [
-    "MODELS",
-    "POLICIES",
-    "TTL_PRESETS",
-    "AutoPromote",
-    "CacheOutcome",
-    "CacheSpec",
-    "ModelRun",
-    "Tier",
-    "capacity_blocks",
-    "choose_pins",
-    "finish_times",
-    "infinite_hits",
-    "model_kind",
-    "parse_ttl",
-    "run_model",
-]
+__all__ = ["MODELS", "ModelRun", "model_kind", "run_model"]
 
 MODELS: dict[str, str] = {
     "unbounded": "prefixplan.simulation.models:run_unbounded",

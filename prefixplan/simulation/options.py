@@ -11,7 +11,7 @@ from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.fleet import FleetModel, fleet_unsupported
-from prefixplan.simulation.models import AutoPromote
+from prefixplan.simulation.spec import AutoPromote
 
 
 def build_config(

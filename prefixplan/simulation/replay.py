@@ -27,14 +27,9 @@ from prefixplan.savings.pricing import (
 from prefixplan.simulation.batch import in_batch_hits, service_times
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.hosted import AnthropicCache
-from prefixplan.simulation.models import (
-    AutoPromote,
-    CacheSpec,
-    capacity_blocks,
-    parse_ttl,
-    run_model,
-)
+from prefixplan.simulation.models import run_model
 from prefixplan.simulation.risk import PrefixRisk, eviction_risk
+from prefixplan.simulation.spec import AutoPromote, CacheSpec, capacity_blocks, parse_ttl
 from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import build_tree
 from prefixplan.trace.storage.mapped import drop_resident, mapped_copy
@@ -260,7 +255,7 @@ def replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | Non
         runs[at] = replace(runs[at], per_request=runs[at].cached)
     head = runs[at]
     if config.cache.pins and config.cache.pinned_fraction and head.partition and config.cache.auto_promote is None:
-        from prefixplan.simulation.models import choose_pins
+        from prefixplan.simulation.spec import choose_pins
 
         bt = int(trace.block_tokens.max()) if trace.n_requests else gran.block_size
         need = len(choose_pins(trace, config.cache.pins, math.inf)) * bt

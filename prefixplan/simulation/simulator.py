@@ -17,10 +17,7 @@ from prefixplan.simulation.batch import service_times
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.fleet import FleetRequest, fleet_request, fleet_unsupported, simulate_fleet
 from prefixplan.simulation.hosted import AnthropicCache
-from prefixplan.simulation.models import (
-    POLICIES,
-    parse_ttl,
-)
+from prefixplan.simulation.spec import POLICIES, parse_ttl
 from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.requests import SimRequest, request_of_row
 

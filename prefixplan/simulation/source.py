@@ -22,8 +22,9 @@ from prefixplan.simulation.pins import PinSelection
 from prefixplan.simulation.result import SimResult
 from prefixplan.simulation.simulator import Simulation
 from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
-from prefixplan.trace.parquet import TraceFile, TraceWriter, base_meta, trace_input
+from prefixplan.trace.parquet import TraceFile, trace_input
 from prefixplan.trace.workers import iter_rendered
+from prefixplan.trace.writer import TraceWriter, base_meta
 
 
 def simulate_source(

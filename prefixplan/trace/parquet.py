@@ -30,22 +30,8 @@ from prefixplan.trace.columns import ARROW_FIELDS, RowColumns, arrow_ragged
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.schema import BATCH_ROWS, FORMAT, META_KEY, PARQUET_MAGIC, VERSION, arrow_schema, need_pyarrow
 from prefixplan.trace.validate import TraceDamage, check_batch, check_meta, check_schema, parse_meta
-from prefixplan.trace.writer import TraceWriter, base_meta, rows_to_batch
 
-__all__ = [
-    "BATCH_ROWS",
-    "FORMAT",
-    "META_KEY",
-    "VERSION",
-    "TraceFile",
-    "TraceWriter",
-    "base_meta",
-    "batch_columns_of",
-    "batch_rows_of",
-    "is_trace_file",
-    "rows_to_batch",
-    "trace_input",
-]
+__all__ = ["TraceFile", "batch_columns_of", "batch_rows_of", "is_trace_file", "trace_input"]
 
 FOOTER_SCAN = 16 * 2**20
 

@@ -33,7 +33,7 @@ from typing import Any
 from prefixplan.analysis.record import TokenizerInfo
 from prefixplan.core import yamlsafe
 from prefixplan.errors import TokenizerError, UsageError
-from prefixplan.keys.recipes import Recipe, display_path
+from prefixplan.keys.recipe_model import Recipe, display_path
 from prefixplan.warming.plan import WarmCandidate, WarmSource
 from prefixplan.warming.prompts import (
     EXTRA_QUESTIONS,

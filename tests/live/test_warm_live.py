@@ -144,7 +144,7 @@ def _predict(record: dict, lines: list[dict], model_dir: Path, block: int, top: 
     from prefixplan.core.granularity import engine_granularity
     from prefixplan.core.types import Request
     from prefixplan.render import load_renderer
-    from prefixplan.simulation.models import infinite_hits
+    from prefixplan.simulation.spec import infinite_hits
     from prefixplan.trace.blocks import build_trace
     from prefixplan.trace.requests import SimRequest
     from prefixplan.warming.run import probe_prompt, warm_prompt
