@@ -50,6 +50,11 @@ class Renderer(Protocol):
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def encode_stats(self) -> dict[str, int]:
+        """``{"incremental": n, "full": n}``: requests this renderer encoded reusing ids of an
+        earlier encode, and requests it encoded entirely for themselves."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RendererFacts:
@@ -219,6 +224,7 @@ class RenderSet:
     prompts_by_spec: dict[str, int] = field(default_factory=dict)
     engine_ids: dict[str, int] = field(default_factory=dict)
     reported: dict[str, RendererFacts] = field(default_factory=dict)  # from workers, by spec
+    encoded_elsewhere: dict[str, int] = field(default_factory=dict)  # workers' encode_stats, summed
     _facts: dict[str, RendererFacts] = field(default_factory=dict)
     _preloads: dict[str, Future[Renderer]] = field(default_factory=dict)
 
@@ -300,9 +306,32 @@ class RenderSet:
         self._preloads[spec] = pending
         threading.Thread(target=load, name=f"prefixplan-preload-{spec}", daemon=True).start()
 
+    def warm(self, model: str | None = None) -> None:
+        """Load ``model``'s renderer now, without counting it as used (a render worker's start:
+        :meth:`for_model` takes it when a request needs it). A load that fails is left for
+        :meth:`for_model` to raise."""
+        self.preload(model)
+        pending = self._preloads.get(self.spec_for(model))
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception:  # raised again where a request needs this renderer
+                return
+
     @property
     def loaded(self) -> list[Renderer]:
         return list(self._loaded.values())
+
+    def encode_stats(self) -> dict[str, int]:
+        """:meth:`Renderer.encode_stats` summed over the renderers loaded here, plus what workers
+        reported (:attr:`encoded_elsewhere`)."""
+        out = {"incremental": 0, "full": 0}
+        for key, value in self.encoded_elsewhere.items():
+            out[key] = out.get(key, 0) + value
+        for renderer in self._loaded.values():
+            for key, value in renderer.encode_stats().items():
+                out[key] = out.get(key, 0) + value
+        return out
 
     def render_batch(self, batch: Sequence[Request]) -> list[Prompt | TokenizerError]:
         """Render a batch (grouped by renderer); a request that fails gets its error instead."""

@@ -4,22 +4,18 @@ Exactness: the token ids equal ``tokenizer.apply_chat_template(messages, tools=t
 add_generation_prompt=True, tokenize=True)``, which is what vLLM's chat endpoints and
 ``/tokenize`` compute for the same tokenizer and template.
 
-Speed: a fast (Rust) tokenizer splits text on its added tokens (``<|im_start|>`` …) before
-normalising and pre-tokenising, so the text between two added tokens is encoded
-independently of its neighbours. The renderer splits the rendered prompt the same way and
-encodes each distinct piece once (an LRU cache bounded by tokens), so the shared system
-prompt and tool block of most requests are tokenized once. When an added token has
-``lstrip``/``rstrip``/``single_word``/``normalized`` set, splitting is not provably
-equivalent and the renderer encodes whole prompts instead (still exact, slower). Tests
-compare both paths against ``apply_chat_template`` token for token.
+Speed: the chat template renders the prompt text (one call per batch of requests that share
+their tools); :class:`~prefixplan.render.hf_encode.HFEncoder` encodes it piece by piece, each
+distinct piece and line once, where that is provably the same as encoding the whole text
+(``incremental=False``: the earlier piece cache; a tokenizer the split is not equivalent for:
+whole prompts). Tests compare every path against ``apply_chat_template`` token for token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-import unicodedata
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,14 +28,10 @@ from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.chatnorm import engine_messages
 from prefixplan.render.engine_ids import raw_ids_prompt
-from prefixplan.render.pieces import PieceCache
-from prefixplan.render.spans import assign, byte_starts_to_char_starts, join_pieces, locate, offset_starts
+from prefixplan.render.hf_encode import HFEncoder
+from prefixplan.render.spans import assign, locate
 from prefixplan.render.tojson_memo import install as install_tojson_memo
 from prefixplan.render.tojson_memo import tojson_memo
-
-# Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
-PARAGRAPH_SPLIT_MIN_CHARS = 1024
-_PARAGRAPH_BOUNDARY = re.compile(r"\n\n(?=\S)")
 
 
 class HFRenderer:
@@ -56,6 +48,7 @@ class HFRenderer:
         piece_cache_tokens: int = 8_000_000,
         split_pieces: bool = True,
         paragraph_split: bool = True,
+        incremental: bool | None = None,
     ) -> None:
         path = Path(path)
         if not (path / "tokenizer.json").is_file() and not (path / "tokenizer_config.json").is_file():
@@ -63,8 +56,6 @@ class HFRenderer:
                 f"hf:{path}: not a tokenizer folder (no tokenizer.json or tokenizer_config.json)",
                 hint="pass a local folder saved with tokenizer.save_pretrained()",
             )
-        import os
-
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         try:
@@ -90,20 +81,32 @@ class HFRenderer:
         self.spec = f"hf:{path}"
         self.label = f"hf:{path.name}"
         self.template_kwargs = dict(template_kwargs or {})
-        self.cache = PieceCache(piece_cache_tokens)
-        self._split_re, self._added_ids, safe = self._added_token_splitter()
-        self._special_items = {
-            tid: (as_token_ids(np.array([tid], dtype=np.uint32)), np.zeros(1, dtype=np.int64))
-            for tid in self._added_ids.values()
-        }
-        self.split_pieces = split_pieces and safe and self._pieces_are_safe()
+        if incremental is None:
+            incremental = os.environ.get("PREFIXPLAN_INCREMENTAL", "1") != "0"
+        self.encoder = HFEncoder(
+            backend,
+            piece_cache_tokens=piece_cache_tokens,
+            split_pieces=split_pieces,
+            paragraph_split=paragraph_split,
+            incremental=incremental,
+        )
+        self.cache = self.encoder.cache
+        self.split_pieces = self.encoder.split_pieces
         self.fingerprint = self._fingerprint()
         templates = self.tokenizer.chat_template
         for template in templates.values() if isinstance(templates, dict) else (templates,):
             if isinstance(template, str):
                 install_tojson_memo(template)
-        self._byte_len = self._byte_lengths()
-        self._paragraph_split = paragraph_split and self._paragraph_boundaries_are_safe()
+
+    @property
+    def _paragraph_split(self) -> bool:
+        """Whether long pieces are cut inside (after blank lines, or where the proved rule allows)."""
+        return self.encoder.paragraph_split or self.encoder.segments.rule is not None
+
+    def encode_stats(self) -> dict[str, int]:
+        """Chat requests rendered so far whose ids reused an earlier encode (``incremental``)
+        and those encoded entirely for themselves (``full``)."""
+        return self.encoder.stats.as_dict()
 
     # -- identity -------------------------------------------------------------------------
     def _fingerprint(self) -> str:
@@ -114,51 +117,6 @@ class HFRenderer:
         h.update(b"\0kwargs\0")
         h.update(json.dumps(self.template_kwargs, sort_keys=True, default=str).encode())
         return "tok1:" + h.hexdigest()[:32]
-
-    def _byte_lengths(self) -> np.ndarray | None:
-        """Bytes of text per token id for byte-level BPE vocabularies (each character of a
-        byte-level token string stands for one byte; added tokens are literal text), or None.
-
-        With it, token start offsets come from a cumulative sum instead of the tokenizer's
-        per-token offset tuples, which are slow to fetch from Python."""
-        from tokenizers.decoders import ByteLevel
-
-        if not isinstance(self.backend.decoder, ByteLevel):
-            return None
-        vocab = self.backend.get_vocab(with_added_tokens=False)
-        ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
-        top = int(ids.max()) + 1 if ids.shape[0] else 0
-        size = max(self.backend.get_vocab_size(with_added_tokens=True), top)
-        lengths = np.zeros(size, dtype=np.int64)
-        lengths[ids] = np.fromiter(map(len, vocab), dtype=np.int64, count=len(vocab))
-        for tid, added in self.backend.get_added_tokens_decoder().items():
-            if tid < size:
-                lengths[tid] = len(added.content.encode("utf-8"))
-        return lengths
-
-    def _encode_one(self, enc: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, first-char offsets) of an Encoding of ``text``."""
-        ids = as_token_ids(enc.ids)
-        if self._byte_len is not None and ids.size and int(ids.max()) < self._byte_len.size:
-            lens = self._byte_len[ids]
-            data = text.encode("utf-8", "surrogatepass")
-            ends = np.cumsum(lens)
-            if int(ends[-1]) == len(data):  # no normalisation changed the bytes
-                return ids, byte_starts_to_char_starts(data, ends - lens)
-        return ids, offset_starts(enc.offsets)
-
-    def _added_token_splitter(self) -> tuple[re.Pattern[str] | None, dict[str, int], bool]:
-        decoder = self.backend.get_added_tokens_decoder()
-        ids: dict[str, int] = {}
-        safe = True
-        for tid, tok in decoder.items():
-            ids[tok.content] = tid
-            if tok.lstrip or tok.rstrip or tok.single_word or (tok.normalized and not tok.special):
-                safe = False
-        if not ids:
-            return None, ids, safe
-        alternatives = sorted(ids, key=len, reverse=True)
-        return re.compile("|".join(re.escape(a) for a in alternatives)), ids, safe
 
     # -- rendering ------------------------------------------------------------------------
     def render_text(self, request: Request) -> str:
@@ -225,159 +183,10 @@ class HFRenderer:
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and first-char offsets of ``text`` (exactly as the tokenizer encodes it)."""
-        if add_special_tokens or not self.split_pieces or self._split_re is None:
+        if add_special_tokens or not self.split_pieces or self.encoder.split_re is None:
             enc = self.backend.encode(text, add_special_tokens=add_special_tokens)
-            return self._encode_one(enc, text)
-        return self._encode_pieces([text])[0]
-
-    @staticmethod
-    def _paragraphs(piece: str) -> list[str]:
-        """``piece`` cut after blank lines (before a non-space, non-combining character).
-
-        Only used when :meth:`_paragraph_boundaries_are_safe` showed that the tokenizer's
-        pre-tokenizer always splits there, so encoding the parts equals encoding the whole;
-        a document pasted into many different questions is then tokenized once.
-        """
-        parts: list[str] = []
-        pos = 0
-        for m in _PARAGRAPH_BOUNDARY.finditer(piece):
-            end = m.end()
-            if end < len(piece) and not unicodedata.combining(piece[end]) and end > pos:
-                parts.append(piece[pos:end])
-                pos = end
-        parts.append(piece[pos:])
-        return parts
-
-    def _pieces_are_safe(self) -> bool:
-        """Probe: the text around an added token encodes alone as it does in the whole prompt.
-        Flags on the added tokens are not the whole story: a pre-tokenizer that marks only the
-        start of the text (Metaspace with ``prepend_scheme: first``) gives a piece a leading
-        ``▁`` it does not have mid-prompt. Any difference renders prompts whole (slower, exact)."""
-        if self._split_re is None:
-            return True
-        backend = self.backend
-        texts = ["\n", "hello", " hi there", "\nuser\n", "a\n\nb", "  x"]
-        for tok, tid in list(self._added_ids.items())[:64]:
-            for left in ("text", "x\n"):
-                for right in texts:
-                    whole = backend.encode(left + tok + right, add_special_tokens=False).ids
-                    parts = [
-                        *backend.encode(left, add_special_tokens=False).ids,
-                        tid,
-                        *backend.encode(right, add_special_tokens=False).ids,
-                    ]
-                    if whole != parts:
-                        return False
-        return True
-
-    def _paragraph_boundaries_are_safe(self) -> bool:
-        """Probe: encode(a + b) == encode(a) + encode(b) for paragraph ends ``a`` (ending in
-        a blank line) and starts ``b`` of many shapes. Any difference disables the split."""
-        if not self.split_pieces:
-            return False
-        ends = [
-            "end of text.\n\n",
-            "word\n\n",
-            "x  \n\n",
-            "1234\n\n",
-            "```\n\n",
-            "。\n\n",
-            "a\n \n\n",
-            "tab\t\n\n",
-            "- item\n\n",
-            "quote'\n\n",
-            "\n\n",
-            "é\n\n",
-        ]
-        starts = [
-            "Next",
-            "next",
-            "1. item",
-            "- bullet",
-            "# Heading",
-            "`code`",
-            "(paren",
-            "'s quote",
-            "日本語",
-            "<tag>",
-            '{"k": 1}',
-            "A",
-            "_x",
-            "é",
-            "!",
-            "Ünï",
-            "http://x.y",
-            "42",
-        ]
-        pairs = [(a, b) for a in ends for b in starts]
-        joint = self.backend.encode_batch([a + b for a, b in pairs], add_special_tokens=False)
-        left = self.backend.encode_batch([a for a, _ in pairs], add_special_tokens=False)
-        right = self.backend.encode_batch([b for _, b in pairs], add_special_tokens=False)
-        return all(j.ids == a.ids + b.ids for j, a, b in zip(joint, left, right, strict=False))
-
-    def _encode_pieces(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Encode several texts, sharing the piece cache and batching cache misses.
-
-        A long piece (a system prompt, a document) is looked up whole first; it is split into
-        paragraphs only when not cached whole, and is cached whole once all its paragraphs
-        were known (a piece that recurs), so a recurring system prompt costs one lookup."""
-        assert self._split_re is not None
-        layouts: list[list[tuple[str, int, int | None]]] = []  # (piece, char offset, special id)
-        missing: dict[str, None] = {}
-        wholes: dict[str, list[str]] = {}  # long piece not cached whole -> its paragraphs
-        cache = self.cache
-        for text in texts:
-            layout: list[tuple[str, int, int | None]] = []
-            pos = 0
-            for m in self._split_re.finditer(text):
-                if m.start() > pos:
-                    layout.append((text[pos : m.start()], pos, None))
-                layout.append((m.group(0), m.start(), self._added_ids[m.group(0)]))
-                pos = m.end()
-            if pos < len(text):
-                layout.append((text[pos:], pos, None))
-            for piece, _, special in layout:
-                if special is not None or piece in missing or piece in wholes or cache.get(piece) is not None:
-                    continue
-                if self._paragraph_split and len(piece) >= PARAGRAPH_SPLIT_MIN_CHARS:
-                    parts = self._paragraphs(piece)
-                    if len(parts) > 1:
-                        wholes[piece] = parts
-                        for part in parts:
-                            if part not in missing and cache.get(part) is None:
-                                missing[part] = None
-                        continue
-                missing[piece] = None
-            layouts.append(layout)
-        fresh: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if missing:
-            pieces = list(missing)
-            encs = self.backend.encode_batch(pieces, add_special_tokens=False)
-            for piece, enc in zip(pieces, encs, strict=False):
-                item = self._encode_one(enc, piece)
-                fresh[piece] = item
-                cache.put(piece, item)
-        for piece, parts in wholes.items():
-            items = [self._cached(part, fresh) for part in parts]
-            whole = join_pieces(items, np.cumsum([0] + [len(p) for p in parts[:-1]]))
-            fresh[piece] = whole
-            if not any(part in missing for part in parts):  # every paragraph seen before: a recurring piece
-                cache.put(piece, whole)
-        out: list[tuple[np.ndarray, np.ndarray]] = []
-        for layout in layouts:
-            items = []
-            offsets = []
-            for piece, offset, special in layout:
-                items.append(self._special_items[special] if special is not None else self._cached(piece, fresh))
-                offsets.append(offset)
-            out.append(join_pieces(items, offsets))
-        return out
-
-    def _cached(self, piece: str, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        got = fresh.get(piece) or self.cache.get(piece)
-        if got is None:  # evicted between lookup and use: encode directly
-            got = self._encode_one(self.backend.encode(piece, add_special_tokens=False), piece)
-        return got
+            return self.encoder.encode_one(enc, text)
+        return self.encoder.encode([text], count=False)[0]
 
     def render(self, request: Request) -> Prompt:
         return self.render_many([request])[0]
@@ -387,16 +196,7 @@ class HFRenderer:
         chat = [i for i, req in enumerate(requests) if req.messages is not None]
         keys: dict[int, bytes] = {}
         texts = self._render_texts(requests, chat, keys)
-        if self.split_pieces and self._split_re is not None:
-            encoded = dict(zip(chat, self._encode_pieces([texts[i] for i in chat]), strict=False))
-        else:
-            encoded = {}
-            for i in chat:
-                enc = self.backend.encode(texts[i], add_special_tokens=False)
-                encoded[i] = (
-                    as_token_ids(enc.ids),
-                    offset_starts(enc.offsets),
-                )  # the reference path: tokenizer offsets
+        encoded = dict(zip(chat, self.encoder.encode([texts[i] for i in chat]), strict=True))
         prompts = []
         for i, req in enumerate(requests):
             if i in encoded:
@@ -416,6 +216,7 @@ class HFRenderer:
         # (BOS for Llama/Mistral-style tokenizers, nothing for Qwen).
         assert req.prompt is not None
         tokens = as_token_ids(self.backend.encode(req.prompt, add_special_tokens=True).ids)
+        self.encoder.stats.count(False)
         seg = Segment("raw", 0, len(tokens), segment_hash(req.prompt))
         return Prompt(req, tokens, (seg,), (), exact=True)
 

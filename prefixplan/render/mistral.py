@@ -8,6 +8,10 @@ after ``pip install`` with no flags. Token ids come from mistral-common's own
 Spans are found by decoding each token to its bytes (control tokens to their text, e.g.
 ``[INST]``) and locating message contents in the decoded text.
 
+Incremental encoding (the default; ``incremental=False`` or ``PREFIXPLAN_INCREMENTAL=0`` turns it
+off): :mod:`prefixplan.render.mistral_fast` lets mistral-common encode each distinct text part once
+(the system prompt before a new question, the tool list, earlier turns), with the same ids.
+
 Note for users: Mistral's v3 format puts the system prompt and the tool list in front of the
 *last* user message, so multi-turn conversations share less than with ChatML templates.
 """
@@ -15,6 +19,7 @@ Note for users: Mistral's v3 format puts the system prompt and the tool list in 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +29,7 @@ from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
 from prefixplan.render.engine_ids import raw_ids_prompt
+from prefixplan.render.incremental import EncodeStats
 from prefixplan.render.spans import assign, byte_starts_to_char_starts, locate
 
 # name -> (factory method name, kwargs, description)
@@ -38,7 +44,7 @@ DEFAULT = "nemo"
 class MistralRenderer:
     exact = True
 
-    def __init__(self, name: str = DEFAULT) -> None:
+    def __init__(self, name: str = DEFAULT, *, incremental: bool | None = None) -> None:
         if name not in MODELS:
             raise TokenizerError(
                 f"mistral:{name}: unknown; choose one of {', '.join(MODELS)}",
@@ -63,6 +69,25 @@ class MistralRenderer:
             with open(path, "rb") as fh:
                 h.update(fh.read())
         self.fingerprint = "tok1:" + h.hexdigest()[:32]
+        self.stats = EncodeStats()
+        if incremental is None:
+            incremental = os.environ.get("PREFIXPLAN_INCREMENTAL", "1") != "0"
+        self._encoder = None
+        if incremental:
+            from prefixplan.render.mistral_fast import install
+
+            self._encoder = install(self.tokenizer)
+        self._text = None
+        if self._encoder is not None and self._encoder._direct is not None:
+            from prefixplan.render.mistral_fast import TekkenText
+
+            special = int(self._raw.num_special_tokens)
+            self._text = TekkenText(self._encoder._direct, special, self._piece)
+
+    def encode_stats(self) -> dict[str, int]:
+        """Chat requests rendered so far whose ids reused an earlier encode (``incremental``)
+        and those encoded entirely for themselves (``full``)."""
+        return self.stats.as_dict()
 
     def _piece(self, tid: int) -> bytes:
         piece = self._pieces.get(tid)
@@ -72,6 +97,7 @@ class MistralRenderer:
         return piece
 
     def decode_with_starts(self, ids: Sequence[int]) -> tuple[str, np.ndarray]:
+        """The text of ``ids`` (control tokens as their names) and each token's first char."""
         pieces = [self._piece(int(t)) for t in ids]
         lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
         byte_starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(pieces) else lengths
@@ -88,6 +114,7 @@ class MistralRenderer:
         if request.messages is None:
             if request.prompt is not None:
                 tokens = as_token_ids(self._raw.encode(request.prompt, bos=True, eos=False))
+                self.stats.count(False)
                 return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),))
             return raw_ids_prompt(request)
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
@@ -96,15 +123,40 @@ class MistralRenderer:
             messages: Any = [_clean_message(m) for m in request.messages]
             tools: Any = list(request.tools) if request.tools else None
             chat: Any = ChatCompletionRequest(messages=messages, tools=tools)
+            if self._encoder is not None:
+                self._encoder.begin()
             ids = self.tokenizer.encode_chat_completion(chat).tokens
         except Exception as exc:  # pydantic validation, mistral-common request rules
             raise TokenizerError(f"{request.source}:{request.line_no}: mistral rendering failed: {exc}") from exc
-        text, starts = self.decode_with_starts(ids)
-        segments, chunks = assign(text, starts, locate(text, request.messages, request.tools))
-        return Prompt(request, as_token_ids(ids), segments, chunks, exact=True)
+        tokens = as_token_ids(ids)
+        if self._encoder is None:
+            self.stats.count(False)
+            text, starts = self.decode_with_starts(ids)
+            spans = locate(text, request.messages, request.tools)
+        else:
+            self.stats.count(self._encoder.reused)
+            if self._text is not None:
+                text, starts = self._text.decode(tokens, self._encoder.calls)
+            else:
+                text, starts = self.decode_with_starts(ids)
+            spans = locate(text, request.messages, request.tools, tools_key=_tools_key(request.tools))
+        segments, chunks = assign(text, starts, spans)
+        return Prompt(request, tokens, segments, chunks, exact=True)
 
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
         return [self.render(r) for r in requests]
+
+
+def _tools_key(tools: Sequence[dict[str, Any]] | None) -> bytes | None:
+    """The tool list's JSON bytes (the span finder's key for its cached tool texts), or None."""
+    if not tools:
+        return None
+    import orjson
+
+    try:
+        return orjson.dumps(list(tools))
+    except TypeError:
+        return None
 
 
 def _clean_message(message: dict[str, Any]) -> dict[str, Any]:

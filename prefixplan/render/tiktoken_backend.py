@@ -12,7 +12,10 @@ follows the hosted caching order — tools, then system, then messages:
     <|im_start|>assistant\\n       (template, generation prompt)
 
 Each piece is encoded on its own with ``encode_ordinary`` (user text containing special-token
-strings is plain text). Every figure from this backend is labelled approximate.
+strings is plain text), each distinct piece once; a piece not seen before is cut where the
+encoding's proved rule allows (:mod:`prefixplan.render.boundaries`: cl100k and o200k) and its
+known prefix and lines are reused (``incremental=False`` or ``PREFIXPLAN_INCREMENTAL=0``: whole
+pieces only). Every figure from this backend is labelled approximate.
 
 Rank files are read locally: ``tiktoken:cl100k_base`` looks for ``cl100k_base.tiktoken`` in
 ``$PREFIXPLAN_TOKENIZER_DIR/tiktoken``, ``./.cache/tokenizers/tiktoken`` and
@@ -34,7 +37,9 @@ import numpy as np
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, TokenIds, as_token_ids
 from prefixplan.errors import TokenizerError
+from prefixplan.render.boundaries import rule_for_patterns
 from prefixplan.render.engine_ids import raw_ids_prompt
+from prefixplan.render.incremental import EncodeStats, SegmentEncoder
 from prefixplan.render.pieces import PieceCache
 from prefixplan.render.spans import ROLE_KIND, message_text, tool_name
 
@@ -130,7 +135,7 @@ def load_encoding(name: str) -> tuple[Any, Path]:
 class TiktokenRenderer:
     exact = False
 
-    def __init__(self, name: str = "o200k_base") -> None:
+    def __init__(self, name: str = "o200k_base", *, incremental: bool | None = None) -> None:
         self.encoding, path = load_encoding(name)
         self.spec = f"tiktoken:{name}"
         self.label = f"tiktoken:{self.encoding.name} (approximate rendering)"
@@ -138,13 +143,39 @@ class TiktokenRenderer:
         h.update(b"\0layout:pp-chatml-1")
         self.fingerprint = "tok1:" + h.hexdigest()[:32]
         self.cache = PieceCache(4_000_000)
+        self.stats = EncodeStats()
+        if incremental is None:
+            incremental = os.environ.get("PREFIXPLAN_INCREMENTAL", "1") != "0"
+        self.segments = (
+            SegmentEncoder(self._encode_batch, rule_for_patterns([self.encoding._pat_str]), self.cache, starts=False)
+            if incremental
+            else None
+        )
+        self._reused = False
+
+    def encode_stats(self) -> dict[str, int]:
+        """Chat requests rendered so far whose ids reused an earlier encode (``incremental``)
+        and those encoded entirely for themselves (``full``)."""
+        return self.stats.as_dict()
+
+    def _encode_batch(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        empty = np.zeros(0, np.int64)
+        return [(as_token_ids(self.encoding.encode_ordinary(text)), empty) for text in texts]
 
     def _enc(self, text: str) -> TokenIds:
+        """The ids of one part of the layout, reused when encoded before (whole, or with the
+        incremental path, by proved prefix and line)."""
+        if self.segments is not None:
+            (ids, _), reused = self.segments.encode(text)
+            self._reused = self._reused or reused
+            return TokenIds(ids)
         item = self.cache.get(text)
         if item is None:
             ids = as_token_ids(self.encoding.encode_ordinary(text))
             item = (ids, np.zeros(0, np.int64))
             self.cache.put(text, item)
+        else:
+            self._reused = True
         return TokenIds(item[0])
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -154,12 +185,15 @@ class TiktokenRenderer:
     def render(self, request: Request) -> Prompt:
         if request.messages is None:
             if request.prompt is not None:
+                self._reused = False
                 tokens = self._enc(request.prompt)
+                self.stats.count(self._reused)
                 return Prompt(
                     request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),), exact=False
                 )
             return raw_ids_prompt(request)
         parts: list[tuple[str, str, int, str | None]] = []  # (kind, text, index, name)
+        self._reused = False
         if request.tools:
             parts.append(("template", "# Tools\n", 0, None))
             for j, tool in enumerate(request.tools):
@@ -183,6 +217,7 @@ class TiktokenRenderer:
             segments.append(Segment(kind, pos, pos + len(ids), segment_hash(text), index, name))
             pos += len(ids)
         tokens = as_token_ids(np.concatenate(arrays)) if arrays else as_token_ids(np.zeros(0, np.uint32))
+        self.stats.count(self._reused)
         return Prompt(request, tokens, tuple(_merge_template(segments)), (), exact=False)
 
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]:

@@ -87,6 +87,11 @@ class VLLMRenderer:
         h = hashlib.sha256(self.model.encode())
         h.update(np.asarray(probe["tokens"], dtype=np.uint32).tobytes())
         self.fingerprint = "tok1:remote:" + h.hexdigest()[:24]
+        self._encoded = 0
+
+    def encode_stats(self) -> dict[str, int]:
+        """Requests the server encoded (each in full: nothing is reused here)."""
+        return {"incremental": 0, "full": self._encoded}
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -142,6 +147,7 @@ class VLLMRenderer:
                 return raw_ids_prompt(request)
             data = self._post("/tokenize", {"model": self.model, "prompt": request.prompt})
             tokens = as_token_ids(data["tokens"])
+            self._encoded += 1
             return Prompt(request, tokens, (Segment("raw", 0, len(tokens), segment_hash(request.prompt)),))
         body: dict[str, Any] = {
             "model": self.model,
@@ -156,6 +162,7 @@ class VLLMRenderer:
         except EndpointError as exc:
             raise TokenizerError(f"{request.source}:{request.line_no}: {exc}") from exc
         tokens = as_token_ids(data["tokens"])
+        self._encoded += 1
         text, starts = self._starts(data.get("token_strs"), len(tokens))
         if text is None:
             seg = Segment("template", 0, len(tokens), segment_hash(tokens.tobytes()))

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Benchmark: incremental encoding vs the earlier path, alternating, in one process.
+
+    python benchmarks/bench_incremental.py [--requests 2000] [--rounds 3] [--tokenizers mistral:nemo,qwen3]
+
+Logs: the bundled example (examples/agent_log.jsonl.gz, 400 requests) and the first
+``--requests`` requests of the pinned generated log (`python scripts/make_logs.py bench`, 100k
+requests, seed 7; written when missing; its prefix is cut once into benchmarks/out/). Tokenizers:
+the default ``mistral:nemo`` (shipped in mistral-common) and the real Qwen3 (``hf:``, fetched by
+scripts/fetch_tokenizers.py; skipped when absent).
+
+Per log and tokenizer, each round renders every request (chat template + tokenizer + spans,
+``render_many`` in batches of 256, one thread: ``RAYON_NUM_THREADS=1``) once with the earlier
+path (``incremental=False``) and once with the incremental one, each with a fresh renderer, the
+order alternating between rounds. Printed: tokens per CPU second (the process's CPU time: one
+core) for each (the median round), their ratio, the split of each path's time into template
+(``apply_chat_template``; for mistral-common, building and validating the request and
+assembling the prompt), tokenizer (encoding text) and rest (offsets, spans, the rest of the
+renderer), the requests the new path encoded incrementally vs in full, whether both paths gave
+the same ids, and read+parse (the same requests read and parsed from the log, no rendering) in
+tokens per CPU second: how far rendering still is from only reading. Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pinned import QWEN3, ROOT, log_slice, pinned_log
+
+EXAMPLE = ROOT / "examples" / "agent_log.jsonl.gz"
+BATCH = 256
+
+
+def read_requests(log: Path) -> tuple[list[Any], float]:
+    """The requests of ``log`` and the CPU seconds reading and parsing them took."""
+    from prefixplan.logs import LineErrors, ReadOptions, iter_requests
+
+    t0 = time.process_time()
+    requests = list(iter_requests([str(log)], ReadOptions(), LineErrors()))
+    return requests, time.process_time() - t0
+
+
+def make_renderer(tokenizer: str, incremental: bool) -> Any:
+    if tokenizer == "qwen3":
+        from prefixplan.render.hf import HFRenderer
+
+        return HFRenderer(QWEN3, incremental=incremental)
+    from prefixplan.render.mistral import MistralRenderer
+
+    return MistralRenderer(tokenizer.partition(":")[2] or "nemo", incremental=incremental)
+
+
+class Clock:
+    """CPU seconds spent inside wrapped methods (outermost calls only)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._depth = 0
+
+    def wrap(self, owner: Any, name: str, key: str) -> None:
+        inner: Callable[..., Any] = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._depth:
+                return inner(*args, **kwargs)
+            self._depth += 1
+            t0 = time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.process_time() - t0
+                self._depth -= 1
+
+        setattr(owner, name, timed)
+
+
+def instrument(renderer: Any, tokenizer: str) -> tuple[Clock, Clock]:
+    """Clocks for the template and the tokenizer inside ``renderer`` (see the module docstring)."""
+    template, encode = Clock(), Clock()
+    if tokenizer == "qwen3":
+        template.wrap(renderer, "_render_texts", "template")
+        encode.wrap(renderer.encoder, "encode", "tokenizer")
+    else:
+        template.wrap(renderer.tokenizer, "encode_chat_completion", "template")
+        encode.wrap(renderer.tokenizer.instruct_tokenizer.tokenizer, "encode", "tokenizer")
+    return template, encode
+
+
+def measure(requests: list[Any], tokenizer: str, incremental: bool) -> dict[str, Any]:
+    renderer = make_renderer(tokenizer, incremental)
+    template, encode = instrument(renderer, tokenizer)
+    gc.collect()
+    digest = hashlib.sha256()
+    tokens = 0
+    wall = time.perf_counter()
+    t0 = time.process_time()
+    for i in range(0, len(requests), BATCH):
+        for prompt in renderer.render_many(requests[i : i + BATCH]):
+            tokens += len(prompt.tokens)
+            digest.update(prompt.tokens.tobytes())
+    cpu = time.process_time() - t0
+    wall = time.perf_counter() - wall
+    tmpl = template.seconds.get("template", 0.0)
+    tok = encode.seconds.get("tokenizer", 0.0)
+    if tokenizer != "qwen3":
+        tmpl -= tok  # mistral-common encodes inside its request assembly
+    return {
+        "cpu": cpu,
+        "wall": wall,
+        "tokens": tokens,
+        "template": tmpl,
+        "tokenizer": tok,
+        "rest": cpu - tmpl - tok,
+        "digest": digest.hexdigest(),
+        "stats": renderer.encode_stats(),
+    }
+
+
+def split(run: dict[str, Any]) -> str:
+    parts = (f"{k} {run[k]:.2f}s ({100 * run[k] / run['cpu']:.0f}%)" for k in ("template", "tokenizer", "rest"))
+    return ", ".join(parts)
+
+
+def bench(label: str, log: Path, tokenizer: str, rounds: int) -> dict[str, Any]:
+    requests, parse = read_requests(log)
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for r in range(rounds):
+        for incremental in (True, False) if r % 2 else (False, True):
+            runs[incremental].append(measure(requests, tokenizer, incremental))
+    old = sorted(runs[False], key=lambda x: x["cpu"])[len(runs[False]) // 2]
+    new = sorted(runs[True], key=lambda x: x["cpu"])[len(runs[True]) // 2]
+    same = {x["digest"] for x in runs[False] + runs[True]}
+    rate_old = old["tokens"] / old["cpu"] / 1e6
+    rate_new = new["tokens"] / new["cpu"] / 1e6
+    rate_parse = new["tokens"] / parse / 1e6
+    print(f"\n{label} -- {tokenizer}: {len(requests):,} requests, {new['tokens']:,} tokens, {rounds} rounds")
+    print(f"  old path   {rate_old:7.2f} M tokens/s per core   {split(old)}")
+    print(f"  new path   {rate_new:7.2f} M tokens/s per core   {split(new)}")
+    ratios = [o["cpu"] / n["cpu"] for o, n in zip(runs[False], runs[True], strict=True)]
+    shown = ", ".join(f"{x:.2f}" for x in ratios)
+    print(f"  ratio      {rate_new / rate_old:7.2f} x (median rounds; each round: {shown})")
+    print(f"  new path   encode_stats {new['stats']}; ids equal to the old path: {'yes' if len(same) == 1 else 'NO'}")
+    print(f"  read+parse {rate_parse:7.2f} M tokens/s per core (the new path is {rate_parse / rate_new:.1f}x slower)")
+    return {"ratio": rate_new / rate_old, "same": len(same) == 1}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=2000, help="requests taken from the pinned 100k log")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokenizers", default="mistral:nemo,qwen3")
+    args = ap.parse_args()
+    os.environ["RAYON_NUM_THREADS"] = "1"  # one core: set before the tokenizers library loads
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    tokenizers = [t for t in args.tokenizers.split(",") if t]
+    if "qwen3" in tokenizers and not (QWEN3 / "tokenizer.json").is_file():
+        print(f"qwen3: {QWEN3} not found (python scripts/fetch_tokenizers.py qwen3): skipped")
+        tokenizers.remove("qwen3")
+    bench_log = log_slice(pinned_log(100_000), args.requests)
+    results = []
+    for label, log in (("bundled example", EXAMPLE), (f"pinned bench log, first {args.requests:,}", bench_log)):
+        for tokenizer in tokenizers:
+            results.append(bench(label, log, tokenizer, args.rounds))
+    print(f"\ntarget >= 2x per core: {'met' if all(r['ratio'] >= 2 for r in results) else 'not met'} on every pair")
+    return 0 if all(r["same"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
