@@ -104,7 +104,7 @@ def test_profile_yaml_round_trip(tmp_path):
     back = load_profile(path)
     assert back == prof
     assert not back.assumed
-    assert load_profile(None).assumed
+    assert load_profile(None).basis == "derived" and not load_profile(None).assumed  # a roofline, not typed in
     with pytest.raises(UsageError):
         load_profile("nope")
     # a calibrate-style file (extra keys ignored) is read as measured

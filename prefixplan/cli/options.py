@@ -110,12 +110,16 @@ Model = Annotated[
     typer.Option(
         "--model",
         metavar="NAME",
-        help="Model name: the one a server serves (default its first), and whose KV size (report, simulate) and prices (simulate) are used.",
+        help="Model name: the one a server serves (default its first), and whose KV size (report, simulate), prices and derived prefill profile (simulate) are used.",
     ),
 ]
 ModelConfig = Annotated[
     Optional[Path],
-    typer.Option("--model-config", metavar="FILE", help="Model config.json giving the KV bytes per token."),
+    typer.Option(
+        "--model-config",
+        metavar="FILE",
+        help="Model config.json giving the KV bytes per token (simulate: and the shape of the derived prefill profile).",
+    ),
 ]
 Profile = Annotated[
     Optional[str],
@@ -123,6 +127,52 @@ Profile = Annotated[
         "--profile",
         metavar="PROFILE",
         help="Prefill-time profile: a built-in name (h100-8b, ...), a YAML file, or a name stored by calibrate.",
+    ),
+]
+Gpu = Annotated[
+    Optional[str],
+    typer.Option(
+        "--gpu",
+        metavar="NAME",
+        help="Derive the prefill profile for the model (--model/--model-config) on this GPU: H100, H200, B200, A100, L40S, L4, MI300X.",
+    ),
+]
+TensorParallel = Annotated[
+    Optional[int],
+    typer.Option(
+        "--tensor-parallel", metavar="N", help="GPUs per replica (tensor parallelism) of the derived profile."
+    ),
+]
+Efficiency = Annotated[
+    Optional[float],
+    typer.Option(
+        "--efficiency",
+        metavar="FRACTION",
+        help="Share of the GPU's peak FLOP/s a prefill reaches (derived profile; 0.5).",
+    ),
+]
+RateScale = Annotated[
+    Optional[float],
+    typer.Option(
+        "--rate-scale",
+        metavar="X",
+        help="Replay at X times the log's arrival rate through a queue per replica: TTFT under load (a model).",
+    ),
+]
+MaxBatchedTokens = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-num-batched-tokens",
+        metavar="N",
+        help="Tokens one engine step computes, decodes and prefill chunks (--rate-scale; default vLLM's for the GPU).",
+    ),
+]
+MaxSeqs = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-num-seqs",
+        metavar="N",
+        help="Requests a replica runs at once (--rate-scale; default vLLM's for the GPU).",
     ),
 ]
 

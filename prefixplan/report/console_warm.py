@@ -32,7 +32,8 @@ def render_warm(con: Console, data: dict[str, Any]) -> None:
         con.print(
             f"{len(plan['items'])} requests, {plan['memory_tokens']} resident tokens"
             + (f" ({mem / 1e9:.3f} GB KV)" if mem else "")
-            + f", est. prefill {plan['est_prefill_s']:.3f} s ({plan['profile'].get('source', 'profile')} profile)"
+            + f", est. prefill {plan['est_prefill_s']:.3f} s (profile {plan['profile'].get('name', '')}: "
+            + f"{escape(str(plan['profile'].get('provenance') or plan['profile'].get('source', '')))})"
         )
         return
     for r in data["replicas"]:

@@ -299,6 +299,16 @@ def _secs(x: Any) -> str:
     return f"{x * 1000:,.0f} ms" if abs(x) < 1 else f"{x:,.2f} s"
 
 
+def profile_label(sav: Mapping[str, Any]) -> str:
+    """The prefill profile of a ``savings`` section with where its figures come from: ``h100-8b
+    (derived from <model>, <GPU>, efficiency E)``, ``NAME (measured ...)`` or an assumption."""
+    name = str(sav.get("profile") or "")
+    if sav.get("profile_is_assumption"):
+        return f"{name} (an assumption, not measured)"
+    provenance = sav.get("profile_provenance")
+    return f"{name} ({provenance})" if provenance else name
+
+
 def savings(sim: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """``(label, formatted value)`` rows for what the simulation estimated at the headline cache."""
     if not isinstance(sim, Mapping):
@@ -317,7 +327,7 @@ def savings(sim: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                     f"({_secs(sav.get('gpu_seconds_without'))} → {_secs(sav.get('gpu_seconds_with'))})",
                 )
             )
-        for q in ("p50", "p95"):
+        for q in ("p50", "p95", "p99"):
             before, after = sav.get(f"ttft_{q}_without_s"), sav.get(f"ttft_{q}_with_s")
             if before is not None or after is not None:
                 rows.append((f"TTFT {q}", f"{_secs(before)} → {_secs(after)}"))
@@ -339,11 +349,9 @@ def savings_assumptions(sim: Mapping[str, Any] | None) -> list[str]:
         out.append(f"simulated granularity: {sim['granularity']}")
     sav = sim.get("savings")
     notes = [str(x) for x in sim.get("notes") or []]
-    if isinstance(sav, Mapping) and sav.get("profile") and not any(str(sav["profile"]) in x for x in notes):
-        out.append(
-            f"prefill profile {sav['profile']}"
-            + (" (an assumption, not measured)" if sav.get("profile_is_assumption") else "")
-        )
+    if isinstance(sav, Mapping) and sav.get("profile"):
+        out.append(f"prefill profile {profile_label(sav)}")
+        notes = [x for x in notes if not x.startswith(f"prefill profile {sav['profile']!r}")]
     if isinstance(sim.get("money"), Mapping) and sim["money"].get("prices_as_of"):
         out.append(f"prices as of {sim['money']['prices_as_of']}")
     return out + notes

@@ -38,10 +38,11 @@ Defaults, chosen from public figures, not fitted to any measurement:
   scheduling and the first token's sampling (about 1 ms). An eager (no CUDA graphs) Python
   forward pays more; an engine with CUDA graphs less.
 
-:func:`derived_profile` turns a :class:`Roofline` into the ``a + b*new + c*new*(cached + new/2)``
-:class:`~prefixplan.savings.prefill.PrefillProfile` by a least-squares fit over a grid of
-(new, cached); :meth:`Roofline.seconds` gives the roofline time itself. Both print where the
-figures came from (``source``).
+:func:`fit_coefficients` fits the ``a + b*new + c*new*(cached + new/2)`` form of a prefill profile
+to the roofline over a grid of (new, cached) (:func:`prefixplan.savings.prefill.derived_profile`
+makes the :class:`~prefixplan.savings.prefill.PrefillProfile` of it; the built-in profiles are
+made so); :meth:`Roofline.seconds` gives the roofline time itself. :attr:`Roofline.source` says
+where the figures came from, beginning ``derived from <model>, <GPU>, efficiency E``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ import numpy as np
 from prefixplan.errors import InputError, UsageError
 from prefixplan.savings.gpus import GPU, lookup_gpu
 from prefixplan.savings.kvsize import from_config
-from prefixplan.savings.prefill import PrefillProfile
 
 DEFAULT_EFFICIENCY = 0.5
 DEFAULT_OVERHEAD_S = 0.005
@@ -89,6 +89,41 @@ BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 64,
         "num_key_value_heads": 8,
         "vocab_size": 128256,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-7B-Instruct": {
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-8B": {
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-32B": {
+        "model_type": "qwen3",
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     },
@@ -272,11 +307,20 @@ class Roofline:
         return self.tp
 
     @property
+    def gpu_label(self) -> str:
+        """The GPUs of one replica, e.g. ``H200`` or ``4x H100-SXM (TP4)``."""
+        return self.gpu.name if self.tp == 1 else f"{self.tp}x {self.gpu.name} (TP{self.tp})"
+
+    @property
+    def provenance(self) -> str:
+        """``derived from <model>, <GPU>, efficiency E``: what every derived figure is printed with."""
+        return f"derived from {self.model.name}, {self.gpu_label}, efficiency {self.efficiency:g}"
+
+    @property
     def source(self) -> str:
-        """Where every figure came from, printed with them."""
+        """Where every figure came from: :attr:`provenance`, then the rest of the model's inputs."""
         return (
-            f"derived from {self.model.name}, {self.gpu.name} ({self.precision}, tp {self.tp}), "
-            f"efficiency {self.efficiency:g}, overhead {self.overhead_s * 1000:g} ms; "
+            f"{self.provenance}; {self.precision}, overhead {self.overhead_s * 1000:g} ms a forward pass; "
             f"GPU figures: {self.gpu.citation}"
         )
 
@@ -388,41 +432,3 @@ def fit_coefficients(roof: Roofline, new: np.ndarray, cached: np.ndarray) -> tup
     design = np.column_stack([np.ones_like(new), new, new * (cached + new / 2.0)])
     a, b, c = (float(x) for x in _nonnegative_lstsq(design / t[:, None], np.ones_like(t)))
     return a, b, c
-
-
-def derived_profile(
-    roof: Roofline,
-    *,
-    name: str | None = None,
-    grid: tuple[np.ndarray, np.ndarray] | None = None,
-    gpu_hour_price: float | None = None,
-) -> PrefillProfile:
-    """A :class:`PrefillProfile` fitted to the roofline over ``grid`` (:func:`default_grid`),
-    its ``source`` naming the model, GPU, efficiency and overhead it was derived from.
-
-    Where the compute roof sets the time the roofline has exactly the profile's form, so the fit
-    is close there; the memory roof (few new tokens, or slow memory) it can only approximate. Over
-    the default grid the profile stays within about 25% of the roofline on the HBM GPUs (within 10%
-    from 256 new tokens on), and within about 30% on the GDDR ones (L4, L40S), whose memory roof
-    reaches to more new tokens; :func:`fit_error` says how far for a given roofline.
-    """
-    new, cached = grid if grid is not None else default_grid()
-    a, b, c = fit_coefficients(roof, np.asarray(new, dtype=np.float64), np.asarray(cached, dtype=np.float64))
-    return PrefillProfile(
-        name=name or roof.name,
-        a=a,
-        b=b,
-        c=c,
-        gpus=roof.tp,
-        gpu=roof.gpu.name if roof.tp == 1 else f"{roof.tp}x {roof.gpu.name} (TP{roof.tp})",
-        model=roof.model.name,
-        gpu_hour_price=gpu_hour_price,
-        source=roof.source + "; a, b, c least-squares fitted to the roofline",
-    )
-
-
-def fit_error(profile: PrefillProfile, roof: Roofline, grid: tuple[np.ndarray, np.ndarray] | None = None) -> float:
-    """The largest ``|profile / roofline - 1|`` over ``grid``: how far the fitted profile strays."""
-    new, cached = grid if grid is not None else default_grid()
-    ratio = np.asarray(profile.seconds(new, cached)) / np.asarray(roof.seconds(new, cached))
-    return float(np.max(np.abs(ratio - 1.0)))

@@ -21,13 +21,14 @@ from prefixplan.savings.kvsize import KVShape
 from prefixplan.savings.prefill import PrefillProfile
 from prefixplan.simulation.batch import DEFAULT_DECODE_TPS, DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_TPS
 from prefixplan.simulation.fleet import FleetModel
+from prefixplan.simulation.load import LoadModel
 from prefixplan.simulation.spec import AutoPromote, Tier
 
 
 @dataclass(frozen=True, slots=True)
 class CacheModel:
     """The prefix cache being modelled. Capacities are in tokens (see
-    :func:`prefixplan.simulation.simulator.tokens_from_bytes`).
+    :func:`prefixplan.simulation.capacity.tokens_from_bytes`).
 
     Attributes:
         engine: ``vllm``, ``sglang``, ``lmcache`` or ``custom`` (ignored when ``provider`` is set).
@@ -128,6 +129,7 @@ class SimConfig:
     headline_unbounded: bool = False
     notes: tuple[str, ...] = ()
     fleet: FleetModel | None = None  # --replicas N --router ...: each replica its own cache
+    load: LoadModel | None = None  # --rate-scale X: TTFT under load (simulation.load)
 
     def granularity(self) -> Granularity:
         return self.cache.granularity()

@@ -6,11 +6,13 @@ from pathlib import Path
 
 from prefixplan.errors import UsageError
 from prefixplan.routing.policies import SIM_POLICIES
+from prefixplan.savings.derive import model_profile, refuse_with_profile
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulation.capacity import parse_capacity, parse_tier
 from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
 from prefixplan.simulation.fleet import FleetModel, fleet_unsupported
+from prefixplan.simulation.load import LoadModel
 from prefixplan.simulation.spec import AutoPromote
 
 
@@ -38,11 +40,22 @@ def build_config(
     gpu_hour_price: float | None = None,
     replicas: int | None = None,
     router: str | None = None,
+    gpu: str | None = None,
+    tensor_parallel: int | None = None,
+    efficiency: float | None = None,
+    rate_scale: float | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
 ) -> SimConfig:
     """Validate and convert options (capacities may be bytes when the KV size is known).
 
     ``pins`` says that pinned prefixes will be supplied (``--analysis``): the pinned
     partition then defaults to 20% of the capacity, as with ``--auto-promote``.
+
+    The prefill profile is ``profile`` (``--profile``: measured or built-in) when given, else the
+    one derived from the model (``model_config``, else ``model``) on ``gpu`` x ``tensor_parallel``
+    at ``efficiency`` (:func:`prefixplan.savings.derive.model_profile`), else the default.
+    ``rate_scale`` turns on the timed replay of TTFT under load (:mod:`prefixplan.simulation.load`).
     """
     kv: KVShape | None = None
     if model_config is not None:
@@ -93,8 +106,20 @@ def build_config(
         routers = tuple(r.strip() for r in (router or ",".join(SIM_POLICIES)).split(",") if r.strip())
         fleet_unsupported(provider=provider, pinned_fraction=pinned_fraction, tiers=tiers)
         fleet = FleetModel(replicas=replicas, routers=routers, capacity_tokens=caps[0] if caps else None)
+    chosen, notes = _profile(
+        profile,
+        provider,
+        model=model,
+        model_config=model_config,
+        gpu=gpu,
+        tp=tensor_parallel,
+        efficiency=efficiency,
+        kv_dtype_bytes=kv_dtype_bytes,
+    )
     return SimConfig(
         fleet=fleet,
+        load=_load_model(rate_scale, max_num_batched_tokens, max_num_seqs),
+        notes=notes,
         cache=CacheModel(
             engine=engine,
             provider=provider,
@@ -113,8 +138,48 @@ def build_config(
         workload=Workload(batch_window=batch_window),
         savings=SavingsModel(
             kv=kv,
-            profile=profile or load_profile(None),
+            profile=chosen,
             prices_file=str(prices) if prices else None,
             gpu_hour_price=gpu_hour_price,
         ),
     )
+
+
+def _profile(
+    profile: PrefillProfile | None,
+    provider: str | None,
+    *,
+    model: str | None,
+    model_config: Path | None,
+    gpu: str | None,
+    tp: int | None,
+    efficiency: float | None,
+    kv_dtype_bytes: int | None,
+) -> tuple[PrefillProfile, tuple[str, ...]]:
+    """The prefill profile and its notes: ``profile`` as given, else derived, else the default."""
+    explicit = gpu is not None or tp is not None or efficiency is not None
+    if explicit and provider is not None:
+        raise UsageError(
+            "--gpu, --tensor-parallel and --efficiency model self-hosted prefill; a hosted cache (--provider) has none"
+        )
+    refuse_with_profile(profile.name if profile else None, gpu=gpu, tp=tp, efficiency=efficiency)
+    if profile is not None:
+        return profile, ()
+    if provider is not None:
+        return load_profile(None), ()
+    choice = model_profile(
+        model=model, model_config=model_config, gpu=gpu, tp=tp, efficiency=efficiency, kv_dtype_bytes=kv_dtype_bytes
+    )
+    return choice.profile or load_profile(None), choice.notes
+
+
+def _load_model(rate_scale: float | None, tokens: int | None, seqs: int | None) -> LoadModel | None:
+    """The timed replay ``--rate-scale`` asks for (the engine limits need it)."""
+    if rate_scale is None:
+        if tokens is not None or seqs is not None:
+            raise UsageError(
+                "--max-num-batched-tokens and --max-num-seqs shape the timed replay of TTFT under load",
+                hint="add --rate-scale 1 (the log's own arrival rate)",
+            )
+        return None
+    return LoadModel(rate_scale=rate_scale, max_num_batched_tokens=tokens, max_num_seqs=seqs)

@@ -42,6 +42,10 @@ from prefixplan.simulation.result import CacheRun, SimResult
 SHELVE_FROM_REQUESTS = 1 << 16
 """Logs of at least this many requests keep a sweep's per-request results on disk, run by run."""
 QUEUEING_NOTE = "TTFT is prefill time (+ tier loads) only: queueing is not modelled"
+LOAD_NOTE = (
+    "the savings' TTFT is prefill time (+ tier loads) only; TTFT under load adds queueing "
+    "(--rate-scale: a model, see docs/simulate.md)"
+)
 
 
 def granularity_label(trace: BlockTrace, gran: Granularity) -> str:
@@ -154,7 +158,7 @@ def _settle(trace: BlockTrace, *mapped: np.ndarray) -> None:
 def replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | None) -> SimResult:
     gran = config.granularity()
     ttl = parse_ttl(config.cache.ttl)
-    notes = [QUEUEING_NOTE, *config.notes]
+    notes = [QUEUEING_NOTE if config.load is None else LOAD_NOTE, *config.notes]
     runs: list[CacheRun] = []
     curves: dict[str, list[tuple[float, float, float]]] = {}
     in_batch_label = None
@@ -276,6 +280,11 @@ def replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | Non
         )
     elif profile.assumed:
         notes.append(f"prefill profile {profile.name!r} is an assumption ({profile.source}); use --profile")
+    elif profile.basis == "derived":
+        notes.append(
+            f"prefill profile {profile.name!r} {profile.provenance}: a roofline model, not measured on "
+            "your endpoint (prefixplan calibrate measures one; --profile uses it)"
+        )
     if anthropic is not None and head.hit_tokens == 0 and head.write_tokens > 0:
         notes.append(
             "no request read a cached prefix: a read needs an earlier request's breakpoint to end on this "
@@ -362,4 +371,5 @@ def replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | Non
         risk=risk,
         notes=tuple(notes),
         risk_capacity_tokens=risk_capacity,
+        tier_load_s=load_s,
     )

@@ -16,6 +16,7 @@ from prefixplan.savings.pricing import (
     Money,
 )
 from prefixplan.simulation.fleet import FleetRun
+from prefixplan.simulation.load import LoadResult
 from prefixplan.simulation.risk import PrefixRisk
 from prefixplan.trace.storage.spill import ShelvedArray
 
@@ -81,6 +82,8 @@ class SimResult:
     notes: tuple[str, ...]
     risk_capacity_tokens: float | None = None  # total capacity of the eviction-risk runs
     fleet: tuple[FleetRun, ...] = ()  # --replicas/--router: one run per routing policy
+    load: LoadResult | None = None  # --rate-scale: TTFT under load
+    tier_load_s: np.ndarray | None = None  # per request: the headline run's lower-tier load seconds
 
     def run(self, label: str) -> CacheRun:
         for r in self.runs:
@@ -135,13 +138,16 @@ def to_json(result: SimResult) -> dict[str, Any]:
         else {
             "profile": sav.profile,
             "profile_is_assumption": sav.assumed,
+            "profile_provenance": sav.provenance,
             "gpu_seconds_without": sav.gpu_seconds_without,
             "gpu_seconds_with": sav.gpu_seconds_with,
             "gpu_seconds_saved": sav.gpu_seconds_saved,
-            "ttft_p50_without_s": sav.ttft_p50_without,
-            "ttft_p95_without_s": sav.ttft_p95_without,
-            "ttft_p50_with_s": sav.ttft_p50_with,
-            "ttft_p95_with_s": sav.ttft_p95_with,
+            "ttft_p50_without_s": sav.ttft_without[0],
+            "ttft_p95_without_s": sav.ttft_without[1],
+            "ttft_p99_without_s": sav.ttft_without[2],
+            "ttft_p50_with_s": sav.ttft_with[0],
+            "ttft_p95_with_s": sav.ttft_with[1],
+            "ttft_p99_with_s": sav.ttft_with[2],
             "queueing_modelled": False,
         },
         "money": None
@@ -169,4 +175,5 @@ def to_json(result: SimResult) -> dict[str, Any]:
         ],
         "notes": list(result.notes),
         **({"fleet": [run.to_json() for run in result.fleet]} if result.fleet else {}),
+        **({"ttft_under_load": result.load.to_json()} if result.load is not None else {}),
     }

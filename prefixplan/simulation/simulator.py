@@ -13,19 +13,22 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from prefixplan.errors import UsageError
+from prefixplan.savings.prefill import load_profile
 from prefixplan.simulation.batch import service_times
 from prefixplan.simulation.config import SimConfig
-from prefixplan.simulation.fleet import FleetRequest, fleet_request, fleet_unsupported, simulate_fleet
+from prefixplan.simulation.fleet import FleetModel, FleetRequest, fleet_request, fleet_unsupported, simulate_fleet
 from prefixplan.simulation.hosted import AnthropicCache
+from prefixplan.simulation.load import LoadInputs, replay_load
+from prefixplan.simulation.replay import replay
+from prefixplan.simulation.result import SimResult
 from prefixplan.simulation.spec import POLICIES, parse_ttl
 from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.requests import SimRequest, request_of_row
 
 if TYPE_CHECKING:
+    from prefixplan.trace.blocks import BlockTrace
     from prefixplan.trace.columns import RowColumns
     from prefixplan.trace.rows import TraceRow
-from prefixplan.simulation.replay import replay
-from prefixplan.simulation.result import SimResult
 
 TRACE_BLOCK = 16
 """Block size of the block trace under Anthropic's breakpoint cache (blocks are not used there)."""
@@ -82,6 +85,11 @@ class Simulation:
             if pol not in POLICIES:
                 raise UsageError(f"unknown eviction policy {pol!r}", hint="use lru, lfu, fifo or priority")
         ttl = parse_ttl(config.cache.ttl)
+        if config.load is not None and config.cache.provider is not None:
+            raise UsageError(
+                "--rate-scale models a self-hosted engine's queue; a hosted cache (--provider) has none",
+                hint="simulate the hosted cache without --rate-scale",
+            )
         if (
             not 0 <= config.cache.running_fraction < 1
             or not 0 <= config.cache.pinned_fraction < 1
@@ -107,22 +115,42 @@ class Simulation:
         self._fleet: list[FleetRequest] = []
 
     def result(self) -> SimResult:
-        """Replay everything added so far through the configured models (and the fleet's routers)."""
+        """Replay everything added so far through the configured models (and the fleet's routers),
+        then the timed replay of TTFT under load when asked for."""
         trace = self._builder.finish()
         result = replay(trace, self.config, self._anthropic)
+        head = result.run(result.headline)
+        inputs = LoadInputs(head.label, head.cached, result.tier_load_s)
+        fleet = self._fleet_model()
+        if fleet is not None:
+            work = self.config.workload
+            service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
+            in_rows = [self._fleet[i] for i in trace.order.tolist()]  # rows are arrivals
+            result = replace(result, fleet=simulate_fleet(trace, in_rows, fleet, service))
+            inputs = replace(inputs, fleet=fleet, fleet_requests=in_rows, service_s=service)
+        return self._with_load(trace, result, inputs)
+
+    def _fleet_model(self) -> FleetModel | None:
+        """The fleet asked for, with the cache's running share and TTL applied per replica."""
         fleet = self.config.fleet
         if fleet is None:
-            return result
+            return None
         cache = self.config.cache
         fleet_unsupported(provider=cache.provider, pinned_fraction=cache.pinned_fraction, tiers=cache.tiers)
         if fleet.capacity_tokens is not None and cache.running_fraction:
             fleet = replace(fleet, capacity_tokens=cache.partition(fleet.capacity_tokens)[0])
         if fleet.ttl_s is None and cache.ttl is not None:
             fleet = replace(fleet, ttl_s=parse_ttl(cache.ttl))
-        work = self.config.workload
-        service = service_times(trace, work.batch_window, work.prefill_tps, work.decode_tps, work.default_output)
-        in_rows = [self._fleet[i] for i in trace.order.tolist()]  # rows are arrivals
-        return replace(result, fleet=simulate_fleet(trace, in_rows, fleet, service))
+        return fleet
+
+    def _with_load(self, trace: BlockTrace, result: SimResult, inputs: LoadInputs) -> SimResult:
+        """``result`` with TTFT under load (:mod:`prefixplan.simulation.load`) when ``config.load`` asks."""
+        model = self.config.load
+        if model is None or not trace.n_requests:
+            return result
+        profile = self.config.savings.profile or load_profile(None)
+        load = replay_load(trace, inputs, model, profile, self.config.workload.default_output)
+        return replace(result, load=load)
 
 
 def replay_requests(requests: Iterable[SimRequest], config: SimConfig | None = None) -> SimResult:
