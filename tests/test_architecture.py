@@ -39,6 +39,7 @@ DEPENDS: dict[str, set[str]] = {
     "engines": {"core", "errors"},
     "warming": {"analysis", "core", "engines", "errors", "keys", "logs", "render", "savings", "store"},
     "gateway": {"core", "engines", "errors", "keys", "routing", "store", "warming"},
+    "residency": {"core", "trace"},
     "report": {"analysis", "core", "errors", "gate", "logs", "savings", "simulation"},
     "api": {
         "analysis",

@@ -60,21 +60,31 @@ class BlockHasher:
             self._k = _splitmix64(np.arange(size, dtype=np.uint64)) | _ONE
         return self._k[:n]
 
-    def prefix_keys(self, tokens: np.ndarray, seed: int) -> np.ndarray:
-        """Key of ``tokens[:i+1]`` at index ``i`` (uint64 array, same length)."""
+    def mixed(self, tokens: np.ndarray, start: int = 0) -> np.ndarray:
+        """``x_i`` of the scheme for ``tokens`` at positions ``start``, ``start + 1``, ... (a chain
+        continued from a prefix of ``start`` tokens adds their prefix sums to its own)."""
         n = int(tokens.shape[0])
         with np.errstate(over="ignore"):
-            x = (tokens.astype(np.uint64) + _ONE) * self._consts(n)
+            x = (tokens.astype(np.uint64) + _ONE) * self._consts(start + n)[start:]
             x ^= x >> _S31
             x *= _SM1
             x ^= x >> _S29
-            p = np.cumsum(x, dtype=np.uint64)
-            p += np.uint64(seed)
+        return x
+
+    @staticmethod
+    def finalise(sums: np.ndarray, seed: int) -> np.ndarray:
+        """Keys of prefixes whose prefix sums ``P_i`` are ``sums`` (``f(P_i + S) | 1``)."""
+        with np.errstate(over="ignore"):
+            p = sums.astype(np.uint64) + np.uint64(seed)
             p ^= p >> _S33
             p *= _SM2
             p ^= p >> _S33
             p |= _ONE
         return p
+
+    def prefix_keys(self, tokens: np.ndarray, seed: int) -> np.ndarray:
+        """Key of ``tokens[:i+1]`` at index ``i`` (uint64 array, same length)."""
+        return self.finalise(np.cumsum(self.mixed(tokens), dtype=np.uint64), seed)
 
     def block_keys(self, tokens: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
         """Keys of the full blocks of ``tokens`` (``units_per_block`` entries each)."""

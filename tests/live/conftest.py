@@ -57,6 +57,8 @@ class LiveServer:
     block_size: int
     log_path: Path
     startup_s: float
+    kv_events_endpoint: str | None = None  # KV cache events (the session server publishes them)
+    kv_events_replay: str | None = None
 
     def reset(self) -> None:
         """Drop the prefix cache (``VLLM_SERVER_DEV_MODE=1``), so each test starts cold."""
@@ -67,7 +69,11 @@ class LiveServer:
 
 
 def _serve(
-    log_name: str, extra_args: list[str] | None = None, extra_env: dict[str, str] | None = None
+    log_name: str,
+    extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+    *,
+    kv_events: bool = False,
 ) -> Iterator[LiveServer]:
     mod = _server_module()
     python = Path(os.environ.get("PREFIXPLAN_VLLM_PYTHON", mod.DEFAULT_PYTHON))
@@ -86,6 +92,7 @@ def _serve(
             timeout=float(os.environ.get("PREFIXPLAN_VLLM_START_TIMEOUT", "300")),
             extra_args=extra_args,
             extra_env=extra_env,
+            kv_events=kv_events,
         )
     except mod.ServerError as err:
         _unavailable(str(err))
@@ -99,15 +106,20 @@ def _serve(
             block_size=int(info.block_size),
             log_path=log,
             startup_s=info.startup_s,
+            kv_events_endpoint=info.kv_events_endpoint,
+            kv_events_replay=info.kv_events_replay,
         )
     finally:
         mod.stop_process(proc.pid)
         proc.wait(timeout=30)
+        if kv_events:
+            mod.remove_kv_event_files(info.port)
 
 
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[LiveServer]:
-    yield from _serve("vllm-server.log")
+    """The session's server; it publishes KV cache events (tests/live/test_kv_events_live.py)."""
+    yield from _serve("vllm-server.log", kv_events=True)
 
 
 @pytest.fixture(scope="module")
