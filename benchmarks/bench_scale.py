@@ -1,40 +1,43 @@
 #!/usr/bin/env python3
-"""Benchmark: the pinned 100k-request log split into 32 files, analyzed by each executor, in one run.
+"""Benchmark: how `analyze` scales with workers, and what stays serial, in one run.
 
-    python benchmarks/bench_scale.py [--requests 100000] [--files 32] [--runs local1,local2,ray1,ray2]
+    python benchmarks/bench_scale.py [--requests 100000] [--files 32] [--workers 1,2,N] [--inputs one,split]
+                                     [--executor local|ray] [--startup]
 
-The log is the pinned generated one (`python scripts/make_logs.py bench`, seed 7), created when
-missing, and cut into ``--files`` gzip files (consecutive lines, input order kept) under
-benchmarks/out/. Tokenizer: the real Qwen3 (hf:), fetched by scripts/fetch_tokenizers.py.
+The log is the pinned generated one (`python scripts/make_logs.py bench`, seed 7, created when
+missing) as one gzip file (``one``: the parent decompresses it and hands out batches of lines),
+as one plain file (``plain``: the workers read byte ranges of it themselves) and cut into
+``--files`` gzip files of consecutive lines (``split``: one file per job), under benchmarks/out/. Tokenizer: the real Qwen3 (hf:, scripts/fetch_tokenizers.py).
+The documents-first what-if is off and nothing is stored (as in bench_trace.py).
 
-Runs, each in its own process (the documents-first what-if is off, as in bench_trace.py):
-  local1   analyze --workers 1: one process reads, parses and renders everything
-  local2   analyze --workers 2: two local processes, each reading and rendering whole files
-  ray1     analyze --executor ray --workers 1: a local Ray cluster (2 CPUs), one actor
-  ray2     the same with two actors
-Peak RSS: the driver's own; per worker, the largest a worker process reported (local processes
-and Ray actors report it with each file). Ratios: each run vs local1, and ray2 vs ray1 (what one
-more node's worth of actors gives). Every run's record must be the same (checked). Not run in CI.
+Each run is `analyze` in its own process with ``--workers N`` (default 1, 2 and one per core).
+Per run: wall seconds; CPU seconds of every process (the parent's own, from getrusage, plus each
+worker's, which the workers report per job); the parent's serial CPU (its own CPU less the jobs
+it rendered itself while the workers started); the serial fraction (serial CPU / all CPU) and the
+speed-up Amdahl's law gives that fraction on 16 and 64 cores. Every run's record must be the same
+(checked). ``--startup``: also a render process's start (imports + Qwen3 renderer loaded, one
+request rendered) with and without model frameworks hidden; ``--records N``: ``prefixplan.analyze``
+on N in-memory records with one worker and with two, alternating. Not run in CI.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from pinned import OUT, QWEN3, ensure_qwen3, pinned_log, run_child
 
-RUNS = {"local1": ("local", 1), "local2": ("local", 2), "ray1": ("ray", 1), "ray2": ("ray", 2)}
-
 
 def split(log: Path, files: int, folder: Path) -> list[Path]:
     """Cut ``log`` into ``files`` gzip files of consecutive lines (kept when already there)."""
+    import gzip
+
     names = [folder / f"part-{i:03d}.jsonl.gz" for i in range(files)]
     done = folder / ".done"  # hidden: not read as a log
     if done.is_file():
@@ -55,84 +58,195 @@ def split(log: Path, files: int, folder: Path) -> list[Path]:
     return names
 
 
-def child_analyze(folder: Path, executor: str, workers: int) -> dict:
+def child_analyze(inputs: str, executor: str, workers: int) -> dict:
     from prefixplan.analysis.options import AnalyzeOptions
     from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze, source_options
+    from prefixplan.trace.executors import Executor
 
     if executor == "ray":
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    t0 = time.perf_counter()
-    source = source_options(str(folder), tokenizer=f"hf:{QWEN3}", workers=workers, executor=executor)
-    outcome = run_analyze(
-        AnalyzeRequest(
-            AnalyzeOptions(source=source, engine="vllm", rag_whatif=False), HeadlineOptions(), AnalyzeOutputs()
-        )
-    )
-    seconds = time.perf_counter() - t0
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    me = f":{os.getpid()}"
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    source = source_options(inputs, tokenizer=f"hf:{QWEN3}")
+    options = AnalyzeOptions(source=source, executor=Executor(executor, workers), engine="vllm", rag_whatif=False)
+    outcome = run_analyze(AnalyzeRequest(options, HeadlineOptions(), AnalyzeOutputs()))
+    seconds, parent_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     analysis = outcome.analysis
     record = analysis.record.to_json()
     record.pop("created", None)
     record["summary"].pop("elapsed_s", None)
+    record["summary"].pop("encoded", None)
+    here = [w for k, w in analysis.workers.items() if k.endswith(me)]
+    away = [w for k, w in analysis.workers.items() if not k.endswith(me)]
+    rendered_here = sum(w["cpu_seconds"] for w in here)
     s = analysis.record.summary
     return {
         "seconds": seconds,
+        "parent_cpu": parent_cpu,
+        "workers_cpu": sum(w["cpu_seconds"] for w in away),
+        "serial_cpu": parent_cpu - rendered_here,
+        "processes": len(away),
+        "worker_rss_mb": max((w["peak_rss_mb"] for w in away), default=0.0),
         "requests": s.requests,
         "tokens": s.prompt_tokens,
-        "record": record,
-        "workers": analysis.workers,
+        "record": json.dumps(record, sort_keys=True),
     }
+
+
+STARTUP = """
+import sys, time
+t0 = time.perf_counter()
+if sys.argv[2] == "hide":
+    from prefixplan.render.frameworks import hide_model_frameworks
+    hide_model_frameworks()
+from prefixplan.core.types import Request
+from prefixplan.render import RenderSet
+rs = RenderSet(sys.argv[1])
+rs.render_batch([Request(id="1", format="openai-chat", source="s", line_no=1, messages=({"role": "user", "content": "hi"},))])
+print(time.perf_counter() - t0, "torch" in sys.modules and sys.modules["torch"] is not None)
+"""
+
+
+def startup(python: str, runs: int = 3) -> list[tuple[str, float, bool]]:
+    """Seconds for a fresh process to import, load the Qwen3 renderer and render one request."""
+    out = []
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for mode in ("hide", "show") * runs:
+        done = subprocess.run(
+            [python, "-c", STARTUP, f"hf:{QWEN3}", mode], capture_output=True, text=True, env=env, check=True
+        )
+        secs, torch = done.stdout.split()
+        out.append((mode, float(secs), torch == "True"))
+    return out
+
+
+def _core(record: str) -> dict:
+    """What does not depend on how the input was stored (file names, line numbers, sizes)."""
+    doc = json.loads(record)
+    summary = {k: v for k, v in doc["summary"].items() if "bytes" not in k and "files" not in k}
+    return {
+        "summary": summary,
+        "candidates": [c.get("token_ids") for c in doc["candidates"]],
+        "sim": doc.get("simulation"),
+    }
+
+
+def child_records(log: str, n: int, workers: int) -> dict:
+    """``prefixplan.analyze`` on the first ``n`` records of ``log`` given in memory."""
+    import gzip
+    import itertools
+
+    import prefixplan
+
+    with gzip.open(log, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in itertools.islice(fh, n)]
+    t0 = time.perf_counter()
+    analysis = prefixplan.analyze(records, tokenizer=f"hf:{QWEN3}", workers=workers, rag_whatif=False, simulate=False)
+    return {"seconds": time.perf_counter() - t0, "requests": analysis.record.summary.requests}
+
+
+def records_figures(log: Path, n: int, rounds: int = 2) -> None:
+    """In-memory records, one worker vs two, alternating."""
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(rounds):
+        for workers in (1, 2):
+            times[workers].append(run_child(__file__, "records", f"{log}:{n}", str(workers))["seconds"])
+    one, two = (sorted(times[w]) for w in (1, 2))
+    print(
+        f"{n:,} in-memory records: workers=1 {' / '.join(f'{t:.1f}' for t in one)} s, "
+        f"workers=2 {' / '.join(f'{t:.1f}' for t in two)} s (best: {one[0] / two[0]:.2f}x)"
+    )
+
+
+def amdahl(serial: float, cores: int) -> float:
+    return 1.0 / (serial + (1.0 - serial) / cores)
+
+
+def table(results: dict, inputs: dict, args: argparse.Namespace) -> None:
+    """The figures of every run, and whether the records agree."""
+    print(
+        f"log: {Path(inputs['one']).name} ({args.requests:,} requests); cores: {os.cpu_count()}; executor: {args.executor}"
+    )
+    head = ["input", "workers", "wall s", "CPU s", "parent s", "serial s", "serial %", "Amdahl 16", "Amdahl 64"]
+    print("".join(f"{h:>10}" for h in head) + f"{'Mtok/s':>8}{'x vs 1':>8}{'parent MB':>10}{'worker MB':>10}")
+    for (kind, n), r in results.items():
+        cpu = r["parent_cpu"] + r["workers_cpu"]
+        serial = r["serial_cpu"] / cpu if cpu else 0.0
+        base = results.get((kind, 1))
+        speed = base["seconds"] / r["seconds"] if base else float("nan")
+        cells = [kind, str(n), f"{r['seconds']:.1f}", f"{cpu:.1f}", f"{r['parent_cpu']:.1f}", f"{r['serial_cpu']:.1f}"]
+        cells += [f"{100 * serial:.1f}", f"{amdahl(serial, 16):.1f}", f"{amdahl(serial, 64):.1f}"]
+        print(
+            "".join(f"{c:>10}" for c in cells)
+            + f"{r['tokens'] / r['seconds'] / 1e6:>8.2f}{speed:>8.2f}{r['parent_rss_mb']:>10,.0f}{r['worker_rss_mb']:>10,.0f}"
+        )
+    print("serial s: the parent's CPU less the jobs it rendered itself; Amdahl N: 1 / (serial + (1 - serial) / N)")
+    for kind in dict.fromkeys(k for k, _ in results):
+        same = len({r["record"] for (k, _), r in results.items() if k == kind}) == 1
+        print(f"{kind}: records identical for every worker count: {same}")
+    cores = {json.dumps(_core(r["record"]), sort_keys=True) for r in results.values()}
+    print(f"candidates, summary and simulation identical across inputs: {len(cores) == 1}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--files", type=int, default=32)
-    ap.add_argument("--runs", default="local1,local2,ray1,ray2")
+    ap.add_argument("--workers", default=f"1,2,{os.cpu_count()}")
+    ap.add_argument("--inputs", default="one,plain,split")
+    ap.add_argument("--executor", default="local")
+    ap.add_argument("--startup", action="store_true")
+    ap.add_argument("--records", type=int, default=0, help="also: N in-memory records, workers=1 vs 2")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter for --startup (e.g. one with torch)")
     ap.add_argument("--child", nargs=3)
     args = ap.parse_args()
     if args.child:
-        folder, executor, workers = args.child
-        res = child_analyze(Path(folder), executor, int(workers))
-        res["driver_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        inputs, executor, workers = args.child
+        if inputs == "records":
+            path, _, n = executor.rpartition(":")
+            print(json.dumps(child_records(path, int(n), int(workers))))
+            return 0
+        res = child_analyze(inputs, executor, int(workers))
+        res["parent_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(res))
         return 0
     ensure_qwen3()
     log = pinned_log(args.requests)
-    name = log.name
-    folder = OUT / f"{name.removesuffix('.jsonl.gz')}-split{args.files}"
-    files = split(log, args.files, folder)
-    size = sum(f.stat().st_size for f in files)
+    inputs = {"one": str(log)}
+    if "plain" in args.inputs:
+        plain = OUT / log.name.removesuffix(".gz")
+        if not plain.is_file():
+            import gzip
+            import shutil
+
+            partial = plain.with_suffix(".partial")  # a stopped run leaves no half file behind
+            with gzip.open(log, "rb") as src, open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst, 16 * 2**20)
+            partial.replace(plain)
+        inputs["plain"] = str(plain)
+    if "split" in args.inputs:
+        folder = OUT / f"{log.name.removesuffix('.jsonl.gz')}-split{args.files}"
+        split(log, args.files, folder)
+        inputs["split"] = str(folder)
+    counts = sorted({int(w) for w in args.workers.split(",")})
     results = {}
-    for run in args.runs.split(","):
-        executor, workers = RUNS[run]
-        results[run] = run_child(__file__, str(folder), executor, str(workers))
-        print(f"{run}: {results[run]['seconds']:.1f} s", file=sys.stderr)
-    print(f"log: {folder} ({len(files)} gzip files, {size / 2**20:,.0f} MiB); cores: {os.cpu_count()}")
-    print(
-        f"{'run':<8}{'seconds':>9}{'requests':>10}{'Mtok/s':>8}{'driver RSS MB':>15}{'worker RSS MB':>15}"
-        f"{'workers':>9}{'busy s':>8}"
-    )
-    for run, r in results.items():
-        ws = list(r["workers"].values())
-        worker_rss = f"{max(w['peak_rss_mb'] for w in ws):,.0f}" if ws else "-"
-        busy = f"{sum(w['seconds'] for w in ws):,.0f}" if ws else "-"
-        print(
-            f"{run:<8}{r['seconds']:>9,.1f}{r['requests']:>10,}{r['tokens'] / r['seconds'] / 1e6:>8.2f}"
-            f"{r['driver_rss_mb']:>15,.0f}{worker_rss:>15}{len(ws) or 1:>9}{busy:>8}"
-        )
-    print("busy s: seconds the workers spent reading and rendering files (summed over workers)")
-    base = results.get("local1")
-    for run, r in results.items():
-        if base is not None and run != "local1":
-            print(f"{run} vs local1 (speed-up): {base['seconds'] / r['seconds']:.2f}x")
-    if "ray1" in results and "ray2" in results:
-        print(
-            f"ray2 vs ray1 (speed-up per added actor): {results['ray1']['seconds'] / results['ray2']['seconds']:.2f}x"
-        )
-    records = [json.dumps(r["record"], sort_keys=True) for r in results.values()]
-    print(f"records identical across runs: {len(set(records)) == 1}")
+    for kind in [k for k in args.inputs.split(",") if k in inputs]:
+        for n in counts:
+            results[(kind, n)] = r = run_child(__file__, inputs[kind], args.executor, str(n))
+            print(f"{kind} x{n}: {r['seconds']:.1f} s", file=sys.stderr)
+    if results:
+        table(results, inputs, args)
+    if args.records:
+        records_figures(log, args.records)
+    if args.startup:
+        times = startup(args.python)
+        for mode in ("hide", "show"):
+            secs = sorted(t for m, t, _ in times if m == mode)
+            torch = any(tt for m, _, tt in times if m == mode)
+            label = "frameworks hidden" if mode == "hide" else "frameworks importable"
+            print(f"render process start ({label}): {' / '.join(f'{t:.2f}' for t in secs)} s; torch imported: {torch}")
     return 0
 
 

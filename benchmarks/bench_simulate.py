@@ -156,20 +156,21 @@ def replay_log(args) -> int:
     """Read + render ``args.log`` and simulate: infinite, in-batch, LRU at 8 capacities."""
     from prefixplan.api import source_options
     from prefixplan.core.granularity import engine_granularity
-    from prefixplan.logs import LineErrors
     from prefixplan.simulation.batch import in_batch_hits, service_times
     from prefixplan.simulation.models import run_model
     from prefixplan.simulation.spec import AutoPromote, CacheSpec
     from prefixplan.trace.blocks import build_trace
+    from prefixplan.trace.executors import Executor
+    from prefixplan.trace.intake import Intake, IntakePlan
     from prefixplan.trace.nodes import build_tree
     from prefixplan.trace.requests import request_of_row
-    from prefixplan.trace.workers import iter_rendered
 
-    source = source_options(args.log, tokenizer=args.tokenizer, workers=1)
-    errors = LineErrors()
+    source = source_options(args.log, tokenizer=args.tokenizer)
     t0 = time.perf_counter()
-    rendered = iter_rendered(source, errors, source.renderers(), block_size=args.block_size)
-    stream = _Timed((request_of_row(r.row) for r in rendered), progress=10_000)
+    intake = Intake(IntakePlan(source, Executor(workers=1), args.block_size))
+    errors = intake.errors
+    rendered = intake.rows()
+    stream = _Timed((request_of_row(row) for row in rendered), progress=10_000)
     trace = build_trace(stream, engine_granularity("vllm", args.block_size))
     t1 = time.perf_counter()
     read_s = stream.seconds

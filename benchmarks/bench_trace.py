@@ -71,12 +71,13 @@ def child_parse_hash(log: Path) -> dict:
 def child_analyze(log: Path, workers: int, trace: Path | None) -> dict:
     from prefixplan.analysis.options import AnalyzeOptions
     from prefixplan.api import AnalyzeOutputs, AnalyzeRequest, HeadlineOptions, run_analyze, source_options
+    from prefixplan.trace.executors import Executor
 
     t0 = time.perf_counter()
-    source = source_options(str(log), tokenizer=f"hf:{QWEN3}", workers=workers)
+    source = source_options(str(log), tokenizer=f"hf:{QWEN3}")
     outcome = run_analyze(
         AnalyzeRequest(
-            AnalyzeOptions(source=source, engine="vllm", rag_whatif=False),
+            AnalyzeOptions(source=source, executor=Executor(workers=workers), engine="vllm", rag_whatif=False),
             HeadlineOptions(),
             AnalyzeOutputs(trace_out=str(trace) if trace else None),
         )

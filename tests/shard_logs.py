@@ -57,4 +57,5 @@ def clean(record: dict[str, Any]) -> dict[str, Any]:
     record = json.loads(json.dumps(record))
     record.pop("created", None)
     record["summary"].pop("elapsed_s", None)
+    record["summary"].pop("encoded", None)  # run metadata: what each render process reused
     return record

@@ -54,8 +54,8 @@ def test_rendering_runs_relaxed_and_restores_on_an_early_stop(tmp_path: Path) ->
     import json
 
     from prefixplan.api import source_options
-    from prefixplan.logs import LineErrors
-    from prefixplan.trace.workers import iter_rendered
+    from prefixplan.trace.executors import Executor
+    from prefixplan.trace.intake import Intake, IntakePlan
 
     log = tmp_path / "log.jsonl"
     messages = [{"role": "system", "content": "S"}]
@@ -67,12 +67,13 @@ def test_rendering_runs_relaxed_and_restores_on_an_early_stop(tmp_path: Path) ->
     )
     source = source_options(str(log))
     seen = []
-    rendered = iter_rendered(source, LineErrors(), source.renderers(), block_size=4, workers=1)
+    plan = IntakePlan(source, Executor(workers=1), 4)
+    rendered = Intake(plan).rows()
     for _ in rendered:
         seen.append(gc.get_threshold()[0])
         break
     rendered.close()
     assert seen == [gcpolicy.YOUNG_THRESHOLD]
     assert gc.get_threshold() == (700, 10, 10)
-    rows = list(iter_rendered(source, LineErrors(), source.renderers(), block_size=4, workers=1))
+    rows = list(Intake(plan).rows())
     assert len(rows) == 5 and gc.get_threshold() == (700, 10, 10)

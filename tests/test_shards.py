@@ -20,9 +20,11 @@ from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Request, Segment, SegmentHash
 from prefixplan.logs import LineErrors
 from prefixplan.logs.lineerrors import MAX_SAMPLES
+from prefixplan.render import RenderSet
 from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.executors import Executor, Run
+from prefixplan.trace.intake import Intake, IntakePlan, _shardable
 from prefixplan.trace.shards import ShardJob, render_shard
-from prefixplan.trace.workers import _shardable
 from tests.shard_logs import EXAMPLE, clean, split_example
 
 pytestmark = pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not generated")
@@ -158,7 +160,8 @@ def _record(tmp: Path, inputs: list[str], *extra: str) -> dict:
 def test_a_log_split_into_files_gives_one_record_in_process_and_by_file(tmp_path: Path) -> None:
     files = split_example(tmp_path / "log")
     one = _record(tmp_path, [str(tmp_path / "log")], "--workers", "1")  # one reader, in this process
-    assert _shardable(SourceOptions(paths=(str(tmp_path / "log"),)), 2) is not None  # 24 files, 2 workers
+    source = SourceOptions(paths=(str(tmp_path / "log"),))
+    assert _shardable(source, Run(Executor(), RenderSet(), 2)) is not None  # 24 files, 2 workers
     by_file = _record(tmp_path, [str(tmp_path / "log")], "--workers", "2")
     assert by_file == one
     errors = one["errors"]
@@ -207,8 +210,6 @@ def test_one_file_shared_by_two_workers_reads_like_one_reader(tmp_path: Path) ->
     """Lines parsed by the workers (long, blank, malformed, sampled out, rejected by the tokenizer)
     give the rows and line errors of one reader."""
     from prefixplan.logs import ReadOptions
-    from prefixplan.render.stream import RenderFailure
-    from prefixplan.trace.workers import iter_rendered
     from tests.shard_logs import REJECTED
 
     good = {"model": "m", "messages": [{"role": "user", "content": "hello " * 40}]}
@@ -228,16 +229,10 @@ def test_one_file_shared_by_two_workers_reads_like_one_reader(tmp_path: Path) ->
         for strict in (False, True):
             read = ReadOptions(max_line_bytes=2000, sample=0.9, strict=strict)
             source = SourceOptions(paths=(str(log),), read=read)
-            errors, failures = LineErrors(), []
-            failures_list: list[RenderFailure] = failures
+            intake = Intake(IntakePlan(source, Executor(workers=workers), 16))
+            errors, failures = intake.errors, intake.failures
             try:
-                rows = [
-                    (r.row.index, r.row.block_keys.tobytes())
-                    for r in iter_rendered(
-                        source, errors, source.renderers(), block_size=16, workers=workers, failures=failures_list
-                    )
-                    if r.row is not None
-                ]
+                rows = [(row.index, row.block_keys.tobytes()) for row in intake.rows()]
                 outcome: object = (rows, errors.count, errors.by_reason, errors.samples, failures, errors.lines_read)
             except Exception as exc:  # strict: the first bad line, whoever parsed it
                 outcome = (type(exc).__name__, str(exc))
@@ -253,7 +248,7 @@ def test_a_worker_error_closes_the_pool_in_the_consumers_thread(tmp_path: Path) 
     import gc
     import types
 
-    from prefixplan.trace import shards
+    from prefixplan.trace import local_pool
 
     split_example(tmp_path / "log")
     gc.collect()
@@ -263,7 +258,7 @@ def test_a_worker_error_closes_the_pool_in_the_consumers_thread(tmp_path: Path) 
         o
         for o in gc.get_objects()
         # type(), not isinstance(): a lazy module proxy (openai's) would load itself
-        if type(o) is types.GeneratorType and o.gi_code is shards.run_local.__code__ and o.gi_frame is not None
+        if type(o) is types.GeneratorType and o.gi_code is local_pool.run_local.__code__ and o.gi_frame is not None
     ]
     assert left == []
 

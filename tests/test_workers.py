@@ -12,7 +12,8 @@ import pytest
 from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import RenderFailure, SourceOptions
-from prefixplan.trace.workers import default_workers, iter_rendered
+from prefixplan.trace.executors import Executor, default_workers
+from prefixplan.trace.intake import Intake, IntakePlan
 from tests.shard_logs import REJECTED
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,15 +22,10 @@ pytestmark = pytest.mark.skipif(not EXAMPLE.is_file(), reason="example log not g
 
 
 def _rows(source: SourceOptions, workers: int) -> tuple[list, LineErrors, list[RenderFailure], dict]:
-    errors = LineErrors()
-    failures: list[RenderFailure] = []
     renderers = source.renderers()
-    out = [
-        (r.row.line, r.row)
-        for r in iter_rendered(
-            source, errors, renderers, block_size=16, routing=True, workers=workers, failures=failures
-        )
-    ]
+    intake = Intake(IntakePlan(source, Executor(workers=workers), 16, routing=True), renderers=renderers)
+    out = [(row.line, row) for row in intake.rows()]
+    errors, failures = intake.errors, intake.failures
     stats = {
         "models": {k: sorted(v) for k, v in renderers.models_by_spec.items()},
         "prompts": dict(renderers.prompts_by_spec),
@@ -53,12 +49,12 @@ def test_rows_are_the_same_on_any_number_of_workers(tmp_path: Path) -> None:
         assert (a.seg_hash == b.seg_hash).all() and a.boundary_keys == b.boundary_keys
     assert one[1].count == two[1].count == 1 + 22 and one[1].by_reason == two[1].by_reason
     assert [f.line_no for f in one[2]] == [f.line_no for f in two[2]] == list(range(1, 151, 7))
-    # the parent knows which tokenizer rendered what and what the record says of it; with
-    # workers it never loaded it
+    # the parent knows which tokenizer rendered what and what the record says of it, whether
+    # it rendered some jobs itself (while the workers started) or none
     assert {k: v for k, v in one[3].items() if k != "loaded_here"} == {
         k: v for k, v in two[3].items() if k != "loaded_here"
     }
-    assert one[3]["described"] and one[3]["loaded_here"] == ["mistral:nemo"] and two[3]["loaded_here"] == []
+    assert one[3]["described"] and one[3]["loaded_here"] == ["mistral:nemo"]
 
 
 @pytest.mark.heavy
@@ -71,6 +67,7 @@ def test_records_and_simulations_do_not_depend_on_workers(tmp_path: Path) -> Non
         record = json.loads(a.read_text())
         record.pop("created")
         record["summary"].pop("elapsed_s")
+        record["summary"].pop("encoded")  # run metadata: what each render process reused
         docs[w] = (record, json.loads(s.read_text()))
     assert docs[1] == docs[2]
 
@@ -90,21 +87,27 @@ def test_render_workers_share_the_cores_out_among_their_tokenizer_threads(monkey
 
     assert [shards.worker_threads(w, cores=2) for w in (1, 2, 3)] == [2, 1, 1]
     assert shards.worker_threads(4, cores=16) == 4
+    hidden: list[bool] = []
+    monkeypatch.setattr("prefixplan.render.frameworks.hide_model_frameworks", lambda: hidden.append(True))
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
-    shards._share_cores(3)
+    shards.start_worker(3)
     assert os.environ["RAYON_NUM_THREADS"] == "3"
     monkeypatch.setenv("RAYON_NUM_THREADS", "7")
-    shards._share_cores(1)
+    shards.start_worker(1)
     assert os.environ["RAYON_NUM_THREADS"] == "7"
+    assert hidden == [True, True]  # and no model framework is importable in a worker
 
 
 def test_segments_rendered_here_are_those_a_row_rebuilds() -> None:
     """The text pass takes the segments of requests rendered in this process as the renderer
     gave them, and those of a worker's or a trace's rows rebuilt from the row: the same."""
-    from prefixplan.trace.workers import row_segments
+    from prefixplan.logs import iter_requests
+    from prefixplan.trace.inprocess import render_in_process
+    from prefixplan.trace.rows import RowMaker, row_segments
 
     source = SourceOptions(paths=(str(EXAMPLE),))
-    rendered = list(iter_rendered(source, LineErrors(), source.renderers(), block_size=16, workers=1))
+    requests = iter_requests([str(EXAMPLE)], source.read, LineErrors())
+    rendered = list(render_in_process(requests, source.renderers(), RowMaker(16), 64, lambda r, why: None))
     assert rendered and all(r.segments is not None for r in rendered)
     assert sum(len(r.segments or ()) for r in rendered) > 10 * len(rendered)
     for r in rendered:

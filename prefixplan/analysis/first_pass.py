@@ -13,17 +13,15 @@ from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.types import Request, Segment
 from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.columns import RowColumns
-from prefixplan.trace.inprocess import Rendered
 from prefixplan.trace.requests import request_of_row
-from prefixplan.trace.rows import TraceRow
+from prefixplan.trace.rows import TraceRow, row_segments
 from prefixplan.trace.shards import ShardResult
-from prefixplan.trace.workers import row_segments
 
 
 @dataclass
 class TextPass:
     """What only text can tell (previews, breakers), fed one request at a time in input order;
-    a worker that rendered one file of the log sends its own, merged in input order
+    each job of the input makes its own where it renders, merged in input order
     (:mod:`prefixplan.trace.shards`)."""
 
     min_tenants: int = 2
@@ -62,7 +60,6 @@ class FirstPass:
         self.store = RowStore()
         self.text = TextPass(options.min_tenants, options.show_user_text)
         self.total = 0
-        self.workers: dict[str, dict[str, float]] = {}
 
     @property
     def previews(self) -> Previews:
@@ -72,18 +69,8 @@ class FirstPass:
     def finder(self) -> BreakerFinder:
         return self.text.finder
 
-    def add_rendered(self, rendered: Rendered) -> TraceRow:
-        row = rendered.row
-        self.add_row(row)
-        if rendered.request is not None:  # else the text pass of its file comes with the file's rows
-            self.text.add(rendered.request, row, rendered.segments)
-        return row
-
     def add_shard(self, result: ShardResult) -> None:
-        seen = self.workers.setdefault(result.worker, {"files": 0, "peak_rss_mb": 0.0, "seconds": 0.0})
-        seen["files"] += 1
-        seen["seconds"] += result.seconds
-        seen["peak_rss_mb"] = max(seen["peak_rss_mb"], result.peak_rss_mb)
+        """A job's text partial (its rows come through :meth:`add_row` or :meth:`add_columns`)."""
         if result.text is not None:
             self.text.merge(result.text)  # type: ignore[arg-type]
 

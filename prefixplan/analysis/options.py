@@ -14,14 +14,17 @@ from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
 from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.blocks import BlockTrace
+from prefixplan.trace.executors import Executor
 
 
 @dataclass(frozen=True)
 class AnalyzeOptions:
     """What ``prefixplan analyze`` can be told about the analysis itself (the input and its
-    tokenizer are :class:`~prefixplan.render.stream.SourceOptions`)."""
+    tokenizer are :class:`~prefixplan.render.stream.SourceOptions`; where it renders, the
+    :class:`~prefixplan.trace.executors.Executor`)."""
 
     source: SourceOptions = field(default_factory=SourceOptions)
+    executor: Executor = field(default_factory=Executor)
     engine: str = "vllm"
     block_size: int | None = None
     min_tokens: int = 32
@@ -60,8 +63,8 @@ class Analysis:
     render_failures: list[RenderFailure]
     trace_meta: dict[str, Any] = field(default_factory=dict)
     workers: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Processes that rendered files of the log (``host:pid`` -> files, peak RSS in MB, busy
-    seconds): run metadata, not part of the record."""
+    """Processes that rendered parts of the log (``host:pid`` -> jobs, peak RSS in MB, busy and
+    CPU seconds): run metadata, not part of the record."""
 
     @property
     def candidates(self) -> tuple[CandidateRecord, ...]:

@@ -27,10 +27,11 @@ from prefixplan.core.hashes import segment_hash
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request
 from prefixplan.errors import TokenizerError
-from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, split_paragraphs
-from prefixplan.render.stream import SourceOptions, source_meter
+from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.executors import Executor
 from prefixplan.trace.storage.u64index import key_parts, sorted_lookup
 
 
@@ -261,6 +262,7 @@ class DocumentsFirst:
 
 def rag_whatif(
     source: SourceOptions,
+    executor: Executor,
     renderers: RenderSet,
     counts: Mapping[str, int],
     granularity: Granularity,
@@ -269,49 +271,31 @@ def rag_whatif(
 ) -> dict[str, Any]:
     """Second pass: rewrite requests documents-first and measure the reuse on a fresh block
     trace (same granularity and replay order as the first pass), rendered like the first pass
-    (in this process, local workers or Ray actors)."""
+    (in this process, local workers or Ray actors) with the first pass's renderers here."""
     from prefixplan.trace.blocks import TraceBuilder
-    from prefixplan.trace.requests import request_of_row
-    from prefixplan.trace.workers import iter_rendered
+    from prefixplan.trace.intake import Intake, IntakePlan
 
     builder = TraceBuilder(granularity, index_singletons=False)  # only counts are read
-    transform = DocumentsFirst(counts)
-    moved_elsewhere = 0
-
-    def on_shard(result: Any) -> None:
-        nonlocal moved_elsewhere
-        moved_elsewhere += int(result.moved)
-
-    meter = source_meter(source)
-    progress.begin("documents-first what-if (a second pass)", meter.total_bytes if meter is not None else None)
-    tokens = n = 0
+    plan = IntakePlan(
+        source,
+        executor,
+        granularity.block_size,
+        transform=DocumentsFirst(counts),
+        label="documents-first what-if (a second pass)",
+    )
+    intake = Intake(plan, progress, renderers=renderers)
     try:
-        rows = iter_rendered(
-            source,
-            LineErrors(),
-            renderers,
-            block_size=granularity.block_size,
-            transform=transform,
-            meter=meter,
-            on_shard=on_shard,
-        )
-        for i, one in enumerate(rows):
-            builder.add(request_of_row(one.row))
-            tokens += int(one.row.prompt_tokens)
-            n = i + 1
-            if i % 256 == 0:
-                progress.update(n, tokens, meter.done() if meter is not None else None)
-        progress.update(n, tokens, meter.done() if meter is not None else None)
+        for cols in intake.batches(columns=True):
+            assert isinstance(cols, RowColumns)
+            builder.add_columns(cols)
         trace = builder.finish()
     except TokenizerError:
         return {"whatif": None}
-    finally:
-        progress.end()
     reused = int((np.minimum(trace.known_blocks, trace.cap_blocks) * trace.block_tokens).sum())
     return {
         "whatif": {
             "layout": "documents-first",
-            "requests_rewritten": transform.moved + moved_elsewhere,
+            "requests_rewritten": intake.moved,
             "reusable_tokens": reused,
             "reusable_tokens_now": reused_now,
             "gain_tokens": reused - reused_now,

@@ -33,7 +33,7 @@ from prefixplan.core.types import Segment
 from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure
-from prefixplan.trace.meta import line_errors_json
+from prefixplan.trace.meta import errors_json, line_errors_json
 from prefixplan.version import __version__
 
 if TYPE_CHECKING:
@@ -130,16 +130,22 @@ def rank_and_record(
         assert renderers is not None
         tokenizers = tokenizer_infos(renderers)
         engine_ids = dict(renderers.engine_ids)
+        encoded = renderers.encode_stats()  # the first pass's (the what-if renders again)
         spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
         engine_used = bool(renderers.engine_ids.get("used"))
         if options.rag_whatif and recurring.shape[0] and source.rereadable:
-            rag.update(rag_whatif(source, renderers, chunk_counts(store), first.granularity, reused_total, progress))
+            rag.update(
+                rag_whatif(
+                    source, options.executor, renderers, chunk_counts(store), first.granularity, reused_total, progress
+                )
+            )
         breakers: list[Any] = list(first.finder.results())
         previews = first.previews
         rag_whatif_json = rag.get("whatif")
     else:
         tokenizers = list(facts.tokenizers)
         engine_ids = dict(facts.engine_ids)
+        encoded = dict(facts.encoded)
         spec_of = {m: t.spec for t in tokenizers for m in t.log_models}
         spec_of.update(facts.spec_of)
         engine_used = bool(engine_ids.get("used"))
@@ -180,6 +186,7 @@ def rank_and_record(
         tree_nodes=trace.n_distinct_blocks,
         tree_arena_tokens=arena_tokens,
         elapsed_s=0.0,
+        encoded=dict(encoded),
     )
 
     def where(cand: Candidate) -> tuple[Sequence[Segment], ExampleRef]:
@@ -256,11 +263,7 @@ def rank_and_record(
         rag=rag,
         simulation=None,
         breakers=breaker_json,
-        errors={
-            "count": errors.count,
-            "by_reason": dict(sorted(errors.by_reason.items())),
-            "samples": [{"source": e.source, "line": e.line_no, "reason": e.reason} for e in errors.samples],
-        },
+        errors=errors_json(errors),
     )
     analysis = Analysis(record, shown, [b for b in breakers if isinstance(b, Breaker)], errors, trace, list(failures))
     analysis.trace_meta = {
@@ -268,6 +271,6 @@ def rank_and_record(
         "line_errors": line_errors_json(errors),
         "render_failures": summary.render_failures,
         "tokenizers": [t.to_json() for t in tokenizers],
-        "text": TextFacts.to_meta(previews, breaker_json, rag_whatif_json, engine_ids, spec_of),
+        "text": TextFacts.to_meta(previews, breaker_json, rag_whatif_json, engine_ids, spec_of, encoded),
     }
     return analysis

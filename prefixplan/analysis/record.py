@@ -270,6 +270,10 @@ class Summary:
     tree_nodes: int = 0
     tree_arena_tokens: int = 0
     elapsed_s: float = 0.0
+    encoded: dict[str, int] = field(default_factory=dict)
+    """Requests whose ids were encoded partly from an earlier encode (``incremental``) or whole
+    (``full``): run metadata like ``elapsed_s``, since each render process reuses only what it
+    encoded itself (docs/analyze.md)."""
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -300,6 +304,10 @@ class Summary:
             "distinct_tenants": 0,
             "exact": True,
         }
+        encoded = values.get("encoded")
+        values["encoded"] = (
+            {str(k): v for k, v in encoded.items() if type(v) is int} if isinstance(encoded, Mapping) else {}
+        )
         return cls(**{**defaults, **values})
 
 

@@ -86,7 +86,12 @@ def representative_tokens(
 
 
 def _requests_at(source: SourceOptions, wanted: set[tuple[str, int]]) -> list[Request]:
-    """The requests of ``source`` read at the given (source, line) places."""
+    """The requests of ``source`` read at the given (source, line) places (in a log file only
+    those lines are parsed: :func:`~prefixplan.logs.lines_at.requests_at`)."""
+    if source.objects is None:
+        from prefixplan.logs.lines_at import requests_at
+
+        return requests_at(source.paths, source.read, wanted)
     found = []
     for req in iter_source_requests(source, LineErrors()):
         if (req.source, req.line_no) in wanted:

@@ -32,6 +32,7 @@ class TextFacts:
     tokenizers: tuple[TokenizerInfo, ...] = ()
     engine_ids: dict[str, Any] = field(default_factory=dict)
     spec_of: dict[str, str] = field(default_factory=dict)
+    encoded: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def to_meta(
@@ -40,6 +41,7 @@ class TextFacts:
         rag_whatif: Mapping[str, Any] | None,
         engine_ids: Mapping[str, Any],
         spec_of: Mapping[str, str],
+        encoded: Mapping[str, int] | None = None,
     ) -> dict[str, Any]:
         """The ``text`` section of a trace's metadata."""
         # System texts (they have a lineage head) and tool schemas (a name, no text length): a
@@ -61,6 +63,7 @@ class TextFacts:
             "rag_whatif": dict(rag_whatif) if rag_whatif is not None else None,
             "engine_ids": dict(engine_ids),
             "spec_of": dict(spec_of),
+            "encoded": dict(encoded or {}),
         }
 
     @classmethod
@@ -89,4 +92,5 @@ class TextFacts:
             tokenizers=tokenizers,
             engine_ids=dict(text.get("engine_ids") or {}),
             spec_of={str(k): str(v) for k, v in (text.get("spec_of") or {}).items()},
+            encoded={str(k): int(v) for k, v in (text.get("encoded") or {}).items() if isinstance(v, int)},
         )

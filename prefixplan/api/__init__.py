@@ -58,7 +58,7 @@ from prefixplan.api.reports import (
     run_report,
 )
 from prefixplan.api.simulate import SimulateRequest, SimulationResult, run_simulate, simulate, simulation_config
-from prefixplan.api.source import Inputs, source_options
+from prefixplan.api.source import Inputs, executor, source_options
 from prefixplan.api.trace import TraceOutcome, TraceRequest, run_trace, write_trace
 from prefixplan.api.warming import (
     CalibrateOutcome,
@@ -73,6 +73,7 @@ from prefixplan.api.warming import (
     run_warm,
     warm,
 )
+from prefixplan.trace.executors import Executor
 
 __all__ = [
     "AnalyzeOptions",
@@ -83,6 +84,7 @@ __all__ = [
     "CalibrateRequest",
     "CheckRequest",
     "DiffRequest",
+    "Executor",
     "FormatsRequest",
     "GatewayRequest",
     "HeadlineOptions",
@@ -105,6 +107,7 @@ __all__ = [
     "WarmRequest",
     "analyze",
     "check",
+    "executor",
     "gateway_config",
     "load_analysis",
     "lock",

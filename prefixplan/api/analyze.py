@@ -10,6 +10,7 @@ from typing import Any
 
 from prefixplan.analysis.options import Analysis, AnalyzeOptions
 from prefixplan.api.source import Inputs, source_options
+from prefixplan.api.source import executor as make_executor
 from prefixplan.core.progress import NO_PROGRESS, Progress
 
 
@@ -154,6 +155,8 @@ def analyze(
     strict: bool = False,
     trace_block_size: int = 512,
     workers: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
     columns: str | Mapping[str, str] | None = None,
     engine: str = "vllm",
     block_size: int | None = None,
@@ -174,6 +177,8 @@ def analyze(
     Args:
         inputs: log paths/globs/folders, or an iterable of request records (see
             :func:`source_options` for these and the reading/tokenizer arguments).
+        workers, executor, ray_address: where requests render (:func:`executor`): by default
+            in this process for small inputs, else one process per core.
         engine: cache granularity preset: ``vllm`` (16-token blocks), ``sglang`` (1), ``lmcache`` (256).
         block_size: cache block size in tokens (overrides ``engine``).
         min_tokens: shortest prefix (block-aligned tokens) to report.
@@ -203,11 +208,11 @@ def analyze(
         sample=sample,
         strict=strict,
         trace_block_size=trace_block_size,
-        workers=workers,
         columns=columns,
     )
     options = AnalyzeOptions(
         source=source,
+        executor=make_executor(workers, executor, ray_address),
         engine=engine,
         block_size=block_size,
         min_tokens=min_tokens,

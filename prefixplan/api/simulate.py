@@ -4,12 +4,13 @@ out; :func:`simulate` and :func:`simulation_config` are the same for a notebook.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prefixplan.api.source import Inputs, source_options
+from prefixplan.api.source import Inputs, executor, source_options
 from prefixplan.core.extras import require
 from prefixplan.core.progress import NO_PROGRESS, Progress
+from prefixplan.trace.executors import Executor
 
 if TYPE_CHECKING:
     from prefixplan.render.stream import SourceOptions
@@ -23,6 +24,8 @@ class SimulationResult:
 
     result: SimResult
     malformed_lines: int = 0
+    errors: dict[str, Any] | None = None
+    """The malformed lines as ``analyze`` reports them: count, by reason, samples (file, line, reason)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document ``prefixplan simulate --json`` writes."""
@@ -30,6 +33,7 @@ class SimulationResult:
 
         doc = to_json(self.result)
         doc["line_errors"] = self.malformed_lines
+        doc["errors"] = self.errors or {"count": self.malformed_lines, "by_reason": {}, "samples": []}
         return doc
 
     def hit_rate(self, policy: str, capacity_tokens: float | None = None) -> float:
@@ -60,6 +64,7 @@ class SimulateRequest:
     pin_top: int = 10
     json: str | None = None
     trace_out: str | None = None
+    executor: Executor = field(default_factory=Executor)
 
     def __post_init__(self) -> None:
         if self.pin_top < 0:
@@ -72,16 +77,18 @@ def run_simulate(request: SimulateRequest, progress: Progress = NO_PROGRESS) -> 
     """The ``prefixplan simulate`` command as one call: read, render (or read a trace), replay,
     write the JSON document."""
     from prefixplan.simulation.source import simulate_source
+    from prefixplan.trace.meta import errors_json
 
     result, errors = simulate_source(
         request.source,
         request.config,
+        executor=request.executor,
         pins_from=request.pins_from,
         pin_top=request.pin_top,
         progress=progress,
         trace_out=request.trace_out,
     )
-    out = SimulationResult(result, errors.count)
+    out = SimulationResult(result, errors.count, errors_json(errors))
     if request.json:
         from prefixplan.core.fileio import atomic_write_json
 
@@ -95,12 +102,14 @@ def simulate(
     *,
     pins_from: str | os.PathLike[str] | None = None,
     pin_top: int = 10,
+    workers: int | None = None,
     **source: Any,
 ) -> SimulationResult:
     """Replay ``inputs`` through cache models (``prefixplan simulate``).
 
     Args:
-        inputs: as for :func:`analyze`; ``source`` takes :func:`source_options`' keywords.
+        inputs: as for :func:`analyze`; ``source`` takes :func:`source_options`' keywords,
+            ``workers`` is :func:`executor`'s.
         config: what to simulate (:class:`prefixplan.simulation.SimConfig`); default: vLLM blocks,
             in-batch vs an unbounded persistent cache. :func:`simulation_config` builds one from
             command-line style values (``capacity="1e6,40GB"``, ``policy="lru,lfu"``).
@@ -113,6 +122,7 @@ def simulate(
         config or SimConfig(),
         pins_from=os.fspath(pins_from) if pins_from is not None else None,
         pin_top=pin_top,
+        executor=executor(workers),
     )
     return run_simulate(request)
 

@@ -1,6 +1,6 @@
 """Where requests come from and how they become token ids: :func:`source_options` builds the
 :class:`~prefixplan.render.stream.SourceOptions` every reading command takes, from paths, URLs or
-in-memory records."""
+in-memory records; :func:`executor` says where they render."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from prefixplan.logs import ReadOptions, parse_time
 from prefixplan.logs.tables import parse_columns
 from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.executors import Executor
 
 Inputs = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[Mapping[str, Any]]
 
@@ -28,10 +29,7 @@ def source_options(
     sample: float | None = None,
     strict: bool = False,
     trace_block_size: int = 512,
-    workers: int | None = None,
     columns: str | Mapping[str, str] | None = None,
-    executor: str = "local",
-    ray_address: str | None = None,
 ) -> SourceOptions:
     """Where requests come from and how they are tokenized (shared by analyze and simulate).
 
@@ -49,21 +47,15 @@ def source_options(
         sample: keep this deterministic fraction of lines.
         strict: raise on the first malformed line instead of counting it.
         trace_block_size: tokens per block of Mooncake ``hash_ids`` traces.
-        workers: render in this many processes (None: one per core for inputs of 4 MiB and more).
         columns: the column of each request field in Parquet and CSV logs, e.g.
             ``{"messages": "request.messages", "timestamp": "ts"}`` or ``"messages=request.messages,timestamp=ts"``.
-        executor: ``"local"`` (processes here) or ``"ray"`` (one actor per input file on a Ray
-            cluster; needs ``prefixplan[ray]``; ``workers`` then sizes the actor pool, default one
-            per cluster CPU). The record is the same either way.
-        ray_address: the Ray cluster to join (``auto``, ``ray://HOST:10001``; default
-            ``RAY_ADDRESS``, else a new local cluster).
+
+    Where rendering runs is :func:`executor`'s.
     """
     from prefixplan.errors import UsageError
 
     if sample is not None and not 0 < sample <= 1:
         raise UsageError("--sample must be in (0, 1]", hint="e.g. --sample 0.1 keeps one line in ten")
-    if workers is not None and workers < 1:
-        raise UsageError("--workers must be >= 1", hint="omit it for one worker per core")
     read = ReadOptions(
         format=log_format,
         since=_time(since),
@@ -93,10 +85,22 @@ def source_options(
         tokenizer_map=dict(tokenizer_map or {}),
         chat_template=os.fspath(chat_template) if chat_template is not None else None,
         template_kwargs=dict(template_kwargs or {}),
-        workers=workers,
-        executor=executor,
-        ray_address=ray_address,
     )
+
+
+def executor(workers: int | None = None, kind: str = "local", ray_address: str | None = None) -> Executor:
+    """Where rendering runs (:class:`~prefixplan.trace.executors.Executor`).
+
+    Args:
+        workers: render in this many processes (None: one per core for inputs of 4 MiB and more;
+            1: in this process).
+        kind: ``"local"`` (processes here) or ``"ray"`` (one actor per input file on a Ray
+            cluster; needs ``prefixplan[ray]``; ``workers`` then sizes the actor pool, default one
+            per cluster CPU). The record is the same either way.
+        ray_address: the Ray cluster to join (``auto``, ``ray://HOST:10001``; default
+            ``RAY_ADDRESS``, else a new local cluster).
+    """
+    return Executor(kind, workers, ray_address)
 
 
 def _time(value: str | float | None) -> float | None:

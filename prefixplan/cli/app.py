@@ -59,10 +59,14 @@ def build_command() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point."""
+    """Console entry point (``argv``: in place of the process's arguments, as tests call it)."""
     from prefixplan.core.memory import map_large_allocations
 
     map_large_allocations()  # this process is the command's: freed windows go back at once
+    if argv is None:  # the process is the command's own: its tokenizers need no model framework
+        from prefixplan.render.frameworks import hide_model_frameworks
+
+        hide_model_frameworks()
     return run_with_error_boundary(build_command(), argv if argv is not None else sys.argv[1:])
 
 

@@ -12,6 +12,7 @@ from prefixplan.cli.groups import with_source
 from prefixplan.cli.help import PlainCommand
 
 if TYPE_CHECKING:
+    from prefixplan.api import Executor
     from prefixplan.render.stream import SourceOptions
 
 MinTokens = Annotated[
@@ -55,6 +56,7 @@ def register(app: typer.Typer) -> None:
 def analyze(
     logs: o.Logs,
     source: SourceOptions,
+    executor: Executor,
     granularity: o.Granularity = "vllm",
     block_size: o.BlockSize = None,
     top: o.Top = 20,
@@ -87,6 +89,7 @@ def analyze(
     to_stdout = one_stdout(("--json", json_out), ("--html", html_out), ("--markdown", markdown_out))
     options = AnalyzeOptions(
         source=source,
+        executor=executor,
         engine=granularity,
         block_size=block_size,
         top=top,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -12,6 +12,7 @@ from prefixplan.cli.groups import with_source
 from prefixplan.cli.help import PlainCommand
 
 if TYPE_CHECKING:
+    from prefixplan.api import Executor
     from prefixplan.render.stream import SourceOptions
 
 Provider = Annotated[
@@ -84,6 +85,18 @@ GpuHourPrice = Annotated[
 ]
 
 
+_NOT_CONFIG = frozenset({"logs", "source", "executor", "analysis", "top", "json_out", "trace_out", "quiet"})
+_RENAMED = {"granularity": "engine", "tier": "tiers"}
+
+
+def _config_options(values: dict[str, Any]) -> dict[str, Any]:
+    """:func:`prefixplan.api.simulation_config`'s keywords from the command's option values."""
+    out = {_RENAMED.get(k, k): v for k, v in values.items() if k not in _NOT_CONFIG}
+    out["tiers"] = out["tiers"] or []
+    out["pins"] = values["analysis"] is not None
+    return out
+
+
 def register(app: typer.Typer) -> None:
     app.command("simulate", cls=PlainCommand)(simulate)
 
@@ -92,6 +105,7 @@ def register(app: typer.Typer) -> None:
 def simulate(
     logs: o.Logs,
     source: SourceOptions,
+    executor: Executor,
     granularity: o.Granularity = "vllm",
     block_size: o.BlockSize = None,
     provider: Provider = None,
@@ -115,11 +129,18 @@ def simulate(
     gpu_hour_price: GpuHourPrice = None,
     replicas: o.Replicas = None,
     router: o.Router = None,
+    gpu: o.Gpu = None,
+    tensor_parallel: o.TensorParallel = None,
+    efficiency: o.Efficiency = None,
+    rate_scale: o.RateScale = None,
+    max_num_batched_tokens: o.MaxBatchedTokens = None,
+    max_num_seqs: o.MaxSeqs = None,
     json_out: o.Json = None,
     trace_out: o.TraceOut = None,
     quiet: o.Quiet = False,
 ) -> None:
     """Replay requests through cache models: in-batch vs persistent cache, capacity curves, savings."""
+    options = _config_options(locals())  # first: the parameters are all the locals there are
     from prefixplan.api import SimulateRequest, run_simulate, simulation_config
     from prefixplan.cli.progress import ConsoleProgress
     from prefixplan.errors import UsageError
@@ -127,30 +148,7 @@ def simulate(
 
     if top is not None and analysis is None:
         raise UsageError("--top picks the prefixes of --analysis to pin", hint="pass --analysis ANALYSIS.json")
-    config = simulation_config(
-        engine=granularity,
-        block_size=block_size,
-        provider=provider,
-        capacity=capacity,
-        policy=policy,
-        cache_ttl=cache_ttl,
-        model=model,
-        model_config=model_config,
-        kv_dtype_bytes=kv_dtype_bytes,
-        pinned_fraction=pinned_fraction,
-        running_fraction=running_fraction,
-        auto_promote=auto_promote,
-        pins=analysis is not None,
-        prewarm_pins=prewarm_pins,
-        tiers=tier or [],
-        batch_window=batch_window,
-        breakpoints=breakpoints,
-        profile=profile,
-        prices=prices,
-        gpu_hour_price=gpu_hour_price,
-        replicas=replicas,
-        router=router,
-    )
+    config = simulation_config(**options)
     request = SimulateRequest(
         source,
         config,
@@ -158,6 +156,7 @@ def simulate(
         pin_top=10 if top is None else top,
         json=json_out,
         trace_out=str(trace_out) if trace_out else None,
+        executor=executor,
     )
     doc = run_simulate(request, ConsoleProgress(report_console(stderr=True), quiet=quiet)).to_json()
     if not quiet:
@@ -169,3 +168,7 @@ def simulate(
             from prefixplan.report.console_router import render_fleet
 
             render_fleet(doc["fleet"], console)
+        if doc.get("ttft_under_load"):
+            from prefixplan.report.console_load import render_load
+
+            render_load(doc["ttft_under_load"], console)

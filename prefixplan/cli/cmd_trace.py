@@ -11,6 +11,7 @@ from prefixplan.cli.groups import with_source
 from prefixplan.cli.help import PlainCommand
 
 if TYPE_CHECKING:
+    from prefixplan.api import Executor
     from prefixplan.render.stream import SourceOptions
 
 Out = Annotated[str, typer.Option("--out", "-o", metavar="FILE", help=o.OUT_HELP)]
@@ -33,6 +34,7 @@ def trace(
     logs: o.Logs,
     out: Out,
     source: SourceOptions,
+    executor: Executor,
     export: Export = None,
     granularity: o.Granularity = "vllm",
     block_size: o.BlockSize = None,
@@ -45,7 +47,9 @@ def trace(
     from prefixplan.report.terminal import report_console
 
     notes = report_console(stderr=True)
-    request = TraceRequest(source, out, export=export, granularity=granularity, block_size=block_size)
+    request = TraceRequest(
+        source, out, export=export, granularity=granularity, block_size=block_size, executor=executor
+    )
     done = run_trace(request, ConsoleProgress(notes, quiet=quiet))
     what = f"{done.export} trace, {done.blocks:,} distinct blocks" if done.export else "trace"
     notes.print(f"wrote {done.path} ({what}; {done.requests:,} requests)", highlight=False)

@@ -1,12 +1,13 @@
 """The options every command that reads logs shares, declared once.
 
-A command declares a parameter ``source: SourceOptions`` and is decorated with
-:func:`with_source`: its help then lists the reading and tokenizer options (after ``LOG...``, or
-after ``reading_after``) and the execution options (after ``execution_after``), and the command
-receives one :class:`~prefixplan.render.stream.SourceOptions` built from their values::
+A command declares parameters ``source: SourceOptions`` and ``executor: Executor`` and is
+decorated with :func:`with_source`: its help then lists the reading and tokenizer options (after
+``LOG...``, or after ``reading_after``) and the execution options (after ``execution_after``), and
+the command receives one :class:`~prefixplan.render.stream.SourceOptions` and one
+:class:`~prefixplan.trace.executors.Executor` built from their values::
 
     @with_source(execution_after="trace_out")
-    def simulate(logs: o.Logs, source: SourceOptions, ..., trace_out: o.TraceOut = None) -> None: ...
+    def simulate(logs: o.Logs, source: SourceOptions, executor: Executor, ..., trace_out: o.TraceOut = None): ...
 """
 
 from __future__ import annotations
@@ -62,11 +63,15 @@ def build_source(logs: list[str], values: dict[str, Any]) -> Any:
         sample=values["sample"],
         strict=values["strict"],
         trace_block_size=values["trace_block_size"],
-        workers=values["workers"],
         columns=values["columns"],
-        executor=values["executor"],
-        ray_address=values["ray_address"],
     )
+
+
+def build_executor(values: dict[str, Any]) -> Any:
+    """The :class:`~prefixplan.trace.executors.Executor` of the execution options' values."""
+    from prefixplan.api import executor
+
+    return executor(values["workers"], values["executor"], values["ray_address"])
 
 
 def with_source(*, execution_after: str, reading_after: str = "logs") -> Callable[[Callable[..., Any]], Any]:
@@ -75,7 +80,7 @@ def with_source(*, execution_after: str, reading_after: str = "logs") -> Callabl
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         params = []
         for p in inspect.signature(fn).parameters.values():
-            if p.name == "source":  # its type is for readers and checkers: never evaluated here
+            if p.name in ("source", "executor"):  # built here; their types are for readers and checkers
                 continue
             ann = eval(p.annotation, fn.__globals__) if isinstance(p.annotation, str) else p.annotation
             params.append(p.replace(annotation=ann))
@@ -88,6 +93,7 @@ def with_source(*, execution_after: str, reading_after: str = "logs") -> Callabl
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             values = {name: kwargs.pop(name) for name in names}
+            kwargs["executor"] = build_executor(values)
             kwargs["source"] = build_source(kwargs["logs"], values)
             return fn(**kwargs)
 

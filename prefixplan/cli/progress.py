@@ -1,7 +1,8 @@
 """Progress on the command line: rich bars on a terminal, one summary line per pass otherwise.
 
-Each pass shows its name, requests and tokens done, the rate, and (when the input's size is
-known) a bar with the time remaining. Under ``-q`` nothing is shown; when stderr is not a
+Each pass shows its name, requests and tokens done, the rate, how many render workers are at
+work (the others wait for the parent), and (when the input's size is known) a bar with the time
+remaining. Under ``-q`` nothing is shown; when stderr is not a
 terminal (CI logs) each pass ends with one line: name, requests, tokens, seconds, tokens/s.
 """
 
@@ -27,9 +28,11 @@ class ConsoleProgress:
         self._started = 0.0
         self._requests = 0
         self._tokens = 0
+        self._workers = ""
 
     def begin(self, name: str, total_bytes: int | None = None) -> None:
         self._name, self._started, self._requests, self._tokens = name, self.clock(), 0, 0
+        self._workers = ""
         if not self.live:
             return
         from rich.progress import (
@@ -55,8 +58,12 @@ class ConsoleProgress:
         if self._bar is None:
             return
         elapsed = max(self.clock() - self._started, 1e-9)
-        counts = f"{requests:,} requests, {tokens:,} tokens, {tokens / elapsed:,.0f} tokens/s"
+        counts = f"{requests:,} requests, {tokens:,} tokens, {tokens / elapsed:,.0f} tokens/s{self._workers}"
         self._bar.update(self._task, completed=bytes_done if bytes_done is not None else None, counts=counts)
+
+    def workers(self, busy: int, total: int) -> None:
+        """``busy`` of ``total`` render workers have a job (shown with the next update)."""
+        self._workers = f", workers {busy}/{total} busy"
 
     def end(self) -> None:
         elapsed = self.clock() - self._started

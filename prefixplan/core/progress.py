@@ -1,7 +1,7 @@
 """Progress of long passes, reported by the library and shown (or not) by the caller.
 
-The library calls ``begin(pass_name, total_bytes)``, ``update(requests, tokens, bytes_done)``
-and ``end()``; the command line shows rich progress bars on a terminal and one summary line
+The library calls ``begin(pass_name, total_bytes)``, ``update(requests, tokens, bytes_done)``,
+``workers(busy, total)`` (render workers at work vs waiting for the parent) and ``end()``; the command line shows rich progress bars on a terminal and one summary line
 otherwise. ``NO_PROGRESS`` ignores everything (the default for library calls).
 """
 
@@ -17,6 +17,8 @@ class Progress(Protocol):
 
     def update(self, requests: int, tokens: int, bytes_done: int | None = None) -> None: ...
 
+    def workers(self, busy: int, total: int) -> None: ...
+
     def end(self) -> None: ...
 
 
@@ -27,6 +29,9 @@ class NoProgress:
         return None
 
     def update(self, requests: int, tokens: int, bytes_done: int | None = None) -> None:
+        return None
+
+    def workers(self, busy: int, total: int) -> None:
         return None
 
     def end(self) -> None:

@@ -1,10 +1,10 @@
-"""The shared front half of every pipeline: read requests (files or memory) and render them.
+"""The shared front half of every pipeline: where requests come from and how they are tokenized.
 
-:class:`SourceOptions` says where requests come from and how they are tokenized; analyze and
-simulate (and the public Python API) embed it and render through
-:func:`prefixplan.trace.workers.iter_rendered` (here or in workers). Requests the renderer rejects
-are counted with the malformed lines (reason ``render: ...``) and listed as :class:`RenderFailure`;
-with ``read.strict`` they raise.
+:class:`SourceOptions` says it; every command that reads logs embeds it and reads through
+:class:`prefixplan.trace.intake.Intake` (where rendering runs is the separate
+:class:`~prefixplan.trace.executors.Executor`). Requests the renderer rejects are counted with the
+malformed lines (reason ``render: ...``) and listed as :class:`RenderFailure`; with ``read.strict``
+they raise.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefixplan.core.types import Request
-from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter, ReadOptions, expand_paths, iter_objects, iter_requests
 from prefixplan.logs.remote import shown
 from prefixplan.render import RenderSet
-
-EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -36,11 +33,6 @@ class SourceOptions:
         chat_template: a Jinja template file overriding an ``hf:`` tokenizer's.
         template_kwargs: extra chat-template variables.
         render_batch: requests rendered together (cache misses are encoded in one call).
-        workers: render in this many processes (None: one per core for large file inputs).
-        executor: ``"local"`` (processes on this machine) or ``"ray"`` (actors on a Ray cluster,
-            one input file each; :mod:`prefixplan.trace.ray_executor`).
-        ray_address: the cluster to join (``auto``, ``ray://HOST:10001``; None: ``RAY_ADDRESS`` or
-            a local cluster).
     """
 
     paths: tuple[str, ...] = ()
@@ -51,15 +43,8 @@ class SourceOptions:
     chat_template: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     render_batch: int = 256
-    workers: int | None = None
-    executor: str = "local"
-    ray_address: str | None = None
 
     def __post_init__(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise UsageError(f"unknown executor {self.executor!r}", hint=f"use one of: {', '.join(EXECUTORS)}")
-        if self.ray_address is not None and self.executor != "ray":
-            raise UsageError("--ray-address needs --executor ray")
         self.renderers()  # a spec with credentials is refused before anything is read
 
     @property

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from prefixplan.report.actions import Action, next_steps
 from prefixplan.report.console_inputs import header_lines
-from prefixplan.report.views import safe_preview, split_withheld
+from prefixplan.report.line_errors import render_line_errors
+from prefixplan.report.views import profile_label, safe_preview, split_withheld
 
 
 def _n(x: float | int | None) -> str:
@@ -90,10 +91,9 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
             )
         sav = sim.get("savings")
         if sav:
-            tag = " (assumed profile)" if sav.get("profile_is_assumption") else ""
             head.add_row(
                 f"GPU prefill seconds, {sim['headline']}",
-                f"{sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} with {sav['profile']}{tag}",
+                f"{sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} with {profile_label(sav)}",
             )
             head.add_row(
                 "TTFT p50 / p95 (prefill only, no queueing)",
@@ -199,11 +199,4 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
             )
         console.print(t)
 
-    errs = record.get("errors") or {}
-    if errs.get("count"):
-        console.print(
-            f"[yellow]{errs['count']} malformed line(s) skipped[/] — "
-            + ", ".join(f"{k}: {v}" for k, v in sorted(errs["by_reason"].items()))
-        )
-        for e in errs["samples"][:10]:
-            console.print(escape(f"  {e['source']}:{e['line']}: {e['reason']}"))
+    render_line_errors(record.get("errors"), console)

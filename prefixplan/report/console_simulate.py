@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
+from prefixplan.report.line_errors import render_line_errors
+from prefixplan.report.views import profile_label
 from prefixplan.simulation.spec import human_tokens
 
 
@@ -15,6 +17,7 @@ def _pct(x: float) -> str:
 
 def render_simulation(doc: dict[str, Any], console: Console) -> None:
     """Print the two-generation comparison, capacity curves, savings and notes."""
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(
@@ -117,13 +120,15 @@ def render_simulation(doc: dict[str, Any], console: Console) -> None:
         console.print(risk)
     sav = doc.get("savings")
     if sav:
+        ttft = ", ".join(
+            f"{q} {sav[f'ttft_{q}_without_s'] * 1000:.0f} -> {sav[f'ttft_{q}_with_s'] * 1000:.0f} ms"
+            for q in ("p50", "p95", "p99")
+            if f"ttft_{q}_with_s" in sav
+        )
         console.print(
-            f"[bold]Savings[/] ({doc['headline']}; profile {sav['profile']}"
-            f"{', an assumption' if sav['profile_is_assumption'] else ''}): "
+            f"[bold]Savings[/] ({doc['headline']}; profile {escape(profile_label(sav))}): "
             f"GPU-seconds {sav['gpu_seconds_without']:,.1f} -> {sav['gpu_seconds_with']:,.1f} "
-            f"(saved {sav['gpu_seconds_saved']:,.1f}); TTFT p50 {sav['ttft_p50_without_s'] * 1000:.0f} -> "
-            f"{sav['ttft_p50_with_s'] * 1000:.0f} ms, p95 {sav['ttft_p95_without_s'] * 1000:.0f} -> "
-            f"{sav['ttft_p95_with_s'] * 1000:.0f} ms"
+            f"(saved {sav['gpu_seconds_saved']:,.1f}); TTFT (prefill only) {ttft}"
         )
     money = doc.get("money")
     if money:
@@ -137,5 +142,4 @@ def render_simulation(doc: dict[str, Any], console: Console) -> None:
         console.print(f"KV cache: {doc['kv_bytes_per_token']:,} bytes/token")
     for note in doc["notes"]:
         console.print(f"[dim]note: {note}[/]")
-    if doc.get("line_errors"):
-        console.print(f"[yellow]{doc['line_errors']} malformed log lines skipped[/]")
+    render_line_errors(doc.get("errors") or {"count": doc.get("line_errors") or 0}, console)

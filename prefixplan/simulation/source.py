@@ -1,8 +1,8 @@
 """The simulation of a source: logs read and rendered, or a trace file read, then replayed.
 
 Logs are read and rendered exactly as ``prefixplan analyze`` does (the shared
-:func:`prefixplan.trace.workers.iter_rendered`), then replayed by
-:func:`prefixplan.simulation.simulator.simulate`. Requests without a timestamp use their position in the
+:class:`~prefixplan.trace.intake.Intake`), then replayed by
+:class:`prefixplan.simulation.simulator.Simulation`. Requests without a timestamp use their position in the
 stream as the arrival time. Anthropic ``cache_control`` markers become token offsets: the end of
 the system segment, of the marked tool schema, or of the marked message (approximate, like every
 Anthropic rendering).
@@ -16,120 +16,86 @@ from pathlib import Path
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors
-from prefixplan.render.stream import SourceOptions, source_meter
+from prefixplan.render.stream import SourceOptions
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.pins import PinSelection
 from prefixplan.simulation.result import SimResult
 from prefixplan.simulation.simulator import Simulation
-from prefixplan.trace.meta import check_block_size, fingerprint_for, line_errors_json, line_errors_of, renderers_json
-from prefixplan.trace.parquet import TraceFile, trace_input
-from prefixplan.trace.workers import iter_rendered
-from prefixplan.trace.writer import TraceWriter, base_meta
+from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.executors import Executor, session
+from prefixplan.trace.intake import Intake, IntakePlan
+from prefixplan.trace.meta import fingerprint_for
+from prefixplan.trace.parquet import TraceFile
 
 
 def simulate_source(
     source: SourceOptions,
     config: SimConfig,
     *,
+    executor: Executor | None = None,
     pins_from: str | Path | None = None,
     pin_top: int = 10,
     progress: Progress = NO_PROGRESS,
     trace_out: str | Path | None = None,
 ) -> tuple[SimResult, LineErrors]:
-    """Read, render and simulate ``source`` (logs, or a trace file: no tokenizer then); returns
-    (result, line errors). ``trace_out`` writes the rendered rows as a trace file.
+    """Read, render (where ``executor`` says) and simulate ``source`` (logs, or a trace file: no
+    tokenizer then); returns (result, line errors). ``trace_out`` writes the rendered rows as a
+    trace file.
 
     With ``pins_from`` (an analysis record), its top ``pin_top`` candidates become the pins
     of the pinned partition and the hot prefixes of the eviction-risk table; their tokenizer
     fingerprint must match the renderer used here (:class:`UsageError` otherwise).
     """
-    from prefixplan.simulation.pins import check_fingerprints, load_pins
 
-    trace_in = trace_input(source)
-    renderers = None if trace_in is not None else source.renderers()
-    if trace_in is not None:
-        check_block_size(trace_in.meta, Simulation(config).block_size, str(trace_in.path))
-        if trace_out is not None:
-            raise UsageError("--trace-out writes a trace while rendering a log; the input is a trace already")
-    if pins_from is not None:
-        selection = load_pins(pins_from, pin_top)
-        if renderers is not None:
-            check_fingerprints(selection, renderers)
-        elif trace_in is not None:
-            check_trace_fingerprints(selection, trace_in)
-        notes = list(selection.notes)
-        if not selection.prefixes:
-            notes.append(f"no pins: none of the top {pin_top} candidates of {pins_from} has token ids")
-        else:
-            notes.append(
-                f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
-                + ", ".join(p.label for p in selection.prefixes)
-            )
-        config = replace(
-            config,
-            cache=replace(config.cache, pins=selection.pins()),
-            workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
-            notes=config.notes + tuple(notes),
-        )
     routing = trace_out is not None or config.fleet is not None
-    sim = Simulation(config, routing=routing)
-    if trace_in is not None:
-        progress.begin("reading the trace", trace_in.num_rows)
-        n = tokens = 0
-        if sim.takes_columns:  # a batch of rows at a time, no object per request
-            for cols in trace_in.columns():
-                sim.add_columns(cols)
-                n += cols.n
-                tokens += int(cols.prompt_tokens.sum())
-                progress.update(n, tokens, None)
-        else:
-            for n, row in enumerate(trace_in.rows(), start=1):
-                sim.add_row(row)
-                tokens += row.prompt_tokens
-                if n % 4096 == 1:
-                    progress.update(n, tokens, None)
-        progress.update(n, tokens, None)
-        progress.end()
-        errors = line_errors_of(trace_in.meta.get("line_errors"))
-    else:
-        assert renderers is not None
-        errors = LineErrors()
-        meter = source_meter(source)
-        gran = config.granularity()
-        writer = (
-            TraceWriter(trace_out, base_meta(sim.block_size, {"describe": gran.describe()}))
-            if trace_out is not None
-            else None
-        )
-        try:
-            progress.begin("reading and rendering", meter.total_bytes if meter is not None else None)
-            tokens = n = 0
-            rendered = iter_rendered(source, errors, renderers, block_size=sim.block_size, routing=routing, meter=meter)
-            for n, one in enumerate(rendered, start=1):
-                sim.add_row(one.row)
-                if writer is not None:
-                    writer.write(one.row)
-                tokens += one.row.prompt_tokens
-                if n % 256 == 1:
-                    progress.update(n, tokens, meter.done() if meter is not None else None)
-            progress.update(n, tokens, meter.done() if meter is not None else None)
-            progress.end()
-        except BaseException:
-            if writer is not None:
-                writer.abort()
-            raise
-        if writer is not None:
-            writer.close(
-                {
-                    "inputs": {"paths": list(source.display)},
-                    "line_errors": line_errors_json(errors),
-                    "tokenizers": renderers_json(renderers),
-                }
-            )
+    block_size = Simulation(config).block_size
+    plan = IntakePlan(
+        source,
+        executor or Executor(),
+        block_size,
+        describe=config.granularity().describe(),
+        routing=routing,
+        trace_out=trace_out,
+    )
+    with session(), Intake(plan, progress) as intake:
+        if pins_from is not None:
+            config = _with_pins(config, intake, pins_from, pin_top)
+        sim = Simulation(config, routing=routing)
+        for item in intake.batches(columns=sim.takes_columns):
+            if isinstance(item, RowColumns):
+                sim.add_columns(item)
+            else:
+                sim.add_row(item)
     progress.begin("simulating the cache models")
     result = sim.result()
     progress.end()
-    return result, errors
+    return result, intake.errors
+
+
+def _with_pins(config: SimConfig, intake: Intake, pins_from: str | Path, pin_top: int) -> SimConfig:
+    """``config`` with the top ``pin_top`` candidates of the analysis record ``pins_from`` pinned
+    (and watched as hot prefixes), their tokenizer checked against the input's."""
+    from prefixplan.simulation.pins import check_fingerprints, load_pins
+
+    selection = load_pins(pins_from, pin_top)
+    if intake.renderers is not None:
+        check_fingerprints(selection, intake.renderers)
+    elif intake.trace is not None:
+        check_trace_fingerprints(selection, intake.trace)
+    notes = list(selection.notes)
+    if not selection.prefixes:
+        notes.append(f"no pins: none of the top {pin_top} candidates of {pins_from} has token ids")
+    else:
+        notes.append(
+            f"pinned {len(selection.prefixes)} prefixes from {pins_from}: "
+            + ", ".join(p.label for p in selection.prefixes)
+        )
+    return replace(
+        config,
+        cache=replace(config.cache, pins=selection.pins()),
+        workload=replace(config.workload, hot_prefixes=selection.hot_prefixes()),
+        notes=config.notes + tuple(notes),
+    )
 
 
 def check_trace_fingerprints(selection: PinSelection, trace: TraceFile) -> None:

@@ -22,6 +22,13 @@ def line_errors_json(errors: LineErrors) -> dict[str, Any]:
     }
 
 
+def errors_json(errors: LineErrors) -> dict[str, Any]:
+    """The malformed lines as a command's JSON reports them (``analyze``'s ``errors``,
+    ``simulate``'s too): count, by reason, and the samples with file, line and reason."""
+    full = line_errors_json(errors)
+    return {k: full[k] for k in ("count", "by_reason", "samples")}
+
+
 def line_errors_of(data: Any) -> LineErrors:
     """The :class:`LineErrors` a trace's metadata recorded (empty when absent)."""
     errors = LineErrors()

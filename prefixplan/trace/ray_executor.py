@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prefixplan.core.extras import require
+from prefixplan.trace.executors import Run
 from prefixplan.trace.shards import ShardJob, ShardResult, render_shard
 
 
@@ -27,8 +28,10 @@ class _ShardActor:
     """A Ray Data actor: renders the files of its batches (tokenizers stay loaded between them)."""
 
     def __init__(self) -> None:
+        from prefixplan.render.frameworks import hide_model_frameworks
         from prefixplan.trace.gcpolicy import relax_for_process
 
+        hide_model_frameworks()  # a tokenizer needs no torch (transformers would import it)
         relax_for_process()  # the actor's process renders logs and nothing else
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -62,10 +65,11 @@ def cluster_cpus(ray: Any) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def run_ray(jobs: Iterable[ShardJob], address: str | None, workers: int | None) -> Iterator[ShardResult]:
-    """Shard results in job order from a pool of ``workers`` actors (None: one per cluster CPU,
-    at most one per file)."""
-    ray, started = _connect(address)
+def run_ray(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
+    """Shard results in job order from a pool of ``--workers`` actors (None: one per cluster
+    CPU, at most one per file) on the cluster at ``--ray-address``."""
+    workers = run.executor.workers
+    ray, started = _connect(run.executor.ray_address)
     try:
         import ray.data as rd
 

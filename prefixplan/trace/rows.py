@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.types import SEGMENT_KINDS, Prompt
+from prefixplan.core.types import SEGMENT_KINDS, Prompt, Segment, SegmentHash
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.routing.content import request_route_bytes, route_units
 from prefixplan.trace.blockhash import BlockHasher, namespace_seed
@@ -220,3 +220,20 @@ class RowMaker:
             exact=bool(prompt.exact) and req.format not in RECONSTRUCTED_FORMATS,
             logged_cached_tokens=req.logged_cached_tokens,
         )
+
+
+def row_segments(row: TraceRow) -> tuple[Segment, ...]:
+    """A row's segment spans as :class:`Segment` records."""
+    return tuple(
+        Segment(
+            SEGMENT_KINDS[int(k)],
+            int(a),
+            int(b),
+            SegmentHash(f"{int(h):016x}"),
+            int(i),
+            name,
+        )
+        for k, a, b, i, h, name in zip(
+            row.seg_kind, row.seg_start, row.seg_end, row.seg_index, row.seg_hash, row.seg_names, strict=True
+        )
+    )

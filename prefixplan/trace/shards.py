@@ -1,29 +1,30 @@
-"""Rendering by file: each input file is a shard that one process reads, parses and renders.
+"""The shard: a part of the input that one worker reads, parses and renders.
 
-A log kept as many files (a day of gateway logs in object storage, 32 rotated JSONL files) is
-split along its files: each worker — a local process (``--workers N``) or a Ray actor
-(``--executor ray``, :mod:`prefixplan.trace.ray_executor`) — reads its file itself (local path
-or URL), counts that file's malformed lines, renders its requests and returns a
-:class:`ShardResult`: compact trace rows, the file's :class:`~prefixplan.logs.LineErrors`, its
-render failures and, for analyze, the text-level findings of its requests (``text``: previews,
-breakers) as a partial that merges in input order. No request text and no token array leaves the
-worker, and the parent only merges: rows in file order, line errors and text partials with their
-``merge`` methods, which give what one reader of all files in turn would have found. So the
-record is the same whatever the executor, the number of workers and the way the log is split.
+A job is a whole file (a log kept as many files: a day of gateway logs in object storage, 32
+rotated JSONL files), a batch of a file's lines (read by the parent, parsed here) or a batch of
+requests the parent parsed (in-memory records, server logs, tables). Every executor
+(:mod:`prefixplan.trace.executors`: in-process, local processes, Ray actors) runs
+:func:`render_shard` on it and returns a :class:`ShardResult`: compact trace rows, the part's
+:class:`~prefixplan.logs.LineErrors`, its render failures and, for analyze, the text-level
+findings of its requests (``text``: previews, breakers) as a partial that merges in input order.
+No request text and no token array leaves the worker, and the parent only merges: rows in job
+order, line errors and text partials with their ``merge`` methods, which give what one reader of
+the whole input would have found. So the record is the same whatever the executor, the number of
+workers and the way the log is split.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from prefixplan.core.types import Request, Segment
 from prefixplan.errors import PrefixplanError
 from prefixplan.logs import LineErrors
+from prefixplan.logs.ranges import ByteRange
 from prefixplan.logs.read import LineBatch
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions
@@ -33,6 +34,10 @@ from prefixplan.trace.rows import TraceRow, pack_rows, unpack_rows
 
 IN_FLIGHT_PER_WORKER = 3
 """Jobs handed to each local worker ahead of the one being merged (bounds parent memory)."""
+
+
+Stats = tuple[dict, dict, dict, dict, dict]
+"""Models by spec, prompts by spec, engine-id checks, tokenizer facts, encode counts."""
 
 
 class TextPartial(Protocol):
@@ -72,7 +77,9 @@ class ShardJob:
     transform: Callable[[Request], Request] | None = None
     lines: LineBatch | None = None  # instead of the whole file: these lines of it, read, not parsed
     requests: tuple[Request, ...] | None = None  # or these requests (server logs, tables)
+    range: ByteRange | None = None  # or these bytes of the file, read here (a plain JSON-lines file)
     run: str = ""  # the run's id when each worker takes jobs in order (local processes)
+    error: PrefixplanError | None = None  # the parent's reading stopped here (strict mode): raised after these
 
 
 @dataclass
@@ -83,14 +90,15 @@ class ShardResult:
     rows: list[TraceRow] = field(default_factory=list)
     errors: LineErrors = field(default_factory=LineErrors)
     failures: list[RenderFailure] = field(default_factory=list)
-    stats: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+    stats: Stats | None = None  # None: rendered with the parent's renderers
     text: TextPartial | None = None
     moved: int = 0
     size: int = 0  # bytes of the input file, for progress
     error: PrefixplanError | None = None  # strict mode, an unreadable file: raised by the parent
     worker: str = ""  # host:pid that rendered it (benchmarks, progress)
     peak_rss_mb: float = 0.0  # the worker process's peak RSS after this file
-    seconds: float = 0.0  # time the worker spent on this file
+    seconds: float = 0.0  # time the worker spent on this job
+    cpu_seconds: float = 0.0  # CPU time of the worker's process on this job
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -133,37 +141,43 @@ def _renderers(source: SourceOptions) -> RenderSet:
     return found
 
 
-def _stats(renderers: RenderSet) -> tuple[dict, dict, dict, dict]:
+def _stats(renderers: RenderSet) -> Stats:
     return (
         {s: set(m) for s, m in renderers.models_by_spec.items()},
         dict(renderers.prompts_by_spec),
         dict(renderers.engine_ids),
         {f.spec: f for f in renderers.facts()},
+        renderers.encode_stats(),
     )
 
 
-def _delta(
-    before: tuple[dict, dict, dict, dict], after: tuple[dict, dict, dict, dict]
-) -> tuple[dict, dict, dict, dict]:
+def _delta(before: Stats, after: Stats) -> Stats:
     models = {s: m - before[0].get(s, set()) for s, m in after[0].items()}
     prompts = {s: n - before[1].get(s, 0) for s, n in after[1].items()}
     engine = {k: n - before[2].get(k, 0) for k, n in after[2].items()}
-    return models, prompts, engine, after[3]
+    encoded = {k: n - before[4].get(k, 0) for k, n in after[4].items()}
+    return models, prompts, engine, after[3], encoded
 
 
-def render_shard(job: ShardJob) -> ShardResult:
-    """Read, parse and render one file (runs in a worker process or a Ray actor)."""
+def render_shard(job: ShardJob, renderers: RenderSet | None = None) -> ShardResult:
+    """Read, parse and render one job (in a worker process, a Ray actor or, with the caller's
+    ``renderers``, in the calling process; their statistics are then already the caller's)."""
     import socket
     import time
 
     from prefixplan.logs.paths import input_size
 
-    started = time.perf_counter()
-    renderers = _renderers(job.source)
-    before = _stats(renderers)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    own = renderers is None
+    if renderers is None:
+        renderers = _renderers(job.source)
+    before = _stats(renderers) if own else None
+    moved_before = int(getattr(job.transform, "moved", 0) or 0)
     result = ShardResult(job.index, worker=f"{socket.gethostname()}:{os.getpid()}")
     text = job.text() if job.text is not None else None
-    if job.lines is None and job.requests is None:
+    if job.range is not None:
+        result.size = job.range.end - job.range.start
+    elif job.lines is None and job.requests is None:
         result.size = input_size(job.path) or 0
     try:
         for one in _render(job, renderers, result):
@@ -172,13 +186,16 @@ def render_shard(job: ShardJob) -> ShardResult:
                 text.add(one.request, one.row, one.segments)
     except PrefixplanError as exc:
         result.error = exc
+    if result.error is None and job.error is not None:
+        result.error = job.error
     if text is not None and job.run:
         text.drop(_SENT.setdefault(job.run, set()))
     result.text = text
-    result.moved = int(getattr(job.transform, "moved", 0) or 0)
-    result.stats = _delta(before, _stats(renderers))
+    result.moved = int(getattr(job.transform, "moved", 0) or 0) - moved_before
+    result.stats = _delta(before, _stats(renderers)) if before is not None else None
     result.peak_rss_mb = _peak_rss_mb()
     result.seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
     return result
 
 
@@ -190,7 +207,12 @@ def _render(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterato
     from prefixplan.trace.inprocess import failure_handler, render_in_process
 
     requests: Iterator[Request]
-    if job.lines is not None:
+    if job.range is not None:
+        from prefixplan.logs.ranges import read_range
+        from prefixplan.logs.remote import shown
+
+        requests = read_range(job.range, job.source.read, result.errors, shown(job.path))
+    elif job.lines is not None:
         requests = parse_batch(job.lines, job.source.read, result.errors)
     elif job.requests is not None:
         requests = iter(job.requests)
@@ -229,10 +251,15 @@ def _peak_rss_mb() -> float:
 # -- parent side -----------------------------------------------------------------------------
 
 
-def merge_stats(renderers: RenderSet, delta: tuple[dict, dict, dict, dict]) -> None:
+def merge_stats(renderers: RenderSet, delta: Stats | None) -> None:
     """Add a worker's renderer statistics (and what it says of its tokenizers) to the
-    parent's :class:`RenderSet`."""
-    models, prompts, engine, facts = delta
+    parent's :class:`RenderSet` (None: the job rendered with the parent's own)."""
+    if delta is None:
+        return
+    models, prompts, engine, facts, encoded = delta
+    for key, n in encoded.items():
+        if n:
+            renderers.encoded_elsewhere[key] = renderers.encoded_elsewhere.get(key, 0) + n
     for spec, one in facts.items():
         renderers.reported.setdefault(spec, one)
     for spec, names in models.items():
@@ -254,48 +281,24 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, workers))
 
 
-def _share_cores(threads: int) -> None:
-    """Render worker start: the tokenizer's thread pool (Rust rayon, sized when first used) takes
-    ``threads`` threads unless the user set RAYON_NUM_THREADS; the garbage collector runs less
-    often (:mod:`prefixplan.trace.gcpolicy`)."""
+def warm_worker(source: SourceOptions) -> str:
+    """A render worker's first task: load the run's default tokenizer (others load when a
+    request needs them), so that the worker is ready when it takes its first job. Returns the
+    worker's ``host:pid``."""
+    import socket
+
+    _renderers(source).warm(None)
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def start_worker(threads: int) -> None:
+    """Render worker start: no model framework is importable here (a tokenizer needs none, and
+    transformers would otherwise import torch, seconds per worker:
+    :func:`~prefixplan.render.frameworks.hide_model_frameworks`); the tokenizer's thread pool
+    (Rust rayon, sized when first used) takes ``threads`` threads unless the user set
+    RAYON_NUM_THREADS; the garbage collector runs less often (:mod:`prefixplan.trace.gcpolicy`)."""
+    from prefixplan.render.frameworks import hide_model_frameworks
+
+    hide_model_frameworks()
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     relax_for_process()
-
-
-def run_local(jobs: Iterable[ShardJob], workers: int) -> Iterator[ShardResult]:
-    """Shard results in job order from ``workers`` local processes (a bounded window ahead)."""
-    import multiprocessing
-    from concurrent.futures import Future, ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    from prefixplan.errors import TokenizerError
-
-    ctx = multiprocessing.get_context("spawn")  # tokenizer libraries start threads: never fork them
-    window: deque[Future[ShardResult]] = deque()
-    threads = worker_threads(workers)
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_share_cores, initargs=(threads,))
-    finished = False
-    try:
-
-        def first() -> ShardResult:
-            try:
-                return window.popleft().result()
-            except BrokenProcessPool as exc:
-                raise TokenizerError(
-                    f"a render worker stopped unexpectedly ({exc or 'killed, or out of memory'})",
-                    hint="run again with fewer --workers (--workers 1 renders in this process)",
-                ) from None
-
-        for job in jobs:
-            window.append(pool.submit(render_shard, job))
-            while len(window) >= workers * IN_FLIGHT_PER_WORKER:
-                yield first()
-        while window:
-            yield first()
-        finished = True
-    finally:
-        # Stopped early (an error, a consumer that left): queued jobs are cancelled and nothing
-        # waits for the running ones. A generator left suspended may also be closed by the
-        # garbage collector on any thread, the pool's manager thread included, which cannot
-        # join itself.
-        pool.shutdown(wait=finished, cancel_futures=True)

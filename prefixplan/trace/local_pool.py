@@ -1,0 +1,144 @@
+"""``--workers N``: shards rendered by a pool of local processes, results in job order.
+
+The pool's processes start from a fork server where the platform has one (else spawn), each
+with :func:`~prefixplan.trace.shards.start_worker`, and each first loads the run's tokenizer
+(:func:`~prefixplan.trace.shards.warm_worker`). Until a worker is ready, the jobs it would
+take are rendered in the calling process (with the caller's renderers), so starting workers
+never makes a run slower than rendering without them; once ready, a worker is kept a few jobs
+ahead. Within a command's :func:`~prefixplan.trace.executors.session` the pool, workers
+loaded, is kept for the next pass.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefixplan.render.stream import SourceOptions
+from prefixplan.trace.executors import Run, session_pools
+from prefixplan.trace.shards import (
+    IN_FLIGHT_PER_WORKER,
+    ShardJob,
+    ShardResult,
+    render_shard,
+    start_worker,
+    warm_worker,
+    worker_threads,
+)
+
+
+def start_method() -> Any:
+    """The multiprocessing context of render workers: a fork server where the platform has one
+    (each worker forks from a small clean process, not from the parent with its tokenizers'
+    threads), else spawn."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+@dataclass
+class Pool:
+    """A process pool and, per worker, the future of its warm-up (done: a worker is ready)."""
+
+    executor: Any
+    ready: list[Future[str]] = field(default_factory=list)  # each worker's host:pid when ready
+
+    def ready_workers(self) -> int:
+        return sum(1 for f in self.ready if f.done())
+
+    def shutdown(self, wait: bool) -> None:
+        self.executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def _pool(workers: int, source: SourceOptions) -> tuple[Pool, bool]:
+    """A pool of ``workers`` render workers and whether this call owns it (else it belongs to
+    the command's :func:`~prefixplan.trace.executors.session` and outlives the run)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = worker_threads(workers)
+    pools = session_pools()
+    key = (workers, threads)
+    if pools is not None and key in pools:
+        found: Pool = pools[key]
+        return found, False
+    executor = ProcessPoolExecutor(workers, mp_context=start_method(), initializer=start_worker, initargs=(threads,))
+    pool = Pool(executor, [executor.submit(warm_worker, source) for _ in range(workers)])
+    if pools is None:
+        return pool, True
+    pools[key] = pool
+    return pool, False
+
+
+def _forget(pool: Pool) -> None:
+    """Take a broken pool out of the command's session (the next run starts a new one)."""
+    pools = session_pools() or {}
+    for key, one in list(pools.items()):
+        if one is pool:
+            del pools[key]
+    pool.shutdown(wait=False)
+
+
+def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
+    """Shard results in job order from ``run.processes`` local processes, a bounded window ahead
+    (module docstring: jobs no ready worker can take are rendered here)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from prefixplan.errors import TokenizerError
+
+    workers = run.processes
+    window: deque[Future[ShardResult]] = deque()
+    helped: set[Future[ShardResult]] = set()  # rendered here
+    pool: Pool | None = None
+    owned = False
+    finished = False
+    try:
+
+        def first() -> ShardResult:
+            future = window.popleft()
+            helped.discard(future)
+            try:
+                return future.result()
+            except BrokenProcessPool as exc:
+                assert pool is not None
+                _forget(pool)
+                raise TokenizerError(
+                    f"a render worker stopped unexpectedly ({exc or 'killed, or out of memory'})",
+                    hint="run again with fewer --workers (--workers 1 renders in this process)",
+                ) from None
+
+        for job in jobs:
+            if pool is None:
+                pool, owned = _pool(workers, job.source)
+            queued = len(window) - len(helped)  # jobs with the workers
+            ready = pool.ready_workers()
+            if queued >= ready * IN_FLIGHT_PER_WORKER and ready < workers:
+                here: Future[ShardResult] = Future()  # no ready worker would take it soon
+                here.set_result(render_shard(job, run.renderers))
+                helped.add(here)
+                window.append(here)
+            else:
+                window.append(pool.executor.submit(render_shard, job))
+                queued += 1
+            if run.on_load is not None:
+                busy = sum(1 for f in window if f not in helped and not f.done())
+                run.on_load(min(ready, busy), workers)
+            while window and (window[0].done() or queued >= workers * IN_FLIGHT_PER_WORKER):
+                if window[0] not in helped:
+                    queued -= 1
+                yield first()
+        while window:
+            yield first()
+        finished = True
+    finally:
+        # Stopped early (an error, a consumer that left): queued jobs are cancelled and nothing
+        # waits for the running ones. A generator left suspended may also be closed by the
+        # garbage collector on any thread, the pool's manager thread included, which cannot
+        # join itself. Workers still starting when the run ends are not waited for.
+        for future in window:
+            future.cancel()
+        if pool is not None and owned:
+            pool.shutdown(wait=finished and pool.ready_workers() == workers)
