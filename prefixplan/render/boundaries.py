@@ -13,8 +13,9 @@ text into pre-tokens (scanned left to right; at each position the first alternat
 matches wins), then BPE merges bytes *within* each pre-token. So ``encode(P + R) ==
 encode(P) + encode(R)`` when the pre-tokens of ``P + R`` are those of ``P`` followed by those
 of ``R``. The proved patterns (:data:`PROVED`, keyed by the sha256 of the pattern text) are
-those of Qwen2/Qwen3, Llama 3 (= cl100k before tiktoken 0.8), cl100k (tiktoken 0.8+, with
-possessive quantifiers and ``\\s++$``), o200k, Mistral tekken and DeepSeek V3. Each is an
+those of Qwen2/Qwen3, Llama 3, cl100k as tiktoken 0.7 writes it (possessive quantifiers on the
+letter and punctuation alternatives) and as 0.8+ writes it (more possessive quantifiers and
+``\\s++$``), o200k, Mistral tekken and DeepSeek V3. Each is an
 alternation of these shapes and nothing else:
 
 1. contractions (``'s``, ``'t`` ...): start with an apostrophe;
@@ -105,6 +106,7 @@ PROVED: dict[str, CutRule] = {
     "1ff7f41064896984": CutRule("qwen2"),
     "d98f9631be1e9607": CutRule("llama3/cl100k"),
     "f021c3d976978e62": CutRule("cl100k"),
+    "a4bb8cc38b305a24": CutRule("cl100k (tiktoken < 0.8)"),
     "2d1b8dc11e89af71": CutRule("o200k", extra="/"),
     "1d64a9a8eaf9f1bd": CutRule("tekken", extra="/"),
     "bfb6cd412a9c9638": CutRule("deepseek_v3"),
