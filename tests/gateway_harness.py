@@ -54,10 +54,11 @@ def gateway_of(app: Any) -> Any:
     return app.state.holder["gateway"]
 
 
-def wait_for(condition: Any, what: str, limit: float = 30.0) -> None:
-    """Poll ``condition`` (never a fixed sleep): fail after ``limit`` seconds."""
+def wait_for(condition: Any, what: str = "", limit: float = 60.0) -> None:
+    """Poll ``condition`` (never a fixed sleep): fail after ``limit`` seconds, a generous bound
+    rather than a measure of speed."""
     deadline = time.monotonic() + limit
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what or condition}")
         time.sleep(0.02)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+
+from tests.gateway_harness import wait_for as wait_for  # the residency tests poll with it too
 
 END = (0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "big")
 MODEL = "tiny"
@@ -285,15 +285,6 @@ class Publisher:
             self.router.close(linger=0)
         self.pub.close(linger=0)
         self.ctx.term()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
-    """Poll ``condition`` until it holds (a generous timeout, not a measure of speed)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.02)
 
 
 # --- a small engine with an LRU prefix cache, publishing what it stores and evicts -------------------

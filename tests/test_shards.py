@@ -18,7 +18,7 @@ from prefixplan.analysis.previews import Previews
 from prefixplan.cli.app import main
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Request, Segment, SegmentHash
-from prefixplan.logs import LineErrors
+from prefixplan.logs import LineErrors, expand_paths
 from prefixplan.logs.lineerrors import MAX_SAMPLES
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import SourceOptions
@@ -161,7 +161,8 @@ def test_a_log_split_into_files_gives_one_record_in_process_and_by_file(tmp_path
     files = split_example(tmp_path / "log")
     one = _record(tmp_path, [str(tmp_path / "log")], "--workers", "1")  # one reader, in this process
     source = SourceOptions(paths=(str(tmp_path / "log"),))
-    assert _shardable(source, Run(Executor(), RenderSet(), 2)) is not None  # 24 files, 2 workers
+    files = expand_paths(source.paths)
+    assert _shardable(source, Run(Executor(), RenderSet(), 2), files) == files  # 24 files, 2 workers
     by_file = _record(tmp_path, [str(tmp_path / "log")], "--workers", "2")
     assert by_file == one
     errors = one["errors"]

@@ -1,11 +1,12 @@
 """Rendering needs a tokenizer, never a model framework.
 
 transformers imports torch (and TensorFlow, JAX and Flax where they are installed) as soon as it
-finds them, whatever the caller needs: loading a Qwen3 tokenizer took 5.2–5.4 s with torch
-importable against 1.7–2.2 s without on a 2-core machine, and every render worker paid it again
-(``USE_TORCH=0`` does not prevent it). :func:`hide_model_frameworks` marks the frameworks not
-yet imported as absent in ``sys.modules``, so that transformers' availability checks
-(``importlib.util.find_spec``) find none. Only processes of prefixplan's own call it (render
+finds them, whatever the caller needs: a fresh process loading the Qwen3 renderer took
+2.49-2.75 s with torch 2.13 importable against 1.44-1.49 s without (``benchmarks/bench_scale.py
+--startup``), and every render worker paid it again (``USE_TORCH=0`` does not prevent it).
+:func:`hide_model_frameworks` marks the frameworks not yet imported as absent in
+``sys.modules``, so that transformers' availability checks (``importlib.util.find_spec``) find
+none. Only processes of prefixplan's own call it (render
 workers, Ray actors, the command line); a library caller's process is left as it is.
 """
 

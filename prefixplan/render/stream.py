@@ -80,8 +80,9 @@ def iter_source_requests(
     return iter_requests(expand_paths(source.paths), source.read, errors, meter)
 
 
-def source_meter(source: SourceOptions) -> ReadMeter | None:
-    """A byte meter over ``source``'s files (None for in-memory records)."""
+def source_meter(source: SourceOptions, expanded: Sequence[str] | None = None) -> ReadMeter | None:
+    """A byte meter over ``source``'s files (None for in-memory records; ``expanded``: its paths
+    already expanded)."""
     if source.objects is not None:
         return None
-    return ReadMeter.for_paths(expand_paths(source.paths))
+    return ReadMeter.for_paths(expand_paths(source.paths) if expanded is None else expanded)

@@ -28,6 +28,7 @@ from prefixplan.errors import UsageError
 from prefixplan.trace.shards import ShardJob, ShardResult, render_shard
 
 if TYPE_CHECKING:
+    from prefixplan.logs import ReadMeter
     from prefixplan.render import RenderSet
     from prefixplan.render.stream import SourceOptions
 
@@ -72,21 +73,25 @@ class Executor:
     def ray(self) -> bool:
         return self.kind == "ray"
 
-    def processes(self, source: SourceOptions) -> int:
+    def processes(self, source: SourceOptions, meter: ReadMeter | None = None) -> int:
         """Local processes for ``source``: ``workers``, else :func:`default_workers` (1 means
-        in this process). Ray's pool is sized by the cluster instead (1 here)."""
+        in this process; ``meter``: the input's sizes when the caller has them). Ray's pool is
+        sized by the cluster instead (1 here)."""
         if self.ray:
             return 1
-        return max(1, int(self.workers)) if self.workers is not None else default_workers(source)
+        return max(1, int(self.workers)) if self.workers is not None else default_workers(source, meter)
 
 
-def default_workers(source: SourceOptions) -> int:
-    """One per core for file inputs of at least :data:`SMALL_INPUT_BYTES`, else 1."""
+def default_workers(source: SourceOptions, meter: ReadMeter | None = None) -> int:
+    """One per core for file inputs of at least :data:`SMALL_INPUT_BYTES`, else 1 (``meter``:
+    the files' sizes, measured here when not given)."""
     if source.objects is not None or "-" in source.paths:
         return 1
-    from prefixplan.logs import ReadMeter, expand_paths
+    if meter is None:
+        from prefixplan.render.stream import source_meter
 
-    size = ReadMeter.for_paths(expand_paths(source.paths)).total_bytes  # local files and URLs
+        meter = source_meter(source)
+    size = meter.total_bytes if meter is not None else None  # local files and URLs
     if size is None:
         return 1
     return (os.cpu_count() or 1) if size >= SMALL_INPUT_BYTES else 1
@@ -144,8 +149,8 @@ def session() -> Iterator[None]:
     finally:
         pools = _POOLS.get() or {}
         _POOLS.reset(token)
-        for pool in pools.values():  # workers still loading a tokenizer are not waited for
-            pool.shutdown(wait=pool.ready_workers() == len(pool.ready))
+        for pool in pools.values():
+            pool.shutdown()
 
 
 def session_pools() -> dict[tuple[Any, ...], Any] | None:

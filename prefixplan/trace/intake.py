@@ -106,6 +106,7 @@ class Intake:
         self.workers: dict[str, dict[str, float]] = {}
         """``host:pid`` -> jobs, peak RSS (MB), busy and CPU seconds of each process that rendered."""
         self.writer: TraceWriter | None = None
+        self._expanded: list[str] | None = None
         if self.trace is not None:
             if not plan.accept_trace:
                 raise UsageError("the input is a trace already", hint="pass the log to write a trace from it")
@@ -118,6 +119,15 @@ class Intake:
             self.renderers = renderers if renderers is not None else plan.source.renderers()
             if plan.trace_out is not None:
                 self.writer = TraceWriter(plan.trace_out, base_meta(plan.block_size, {"describe": plan.describe}))
+
+    def _inputs(self) -> list[str] | None:
+        """The source's files, expanded once per pass (a bucket prefix is listed once); None
+        for in-memory records."""
+        if self._expanded is None and self.plan.source.objects is None:
+            from prefixplan.logs import expand_paths
+
+            self._expanded = expand_paths(self.plan.source.paths)
+        return self._expanded
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -134,7 +144,7 @@ class Intake:
         if self.trace is not None:
             yield from self._trace_rows(self.trace, columns)
             return
-        meter = source_meter(self.plan.source)
+        meter = source_meter(self.plan.source, self._inputs())
         self.progress.begin(self.plan.label, meter.total_bytes if meter is not None else None)
         try:
             with relaxed_gc():  # reading makes garbage by the million, and almost no cycles
@@ -176,7 +186,7 @@ class Intake:
     def _rendered(self, meter: ReadMeter | None, columns: bool) -> Iterator[TraceRow | RowColumns]:
         plan = self.plan
         assert self.renderers is not None
-        run = Run(plan.executor, self.renderers, _processes(plan), on_load=self.progress.workers)
+        run = Run(plan.executor, self.renderers, _processes(plan, meter), on_load=self.progress.workers)
         results = run_jobs(self._jobs(run, meter), run)
         preload = plan.preload and run.kind != "inline"
         index = 0
@@ -246,7 +256,7 @@ class Intake:
                 next(counter), path, job_source, plan.block_size, plan.routing, plan.text, plan.transform, **part
             )
 
-        files = _shardable(source, run)
+        files = _shardable(source, run, self._inputs())
         if files is not None:
             from prefixplan.logs.read import check_columns
 
@@ -257,12 +267,12 @@ class Intake:
         if run.kind == "inline" or source.objects is not None or "-" in source.paths:
             yield from self._batch_jobs(None, meter, batch, job)
             return
-        from prefixplan.logs import expand_paths, ranges
+        from prefixplan.logs import ranges
         from prefixplan.logs.read import check_columns
         from prefixplan.logs.remote import shown
         from prefixplan.logs.textlog import SourceInfo
 
-        expanded = expand_paths(source.paths)
+        expanded = self._inputs() or []
         check_columns(expanded, source.read)
         for path in expanded:
             how = ranges.splittable(path, source.read)
@@ -292,12 +302,10 @@ class Intake:
         if paths is None and source.objects is not None:
             items = iter_source_requests(source, self.errors, meter)
         else:
-            from prefixplan.logs import expand_paths
-
             read = source.read
             if paths is not None and read.columns and all(table_format(p, read.format) is None for p in paths):
                 read = replace(read, columns=())  # checked against the run's inputs: for its tables
-            expanded = expand_paths(source.paths) if paths is None else paths
+            expanded = (self._inputs() or []) if paths is None else paths
             items = iter_read_items(expanded, read, self.errors, meter, batch_lines=batch)
         run_id = uuid.uuid4().hex  # jobs are handed out in order: a worker leaves out what it sent
         pending: list[Request] = []
@@ -360,10 +368,10 @@ class Intake:
             self.close()
 
 
-def _processes(plan: IntakePlan) -> int:
+def _processes(plan: IntakePlan, meter: ReadMeter | None) -> int:
     """Local processes for the pass: the executor's, or 1 (with a warning saying what to add)
     when the calling script would run again in each worker (:mod:`prefixplan.trace.mainguard`)."""
-    n = plan.executor.processes(plan.source)
+    n = plan.executor.processes(plan.source, meter)
     if n > 1 and not plan.executor.ray:
         from prefixplan.trace.mainguard import unguarded_call
 
@@ -385,8 +393,9 @@ def _done(meter: ReadMeter | None) -> int | None:
     return meter.done() if meter is not None else None
 
 
-def _shardable(source: SourceOptions, run: Run) -> list[str] | None:
-    """The input files when each is one job (at least two per worker, or Ray), else None."""
+def _shardable(source: SourceOptions, run: Run, files: list[str] | None) -> list[str] | None:
+    """The input ``files`` (expanded) when each is one job (at least two per worker, or Ray),
+    else None."""
     ray = run.kind == "ray"
     if source.objects is not None or "-" in source.paths:
         if ray:
@@ -395,11 +404,8 @@ def _shardable(source: SourceOptions, run: Run) -> list[str] | None:
                 hint="give the log's path (local or s3://, gs://, az://, https://)",
             )
         return None
-    if run.kind == "inline":
+    if run.kind == "inline" or files is None:
         return None
-    from prefixplan.logs import expand_paths
-
-    files = expand_paths(source.paths)
     if ray or len(files) >= 2 * run.processes:
         return files
     return None

@@ -50,8 +50,10 @@ class Pool:
     def ready_workers(self) -> int:
         return sum(1 for f in self.ready if f.done())
 
-    def shutdown(self, wait: bool) -> None:
-        self.executor.shutdown(wait=wait, cancel_futures=True)
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the workers: queued jobs are cancelled; with ``wait`` their processes are joined,
+        unless some are still starting (loading a tokenizer the run no longer needs)."""
+        self.executor.shutdown(wait=wait and self.ready_workers() == len(self.ready), cancel_futures=True)
 
 
 def _pool(workers: int, source: SourceOptions) -> tuple[Pool, bool]:
@@ -141,4 +143,4 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
         for future in window:
             future.cancel()
         if pool is not None and owned:
-            pool.shutdown(wait=finished and pool.ready_workers() == workers)
+            pool.shutdown(wait=finished)
