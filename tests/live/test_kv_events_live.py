@@ -100,7 +100,7 @@ def _reset_seen_live(server, *indexes: ResidencyIndex) -> None:
         try:
             wait_for(
                 lambda: all(ix.counters(R).batches_received > b for ix, b in zip(indexes, before, strict=True)),
-                timeout=2.0,
+                limit=2.0,
             )
             return
         except AssertionError:
