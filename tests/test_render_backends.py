@@ -85,6 +85,35 @@ def test_mistral_spans_find_system_moved_to_last_turn():
     assert kinds == ["user", "assistant", "system", "user"]  # v3 puts the system text in the last turn
 
 
+@pytest.mark.parametrize("incremental", [False, True], ids=["whole", "incremental"])
+@pytest.mark.parametrize("name", ["v3", "v7"])
+def test_mistral_sentencepiece_renders_chat(name: str, incremental: bool):
+    """The SentencePiece tokenizers (no ``id_to_byte_piece`` in mistral-common): ids equal
+    mistral-common's, segments tile the prompt and the message contents are found."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    from prefixplan.render.mistral import MistralRenderer
+
+    renderer = MistralRenderer(name, incremental=incremental)
+    reference = getattr(MistralTokenizer, name)()
+    messages = [
+        {"role": "system", "content": "Be terse.\nCite sources."},
+        {"role": "user", "content": "Où est la gare ? 日本語 <0x0A> 𝔘😀"},
+        {"role": "assistant", "content": "Tout droit, puis à gauche."},
+        {"role": "user", "content": "Merci !\n\nEt le musée ?"},
+    ]
+    prompt = renderer.render(_req(0, {"messages": messages, "tools": None}))
+    expected = reference.encode_chat_completion(ChatCompletionRequest(messages=messages)).tokens
+    assert prompt.tokens.tolist() == expected
+    assert _tiles(prompt)
+    kinds = [s.kind for s in prompt.segments if s.kind != "template"]
+    assert kinds.count("user") == 2 and "system" in kinds and "assistant" in kinds
+    text, starts = renderer.decode_with_starts(prompt.tokens.tolist())
+    assert "Où est la gare ? 日本語 <0x0A> 𝔘😀" in text and "Et le musée ?" in text
+    assert starts.tolist() == sorted(starts.tolist()) and len(starts) == len(prompt.tokens)
+
+
 def test_tiktoken_is_labelled_approximate():
     try:
         renderer = load_renderer("tiktoken:cl100k_base")

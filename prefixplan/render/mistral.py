@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,7 +93,8 @@ class MistralRenderer:
     def _piece(self, tid: int) -> bytes:
         piece = self._pieces.get(tid)
         if piece is None:
-            piece = self._raw.id_to_byte_piece(tid, self._keep)
+            byte_piece = getattr(self._raw, "id_to_byte_piece", None)
+            piece = byte_piece(tid, self._keep) if byte_piece is not None else _sentencepiece_bytes(self._raw, tid)
             self._pieces[tid] = piece
         return piece
 
@@ -145,6 +147,25 @@ class MistralRenderer:
 
     def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
         return [self.render(r) for r in requests]
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _sentencepiece_bytes(raw: Any, tid: int) -> bytes:
+    """The bytes a SentencePiece token stands for (mistral-common's ``SentencePieceTokenizer``
+    has no ``id_to_byte_piece``): a byte-fallback piece ``<0xNN>`` its byte, a control token its
+    name (``[INST]``), any other piece its text with ``▁`` as a space. A text encoded on its own
+    starts with SentencePiece's dummy-prefix ``▁``, so the decoded prompt has a space there; the
+    span finder locates message contents, which that space does not change."""
+    piece = str(raw.id_to_piece(tid))
+    model = getattr(raw, "_model", None)
+    if model is not None and model.IsControl(tid):
+        return piece.encode("utf-8")
+    m = _BYTE_PIECE.fullmatch(piece)
+    if m is not None and (model is None or model.IsByte(tid)):
+        return bytes([int(m.group(1), 16)])
+    return piece.replace("\u2581", " ").encode("utf-8")
 
 
 def _tools_key(tools: Sequence[dict[str, Any]] | None) -> bytes | None:
