@@ -52,3 +52,16 @@ def test_a_guarded_script_starts_workers_without_a_warning(tmp_path: Path) -> No
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["requests"] == 300  # how many jobs the workers took depends on how soon they start
     assert "prefixplan renders in this process" not in done.stderr
+
+
+def test_code_a_guarded_script_runs_with_exec_is_guarded_and_unguarded_exec_is_not(tmp_path: Path) -> None:
+    """exec()'d code shares the script's globals but its line numbers are its own: the exec
+    statement's line in the script decides."""
+    inner = tmp_path / "inner.py"
+    inner.write_text("from prefixplan.trace.mainguard import unguarded_call\n\n\n\nprint(unguarded_call())\n")
+    guarded = tmp_path / "guarded_exec.py"
+    guarded.write_text(f'if __name__ == "__main__":\n    exec(open({str(inner)!r}).read())\n')
+    unguarded = tmp_path / "unguarded_exec.py"
+    unguarded.write_text(f"import sys\n\nexec(open({str(inner)!r}).read())\n")
+    assert _run(guarded).stdout.strip() == "None"
+    assert _run(unguarded).stdout.strip() == f"{unguarded}:3"

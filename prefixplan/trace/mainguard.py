@@ -11,6 +11,7 @@ and says what to add for it to use every core.
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from functools import lru_cache
 
@@ -25,12 +26,18 @@ def unguarded_call() -> str | None:
         return None
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_globals is main.__dict__:
+        if frame.f_globals is main.__dict__ and _same_file(frame.f_code.co_filename, path):
             if frame.f_code.co_name != "<module>":
                 return None  # called from a function of the script: its caller decides
             return None if _guarded(path, frame.f_lineno) else f"{path}:{frame.f_lineno}"
+        # code the script runs with exec() shares its globals but not its lines: the exec
+        # statement's own frame, further out, says whether the call is guarded
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def _same_file(code_file: str, path: str) -> bool:
+    return code_file == path or os.path.abspath(code_file) == os.path.abspath(path)
 
 
 def _guarded(path: str, line: int) -> bool:
