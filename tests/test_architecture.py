@@ -38,7 +38,7 @@ DEPENDS: dict[str, set[str]] = {
     "gate": {"analysis", "core", "errors", "keys", "render"},
     "engines": {"core", "errors"},
     "warming": {"analysis", "core", "engines", "errors", "keys", "logs", "render", "savings", "store"},
-    "gateway": {"core", "engines", "errors", "keys", "routing", "store", "warming"},
+    "gateway": {"core", "engines", "errors", "keys", "residency", "routing", "store", "warming"},
     "residency": {"core", "trace"},
     "report": {"analysis", "core", "errors", "gate", "logs", "savings", "simulation"},
     "api": {

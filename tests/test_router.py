@@ -271,3 +271,99 @@ def test_options_the_models_cannot_combine_are_refused_by_name() -> None:
     assert crowded.risk == () and any(n.startswith("eviction risk not compared") for n in crowded.notes)
     roomy = replay_requests(reqs, SimConfig(cache=CacheModel(capacities=(1000.0,), running_fraction=0.5), workload=hot))
     assert len(roomy.risk) == 1
+
+
+# --- the residency-and-load router ------------------------------------------------------------
+
+
+def test_residency_scores_resident_tokens_against_load() -> None:
+    config = RouterConfig(policy="residency", prefill_weight=1.0, request_weight=100.0)
+    router = Router(3, config)
+    units = _units("x" * 640)  # 10 units: 160 tokens at 4 bytes per token
+    # resident tokens win when the load is equal: cost = pending + prompt - resident + 100 x in flight
+    d = router.choose(units, resident=[0, 128, 64])
+    assert (d.replica, d.reason, d.matched, d.prefill) == (1, "residency", 128, 32)
+    router.start(1, d.prefill)
+    # r1: 32 pending + 32 + 100 = 164 > r2: 96; r2 wins
+    d2 = router.choose(units, resident=[0, 128, 64])
+    assert (d2.replica, d2.prefill) == (2, 96)
+    router.finish(1, d.prefill)
+    assert router.pending_tokens == [0, 0, 0] and router.in_flight == [0, 0, 0]
+    # pending prefill tokens alone can outweigh residency
+    router.start(1, 500)
+    router.finish(1, 0)  # in flight 0, still 500 tokens pending (prefill passed wrongly: kept)
+    assert router.choose(units, resident=[0, 128, 64]).replica == 2
+    # nothing known anywhere: the mirror's match, at bytes_per_token; ties in turn
+    fresh = Router(2, config)
+    first = fresh.choose(units)
+    assert (first.reason, first.prefill) == ("least-cost", 160)
+    fresh.observe(0, units)
+    d3 = fresh.choose(units, resident=[None, 0])
+    assert (d3.replica, d3.matched) == (0, 160)
+    # the prompt's length caps nothing below what is resident
+    assert fresh.choose(units, prompt_tokens=10, resident=[None, 300]).prefill == 0
+
+
+def test_router_weights_parse_and_are_checked() -> None:
+    from prefixplan.routing.policies import parse_weights
+
+    assert parse_weights("prefill=2, request=64,bytes_per_token=3.5") == {
+        "prefill_weight": 2.0,
+        "request_weight": 64.0,
+        "bytes_per_token": 3.5,
+    }
+    assert parse_weights(None) == {}
+    with pytest.raises(UsageError):
+        parse_weights("speed=1")
+    with pytest.raises(UsageError):
+        parse_weights("prefill=fast")
+    with pytest.raises(UsageError):
+        RouterConfig(policy="residency", request_weight=-1)
+
+
+def test_the_simulation_and_the_gateway_choose_the_same_replica_for_the_same_state() -> None:
+    """The same fleet state seen both ways: the gateway's KV-event index and key tracker, and the
+    simulation's per-replica caches; the same loads. Both feed the shared router the same
+    residency and it picks the same replica, as the loads change."""
+    pytest.importorskip("msgpack")
+    from prefixplan.gateway.keyresidency import KeyResidency, router_residency
+    from prefixplan.residency.decode import decode_batch
+    from prefixplan.residency.index import ResidencyIndex
+    from prefixplan.simulation.fleet import _Cache, key_residency
+    from tests.kv_event_cases import pack, tagged_stored
+
+    bs, ids, model = 4, list(range(700, 726)), "m"  # a 26-token key: 6 full blocks
+    replicas = ["r0", "r1", "r2"]
+    held = {"r0": 2, "r1": 6, "r2": 6}  # full blocks of the key each replica holds
+    index = ResidencyIndex()
+    for r in replicas:
+        index.add_replica(r, source="test", model=model)
+        index.mark_live(r, 0.0)
+        n = held[r]
+        index.apply(r, decode_batch(pack([tagged_stored(list(range(1, n + 1)), None, ids[: n * bs], bs)])))
+    keys = KeyResidency(index, replicas)
+    keys.track("bot@v1", ids, dict.fromkeys(replicas, bs))
+    path = index.prompt_keys(ids + [1, 2, 3, 4, 5, 6], bs, model=model)  # the request: key + a tail
+    caches = [_Cache(None) for _ in replicas]
+    for cache, r in zip(caches, replicas, strict=True):
+        cache.add(path[: held[r]])
+
+    gw = router_residency(keys, replicas, "bot@v1", frozenset())
+    sim = key_residency(caches, path, len(ids), bs)
+    assert gw == sim == [8, 24, 24]
+
+    config = RouterConfig(policy="residency", request_weight=16.0)
+    gateway_router, sim_router = Router(3, config), Router(3, config)
+    units = _units("S" * 200 + "tail")
+    picks = []
+    for load in ([0, 0, 0], [0, 1, 0], [0, 1, 1], [1, 1, 1]):
+        for router in (gateway_router, sim_router):
+            for r, n in enumerate(load):
+                while router.in_flight[r] < n:
+                    router.start(r, 10)
+        a = gateway_router.choose(units, key="bot@v1", resident=gw)
+        b = sim_router.choose(units, key="bot@v1", resident=sim)
+        assert a == b
+        picks.append(a.replica)
+    # residency (a tie in turn), then load moves it, to the cold replica, and back to a warm one in turn
+    assert picks == [1, 2, 0, 2]

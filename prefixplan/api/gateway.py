@@ -43,6 +43,9 @@ class GatewayRequest:
     body_timeout: float = 30.0
     max_uploads: int = 64
     log_prompts: bool = False
+    rewarm: str = "pinned"
+    rewarm_per_minute: int = 6
+    router_weights: str | None = None
     log_level: str = "info"
 
 
@@ -57,16 +60,22 @@ def gateway_config(request: GatewayRequest) -> GatewayConfig:
     from pathlib import Path
 
     from prefixplan.gateway.config import GatewayConfig, client_key_hashes, metrics_token_hash
+    from prefixplan.gateway.events import event_sources
+    from prefixplan.gateway.rewarm import RewarmConfig
     from prefixplan.gateway.tenants import load_tenancy
-    from prefixplan.routing.policies import RouterConfig
+    from prefixplan.routing.policies import RouterConfig, parse_weights
     from prefixplan.warming.source import endpoints_from_options
 
     recipes = request.recipes
     if recipes is None and Path("recipes").is_dir() and Path(request.lock or "prefixplan.lock").is_file():
         recipes = "recipes"
+    endpoints = tuple(endpoints_from_options(request.endpoints, request.endpoints_file, request.api_key_env))
+    sources = event_sources(request.endpoints_file, endpoints, request.model) if request.endpoints_file else ()
     return GatewayConfig(
-        endpoints=tuple(endpoints_from_options(request.endpoints, request.endpoints_file, request.api_key_env)),
-        router=RouterConfig(policy=request.router or "cache-aware"),
+        endpoints=endpoints,
+        router=RouterConfig(policy=request.router or "cache-aware", **parse_weights(request.router_weights)),
+        kv_events=sources,
+        rewarm=RewarmConfig(keys=request.rewarm, per_minute=request.rewarm_per_minute),
         recipes=recipes,
         lock=request.lock,
         db=request.db,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefixplan.gateway.bodies import BodyReader
 from prefixplan.gateway.config import GatewayConfig
+from prefixplan.gateway.events import KeyEvents
 from prefixplan.gateway.ledger import Ledger, StateWatch
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.proxy import Proxy, error_response
@@ -35,7 +36,7 @@ from prefixplan.gateway.rules import GatewayError, KeyService
 from prefixplan.gateway.state import Backend, KeyVersion, SQLiteBackend
 from prefixplan.gateway.tenants import LOCK, Principal
 from prefixplan.gateway.upstream import Upstreams
-from prefixplan.gateway.warm import ReadyView, Warmer, warm_version
+from prefixplan.gateway.warm import ReadyView, Warmer, WarmOutcome, warm_version
 from prefixplan.routing.policies import Router
 from prefixplan.warming.results import WarmOptions
 
@@ -107,6 +108,16 @@ def locked_versions(config: GatewayConfig) -> list[KeyVersion]:
     return out
 
 
+def pinned_labels(config: GatewayConfig, locked: list[KeyVersion]) -> set[str]:
+    """The labels of the locked keys whose recipe says ``pin: true`` (re-warmed when evicted)."""
+    if not locked or not config.recipes:
+        return set()
+    from prefixplan.keys.recipes import load_recipes
+
+    pinned = {str(r.key) for r in load_recipes(config.recipes) if r.pin}
+    return {kv.label for kv in locked if kv.key in pinned}
+
+
 class Gateway:
     """The parts of a running gateway, built on its event loop (:func:`create_app`'s lifespan)."""
 
@@ -118,6 +129,12 @@ class Gateway:
         self.router = Router(len(config.endpoints), config.router)
         labels = [e.label for e in config.endpoints]
         self.ready = ReadyView(backend, self.router, labels, config.state_refresh_s)
+        self.events = KeyEvents(config.kv_events, labels, rewarm=config.rewarm)
+        self.events.endpoints = {e.label: e for e in config.endpoints}
+        if self.events.enabled:
+            self.ready.counts = self.events.keys.counts
+            self.events.on_residency = self.ready.reapply
+        self.metrics.follow(self.events)
         mirror = None if isinstance(backend, SQLiteBackend) else SQLiteBackend(config.db)
         self.ledger = Ledger(mirror)
         where = "key state (" + ("the store" if mirror is None else str(getattr(backend, "url", "Redis"))) + ")"
@@ -142,10 +159,12 @@ class Gateway:
                 warm_fn=warm_fn or warm_version,
                 salt_of=self.tenancy.salt_of,
                 salt_field=self.tenancy.salt_field,
+                on_outcome=self._outcome,
             )
             if config.warm
             else None
         )
+        self.events.warmer = self.warmer
         self.upstreams = Upstreams(config.endpoints, timeout=config.timeout)
         bodies = BodyReader(
             max_bytes=config.max_body_bytes,
@@ -164,8 +183,12 @@ class Gateway:
             retries=config.retries,
             log_prompts=config.log_prompts,
         )
+        self.proxy.residency = self.events.keys
         self.started = False
         self.tasks: list[asyncio.Task[None]] = []
+
+    def _outcome(self, kv: KeyVersion, outcome: WarmOutcome) -> None:
+        self.events.warmed(kv, outcome, salt=self.tenancy.salt_of(kv.owner))
 
     def _warmed(self, key: str, states: dict[str, str]) -> None:
         self.ready.apply(key, states)
@@ -183,8 +206,10 @@ class Gateway:
 
     async def start(self) -> None:
         await self.watch.start()
+        await self.events.start()
         locked = locked_versions(self.config)
         self.keys.locked = frozenset(kv.name for kv in locked)
+        self.events.pinned = pinned_labels(self.config, locked)
         for kv in locked:
             stored, _ = await asyncio.to_thread(self.backend.register, kv)
             if stored.content_hash != kv.content_hash:
@@ -198,7 +223,10 @@ class Gateway:
             await asyncio.to_thread(self.ledger.note, stored)
             states = await asyncio.to_thread(self.backend.warm, stored.label)
             self.ready.apply(stored.label, states)
-            if states.get("*") != "ready" and self.warmer is not None:
+            self.events.versions[stored.label] = stored
+            # with KV events, a ready key is warmed again all the same: its exact ids are learned
+            # from the warm (cached blocks are not recomputed), and readiness follows the events
+            if (states.get("*") != "ready" or self.events.enabled) and self.warmer is not None:
                 self.warmer.schedule(stored)
         self.started = True
 
@@ -227,6 +255,7 @@ class Gateway:
     async def stop(self) -> None:
         for task in self.tasks:
             task.cancel()
+        await asyncio.to_thread(self.events.stop)
         if self.warmer is not None:
             for wtask in self.warmer.tasks.values():
                 wtask.cancel()
@@ -277,6 +306,8 @@ def create_app(
         holder["gateway"] = g
         await g.start()
         g.tasks = [asyncio.create_task(g.flusher()), asyncio.create_task(g.watch.run(config.state_refresh_s))]
+        if g.events.enabled and g.warmer is not None:
+            g.tasks.append(asyncio.create_task(g.events.run()))
         try:
             yield
         finally:
@@ -323,6 +354,7 @@ def create_app(
                 "key": kv.key,
                 "status": states.get("*", "registered"),
                 "replicas": {k: v for k, v in states.items() if k != "*"},
+                "residency": g.events.replica_view(kv.label, states),
                 "content_hash": kv.content_hash,
                 "wire_hash": kv.wire_hash,
                 "source": kv.source,

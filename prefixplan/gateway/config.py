@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 from prefixplan.engines.endpoint import Endpoint
 from prefixplan.errors import UsageError
+from prefixplan.gateway.rewarm import RewarmConfig
 from prefixplan.gateway.tenants import Tenancy, hash_client_key, tenancy_from_keys
 from prefixplan.keys import DEFAULT_RETAIN_SECONDS
+from prefixplan.residency.subscriber import EventSource
 from prefixplan.routing.policies import RouterConfig
 
 _HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -50,6 +52,8 @@ class GatewayConfig:
     model: str | None = None  # served model used by warming
     state_refresh_s: float = 1.0
     stats_interval_s: float = 5.0
+    kv_events: tuple[EventSource, ...] = ()  # replicas whose KV events the gateway follows
+    rewarm: RewarmConfig = field(default_factory=RewarmConfig)
 
     def __post_init__(self) -> None:
         if not self.endpoints:

@@ -15,7 +15,21 @@ name                                           type       labels
 ``prefixplan_gateway_key_events_total``        counter    event (registered, conflict, not_found, expired, state_unavailable, invalid)
 ``prefixplan_gateway_keys_ready``              gauge      key (1 ready, 0 not)
 ``prefixplan_gateway_state_resets_total``      counter    (a lost key state found and healed)
+``prefixplan_gateway_key_resident_blocks``     gauge      key, replica (of the key's full blocks, from
+                                                          the KV events)
+``prefixplan_gateway_key_evictions_total``     counter    key, replica (ready -> evicted)
+``prefixplan_gateway_key_rewarms_total``       counter    key, replica (re-warms sent)
+``prefixplan_gateway_cached_predicted_tokens_total``  counter  replica (keyed requests with a
+                                                          prediction: the key's resident tokens)
+``prefixplan_gateway_cached_reported_tokens_total``   counter  replica (the same requests: the
+                                                          engine's ``cached_tokens``)
+``prefixplan_gateway_cached_predictions_total``       counter  replica, outcome (equal, above:
+                                                          reported more, below: reported less)
 =============================================  =========  ==========================================
+
+With KV events on (:mod:`prefixplan.gateway.events`) the exposition also has the streams'
+own metrics (``prefixplan_kv_event_*``, ``prefixplan_kv_resident_blocks``,
+:mod:`prefixplan.residency.metrics`), per replica.
 
 ``key`` is a version's label: ``name@vN`` for locked keys and on an open gateway, ``tenant/name@vN``
 for a tenant's keys, so the exposition names tenants and their keys; put ``/metrics`` behind a
@@ -69,6 +83,24 @@ class GatewayMetrics:
         self.state_resets = Counter(
             "prefixplan_gateway_state_resets", "Key states found lost (wiped or replaced) and healed", registry=r
         )
+        self.predicted = Counter(
+            "prefixplan_gateway_cached_predicted_tokens",
+            "Cached tokens predicted from the KV events (keyed requests: the key's resident prefix)",
+            ["replica"],
+            registry=r,
+        )
+        self.reported = Counter(
+            "prefixplan_gateway_cached_reported_tokens",
+            "Cached tokens the engine reported, for the requests with a prediction",
+            ["replica"],
+            registry=r,
+        )
+        self.predictions = Counter(
+            "prefixplan_gateway_cached_predictions",
+            "Requests with a prediction, by how the engine's cached_tokens compared",
+            ["replica", "outcome"],
+            registry=r,
+        )
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self._pending: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0, 0])
         self._lock = threading.Lock()
@@ -109,6 +141,24 @@ class GatewayMetrics:
         if ttft_s is not None:
             self.ttft.labels(k, replica).observe(ttft_s)
 
+    def follow(self, events: Any) -> None:
+        """Expose ``events``' streams and key residency (:class:`prefixplan.gateway.events.KeyEvents`)."""
+        if not events.enabled:
+            return
+        from prefixplan.residency.metrics import register_metrics
+
+        register_metrics(self.registry, events.index)
+        self.registry.register(_KeyCollector(events.keys))
+
+    def prediction(self, replica: str, predicted: int, reported: int | None) -> None:
+        """Count one request whose cached tokens were predicted from the KV events."""
+        if reported is None:
+            return
+        self.predicted.labels(replica).inc(predicted)
+        self.reported.labels(replica).inc(reported)
+        outcome = "equal" if reported == predicted else ("above" if reported > predicted else "below")
+        self.predictions.labels(replica, outcome).inc()
+
     def take_pending(self) -> list[KeyStats]:
         """The counts since the last call, as store rows (and reset)."""
         with self._lock:
@@ -128,3 +178,27 @@ class GatewayMetrics:
         """Prompt and cached tokens per (key, replica) so far (tests, ``/v1/prefix_keys``)."""
         with self._lock:
             return {f"{k}|{r}": {"prompt_tokens": t[0], "cached_tokens": t[1]} for (k, r), t in self._totals.items()}
+
+
+class _KeyCollector:
+    """Per key and replica: resident blocks, evictions, re-warms (read when scraped)."""
+
+    def __init__(self, keys: Any) -> None:
+        self.keys = keys
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        blocks = GaugeMetricFamily(
+            "prefixplan_gateway_key_resident_blocks", "Full blocks of the key resident", labels=["key", "replica"]
+        )
+        evictions = CounterMetricFamily(
+            "prefixplan_gateway_key_evictions", "A key's blocks evicted (ready -> evicted)", labels=["key", "replica"]
+        )
+        rewarms = CounterMetricFamily("prefixplan_gateway_key_rewarms", "Re-warms sent", labels=["key", "replica"])
+        for label in self.keys.labels():
+            for replica, row in self.keys.view(label).items():
+                blocks.add_metric([label, replica], row["resident_blocks"])
+                evictions.add_metric([label, replica], row["evictions"])
+                rewarms.add_metric([label, replica], row["rewarms"])
+        yield from (blocks, evictions, rewarms)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.gateway.bodies import BodyReader
+from prefixplan.gateway.keyresidency import KeyResidency, router_residency
 from prefixplan.gateway.metrics import GatewayMetrics
 from prefixplan.gateway.prefix import expand_chat, expand_completion, request_parts
 from prefixplan.gateway.rules import GatewayError, KeyService
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import httpx
     from starlette.requests import Request
     from starlette.responses import Response
+
 
 log = logging.getLogger("prefixplan.gateway")
 
@@ -75,6 +77,7 @@ class Proxy:
         self.retries = retries
         self.log_prompts = log_prompts
         self.needs_units = router.config.policy != "round-robin"
+        self.residency: KeyResidency | None = None  # the KV events' view (predictions, the router)
 
     # -- reading ------------------------------------------------------------------------------------
     def salt(self, body: dict[str, Any], principal: Principal) -> None:
@@ -160,31 +163,32 @@ class Proxy:
         for _ in range(self.retries + 1):
             if len(tried) == len(self.upstreams.labels):
                 tried = set()  # every replica failed once: the retries left go round again
-            decision = self.router.choose(units, key=key, exclude=tried)
-            rep = decision.replica
+            decision = self.router.choose(units, key=key, exclude=tried, resident=self.resident(key))
+            rep, prefill = decision.replica, decision.prefill
             tried.add(rep)
-            self.router.start(rep)
+            predicted = self._predict(key, rep)
+            self.router.start(rep, prefill)
             t0 = time.perf_counter()
             try:
                 outcome = await self._send(request, rep, path, payload, stream)
             except BaseException:
-                self.router.finish(rep)  # never leave a replica counted busy by a request that ended
+                self.router.finish(rep, prefill)  # never leave a replica counted busy by a request that ended
                 raise
             if isinstance(outcome, UpstreamFailure):
-                self.router.finish(rep)
+                self.router.finish(rep, prefill)
                 label = self.upstreams.labels[rep]
                 failures.append(f"{label}: {outcome.kind}: {outcome.detail}")
                 self.metrics.upstream_errors.labels(label, outcome.kind).inc()
                 log.warning("replica %s failed (%s): %s", label, outcome.kind, outcome.detail)
                 continue
             if outcome is None:  # the client went away; the upstream request was cancelled
-                self.router.finish(rep)
+                self.router.finish(rep, prefill)
                 return error_response(GatewayError(499, "client_closed", "client disconnected"))
             self.router.observe(rep, units)
             self._note_decision(decision, headers)
             if stream and outcome.status_code < 400:
-                return self._stream(outcome, rep, key, t0, headers)
-            return await self._answer(outcome, rep, key, t0, headers)
+                return self._stream(outcome, rep, key, t0, headers, predicted, prefill)
+            return await self._answer(outcome, rep, key, t0, headers, predicted, prefill)
         detail = "; ".join(failures) if failures else "no replica"
         unavailable = GatewayError(
             502, "upstream_unavailable", f"no replica could serve the request ({detail})", "server_error"
@@ -207,6 +211,19 @@ class Proxy:
             return None
         return task.result()
 
+    def resident(self, key: str | None) -> list[int | None] | None:
+        """The residency router's view of ``key`` per replica (:func:`router_residency`)."""
+        if key is None or self.router.config.policy != "residency" or self.residency is None:
+            return None
+        return router_residency(self.residency, self.upstreams.labels, key, self.router.ready_replicas(key))
+
+    def _predict(self, key: str | None, rep: int) -> int | None:
+        """Cached tokens the KV events predict for a keyed request on ``rep``: its key's prefix
+        resident there at send time (None: no events view; the rest of the prompt is not counted)."""
+        if key is None or self.residency is None:
+            return None
+        return self.residency.resident_tokens(key, self.upstreams.labels[rep])
+
     def _note_decision(self, decision: Decision, headers: dict[str, str]) -> None:
         label = self.upstreams.labels[decision.replica]
         headers["x-prefixplan-replica"] = label
@@ -214,7 +231,14 @@ class Proxy:
         self.metrics.decisions.labels(label, decision.reason).inc()
 
     async def _answer(
-        self, resp: httpx.Response, rep: int, key: str | None, t0: float, headers: dict[str, str]
+        self,
+        resp: httpx.Response,
+        rep: int,
+        key: str | None,
+        t0: float,
+        headers: dict[str, str],
+        predicted: int | None = None,
+        prefill: int = 0,
     ) -> Response:
         import orjson
         from starlette.responses import Response
@@ -222,7 +246,7 @@ class Proxy:
         try:
             content = await resp.aread()
         finally:
-            self.router.finish(rep)
+            self.router.finish(rep, prefill)
             await resp.aclose()
         ttft = time.perf_counter() - t0
         prompt = cached = None
@@ -230,6 +254,8 @@ class Proxy:
             with contextlib.suppress(orjson.JSONDecodeError):
                 prompt, cached = usage_of(orjson.loads(content))
         self.metrics.observe(key, self.upstreams.labels[rep], resp.status_code, prompt, cached, ttft)
+        if predicted is not None:
+            self.metrics.prediction(self.upstreams.labels[rep], predicted, cached)
         redact = self.upstreams.redactor(rep)
         return Response(
             redact.body(content),
@@ -237,7 +263,16 @@ class Proxy:
             headers={**redact.headers(response_headers(resp)), **headers},
         )
 
-    def _stream(self, resp: httpx.Response, rep: int, key: str | None, t0: float, headers: dict[str, str]) -> Response:
+    def _stream(
+        self,
+        resp: httpx.Response,
+        rep: int,
+        key: str | None,
+        t0: float,
+        headers: dict[str, str],
+        predicted: int | None = None,
+        prefill: int = 0,
+    ) -> Response:
         from starlette.responses import StreamingResponse
 
         usage = StreamUsage()
@@ -249,7 +284,7 @@ class Proxy:
         def done() -> None:
             if not finished:
                 finished.append(True)
-                self.router.finish(rep)
+                self.router.finish(rep, prefill)
 
         async def chunks() -> AsyncIterator[bytes]:
             import httpx
@@ -294,6 +329,8 @@ class Proxy:
                     usage.cached_tokens,
                     float(ttft) if ttft else None,
                 )
+                if predicted is not None:
+                    self.metrics.prediction(label, predicted, usage.cached_tokens)
 
         return StreamingResponse(
             chunks(), status_code=resp.status_code, headers={**redact.headers(response_headers(resp)), **headers}

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prefixplan.engines.endpoint import Endpoint
@@ -62,6 +62,16 @@ def version_recipe(kv: KeyVersion) -> Recipe:
     )
 
 
+@dataclass(frozen=True)
+class WarmOutcome:
+    """What warming a version found: ``states`` (``{replica: status}`` plus ``*``), the exact
+    prefix ids sent (None when rendering failed) and each replica's block size."""
+
+    states: dict[str, str]
+    prefix_ids: tuple[int, ...] | None = field(default=None, repr=False)
+    block_sizes: dict[str, int] = field(default_factory=dict)
+
+
 def warm_version(
     kv: KeyVersion,
     endpoints: Sequence[Endpoint],
@@ -70,9 +80,9 @@ def warm_version(
     tokenizer: str | None = None,
     db: str | None = None,
     record: bool = True,
-) -> dict[str, str]:
-    """Warm ``kv`` on every endpoint (blocking); ``{replica label: verified|failed|...}`` plus
-    ``*`` -> ``ready`` | ``partial`` | ``failed``."""
+) -> WarmOutcome:
+    """Warm ``kv`` on every endpoint (blocking): states ``{replica label: verified|failed|...}``
+    plus ``*`` -> ``ready`` | ``partial`` | ``failed``, the prefix ids and block sizes."""
     from prefixplan.warming.plan import plan_warm
     from prefixplan.warming.recipes import source_from_recipes
     from prefixplan.warming.records import record_report
@@ -86,7 +96,7 @@ def warm_version(
         report = run_warm(plan, endpoints, options)
     except PrefixplanError as err:
         log.warning("warming %s failed: %s", kv.label, err)
-        return {FLEET: "failed", **{e.label: "failed" for e in endpoints}}
+        return WarmOutcome({FLEET: "failed", **{e.label: "failed" for e in endpoints}})
     if record:
         try:
             record_report(report, db)
@@ -97,7 +107,9 @@ def warm_version(
     for r in report.results:
         if r.status != "verified":
             log.warning("warming %s on %s: %s (%s)", kv.label, r.endpoint, r.status, r.error)
-    return {FLEET: verdict, **states}
+    ids = plan.items[0].token_ids if len(plan.items) == 1 else None
+    sizes = {r.endpoint: int(r.block_size) for r in report.replicas if r.block_size}
+    return WarmOutcome({FLEET: verdict, **states}, ids, sizes)
 
 
 class Warmer:
@@ -113,9 +125,10 @@ class Warmer:
         db: str | None = None,
         record: bool = True,
         on_done: Callable[[str, dict[str, str]], None] | None = None,
-        warm_fn: Callable[..., dict[str, str]] = warm_version,
+        warm_fn: Callable[..., WarmOutcome | dict[str, str]] = warm_version,
         salt_of: Callable[[str], str | None] | None = None,
         salt_field: str = "cache_salt",
+        on_outcome: Callable[[KeyVersion, WarmOutcome], None] | None = None,
     ) -> None:
         self.backend = backend
         self.endpoints = tuple(endpoints)
@@ -127,6 +140,7 @@ class Warmer:
         self.warm_fn = warm_fn
         self.salt_of = salt_of
         self.salt_field = salt_field
+        self.on_outcome = on_outcome
         self.tasks: dict[str, asyncio.Task[dict[str, str]]] = {}
 
     def schedule(self, kv: KeyVersion) -> asyncio.Task[dict[str, str]]:
@@ -145,21 +159,29 @@ class Warmer:
         salt = self.salt_of(kv.owner) if self.salt_of is not None else None
         return replace(self.options, cache_salt=salt, salt_field=self.salt_field) if salt else self.options
 
+    async def run(self, kv: KeyVersion, endpoints: Sequence[Endpoint]) -> WarmOutcome:
+        """Warm ``kv`` on ``endpoints`` off the event loop (no state recorded: the caller's)."""
+        got = await asyncio.to_thread(
+            self.warm_fn,
+            kv,
+            tuple(endpoints),
+            self.options_for(kv),
+            tokenizer=self.tokenizer,
+            db=self.db,
+            record=self.record,
+        )
+        return got if isinstance(got, WarmOutcome) else WarmOutcome(dict(got))
+
     async def _warm(self, kv: KeyVersion) -> dict[str, str]:
         # Nothing may escape: a background task's exception is seen by no one, and the key would
         # stay "warming" until the gateway restarts. Any failure leaves it failed (served, not
         # routed by affinity) and logged.
         try:
             await asyncio.to_thread(self.backend.set_warm, kv.label, {FLEET: "warming"})
-            states = await asyncio.to_thread(
-                self.warm_fn,
-                kv,
-                self.endpoints,
-                self.options_for(kv),
-                tokenizer=self.tokenizer,
-                db=self.db,
-                record=self.record,
-            )
+            outcome = await self.run(kv, self.endpoints)
+            states = outcome.states
+            if self.on_outcome is not None:
+                self.on_outcome(kv, outcome)
         except Exception as err:
             log.error("warming %s failed: %s: %s", kv.label, type(err).__name__, err)
             states = {FLEET: "failed"}
@@ -174,7 +196,11 @@ class Warmer:
 
 
 class ReadyView:
-    """The router's ready sets, refreshed from the backend at most every ``refresh_s`` seconds."""
+    """The router's ready sets, refreshed from the backend at most every ``refresh_s`` seconds.
+
+    With ``counts`` (the KV events' view, :meth:`prefixplan.gateway.keyresidency.KeyResidency.counts`)
+    a verified replica is in a key's ready set only while the events say its prefix is resident;
+    where they say nothing (None) the warm's verification stands."""
 
     def __init__(self, backend: Backend, router: Router, labels: Sequence[str], refresh_s: float = 1.0) -> None:
         self.backend = backend
@@ -183,24 +209,38 @@ class ReadyView:
         self.refresh_s = refresh_s
         self._seen: dict[str, float] = {}
         self.status: dict[str, str | None] = {}
+        self.states: dict[str, dict[str, str]] = {}
+        self.counts: Callable[[str, str], bool | None] | None = None
 
     def apply(self, key: str, states: dict[str, str]) -> None:
         """Set ``key``'s ready set from its recorded states: ready only when the fleet verdict is."""
         status = fleet_status(states)
         self.status[key] = status
+        self.states[key] = dict(states)
         self._seen[key] = time.monotonic()
         if status == "ready":
-            self.router.set_ready(
-                key, [self.index[r] for r, s in states.items() if s == "verified" and r in self.index]
-            )
+            self.router.set_ready(key, [self.index[r] for r, s in states.items() if self._counts(key, r, s)])
         else:
             self.router.clear_ready(key)
+
+    def _counts(self, key: str, replica: str, state: str) -> bool:
+        if state != "verified" or replica not in self.index:
+            return False
+        resident = self.counts(key, replica) if self.counts is not None else None
+        return resident is not False
+
+    def reapply(self, key: str) -> None:
+        """Recompute ``key``'s ready set from its last reading (the events changed its residency)."""
+        states = self.states.get(key)
+        if states is not None:
+            self.apply(key, states)
 
     def reset(self) -> None:
         """Forget every reading (the state was lost): keys are re-read, and not ready meanwhile."""
         for key in list(self.status):
             self.router.clear_ready(key)
         self.status.clear()
+        self.states.clear()
         self._seen.clear()
 
     async def refresh(self, key: str) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -116,7 +116,19 @@ class ResidencyIndex:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._replicas: dict[str, _Replica] = {}
+        self._listeners: list[Callable[[str], None]] = []
         self.keyer = ChainKeyer()
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(replica)`` after every batch applied to a replica and every clear, on
+        the thread that changed the index, with the index's lock held (it may query the index; it
+        must not block)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _changed(self, replica: str) -> None:
+        for listener in self._listeners:
+            listener(replica)
 
     # --- set-up (the subscriber) ----------------------------------------------------------------
 
@@ -160,6 +172,7 @@ class ResidencyIndex:
         """Forget every block of ``replica`` (a resync, a restart, ``AllBlocksCleared``)."""
         with self._lock:
             self._rec(replica).tiers.clear()
+            self._changed(replica)
 
     # --- events ---------------------------------------------------------------------------------
 
@@ -178,6 +191,7 @@ class ResidencyIndex:
                     rec.tiers.clear()
                     c.clears += 1
                 c.events_applied += 1
+            self._changed(replica)
 
     def _parent(self, rec: _Replica, ev: BlockStored, tier: _Tier) -> ChainState | None:
         assert ev.parent is not None
@@ -241,6 +255,12 @@ class ResidencyIndex:
         with self._lock:
             rec = self._replicas.get(replica)
             return rec.events if rec is not None else EVENTS_OFF
+
+    def model_of(self, replica: str) -> str | None:
+        """The model name that namespaces ``replica``'s block keys (pass it to :meth:`prompt_keys`)."""
+        with self._lock:
+            rec = self._replicas.get(replica)
+            return rec.model if rec is not None else None
 
     def publishing(self, replica: str) -> bool:
         """Whether the index follows ``replica``'s events (else rely on something else)."""

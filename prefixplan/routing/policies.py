@@ -25,6 +25,22 @@ Policies for requests without a ready key:
     Load guard: when the in-flight counts are imbalanced (max - min > ``balance_abs`` and
     max > ``balance_rel`` x min) the least-loaded replica wins whatever the match.
 
+``residency``
+    scores every replica by the request's prefix resident there against its load, and picks the
+    lowest cost (ties in turn)::
+
+        cost = prefill_weight x (pending prefill tokens + prompt tokens - resident tokens)
+               + request_weight x requests in flight
+
+    *Resident tokens* come from the caller per replica (the gateway: a keyed request's prefix as
+    the engines' KV events show it, or the warm's verification where a replica has no events;
+    the simulation: its per-replica caches, the same view); where the caller knows nothing, the
+    mirror's match stands in, at :attr:`RouterConfig.bytes_per_token` bytes per token (an
+    estimate: routing does not tokenize). *Pending prefill tokens* are the uncached tokens of the
+    requests sent to the replica and not finished. The prompt's own length (estimated from its
+    content the same way unless given) is the same on every replica and only caps its resident
+    tokens. Keyed requests are scored like the rest: the key's residency is in their resident tokens.
+
 Keyed requests (a ``name@vN`` marked ready, :meth:`Router.set_ready`) go to the least-loaded
 replica among those verified for exactly that ``name@vN``; a replica verified for another
 version of the name is never chosen by affinity. A key that is not ready uses the policy above.
@@ -41,8 +57,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from prefixplan.errors import UsageError
+from prefixplan.routing.content import UNIT_BYTES
 
-POLICIES = ("cache-aware", "round-robin", "prefix-hash")
+POLICIES = ("cache-aware", "round-robin", "prefix-hash", "residency")
 """Policies for requests without a ready key (the gateway's ``--router``)."""
 SIM_POLICIES = (*POLICIES, "keyed")
 """What ``simulate --router`` compares: the policies, and keyed traffic (affinity to warm replicas)."""
@@ -59,6 +76,9 @@ class RouterConfig:
     prefix_units: int = 16
     mirror_units: int = 1_000_000
     vnodes: int = 64
+    prefill_weight: float = 1.0  # residency: cost per uncached prompt token to prefill
+    request_weight: float = 256.0  # residency: cost per request in flight, in prefill tokens
+    bytes_per_token: float = 4.0  # residency: content bytes per token where tokens are estimated
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -67,6 +87,33 @@ class RouterConfig:
             raise UsageError("the cache threshold must be between 0 and 1")
         if self.prefix_units < 1 or self.mirror_units < 1 or self.vnodes < 1:
             raise UsageError("prefix units, mirror size and virtual nodes must be >= 1")
+        if self.prefill_weight < 0 or self.request_weight < 0 or self.bytes_per_token <= 0:
+            raise UsageError("router weights must be >= 0 and bytes per token > 0")
+
+
+_WEIGHTS = {"prefill": "prefill_weight", "request": "request_weight", "bytes_per_token": "bytes_per_token"}
+
+
+def parse_weights(text: str | None) -> dict[str, float]:
+    """``prefill=1,request=256,bytes_per_token=4`` (``--router-weights``) as :class:`RouterConfig`
+    fields.
+
+    Raises:
+        UsageError: an unknown name or a value that is not a number.
+    """
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, value = item.partition("=")
+        field = _WEIGHTS.get(name.strip())
+        if field is None:
+            raise UsageError(f"unknown router weight {name.strip()!r}", hint=f"use {', '.join(_WEIGHTS)}")
+        try:
+            out[field] = float(value)
+        except ValueError:
+            raise UsageError(f"router weight {name.strip()}: {value!r} is not a number") from None
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +122,15 @@ class Decision:
 
     ``reason``: ``affinity`` (a ready key), ``cache-match``, ``least-loaded`` (no match above the
     threshold), ``load-guard`` (imbalance overrode a match), ``round-robin`` or ``prefix-hash``.
-    ``matched``: units of the request found in the chosen replica's mirror (cache-aware).
+    ``matched``: units of the request found in the chosen replica's mirror (cache-aware), or its
+    resident tokens (residency). ``prefill``: the tokens it leaves to prefill there (residency:
+    pass it to :meth:`Router.start` and :meth:`Router.finish`).
     """
 
     replica: int
     reason: str
     matched: int = 0
+    prefill: int = 0
 
 
 def _h64(data: bytes) -> int:
@@ -126,6 +176,7 @@ class Router:
         self.n = n_replicas
         self.config = config or RouterConfig()
         self.in_flight = [0] * n_replicas
+        self.pending_tokens = [0] * n_replicas
         self._turn = 0
         self._mirrors = [_Mirror(self.config.mirror_units) for _ in range(n_replicas)]
         self._ready: dict[str, frozenset[int]] = {}
@@ -147,14 +198,16 @@ class Router:
         return self._ready.get(key, frozenset())
 
     # -- load ---------------------------------------------------------------------------------
-    def start(self, replica: int) -> None:
-        """A request was sent to ``replica``."""
+    def start(self, replica: int, prefill: int = 0) -> None:
+        """A request was sent to ``replica``, leaving ``prefill`` tokens to compute there."""
         self.in_flight[replica] += 1
+        self.pending_tokens[replica] += prefill
 
-    def finish(self, replica: int) -> None:
-        """A request of ``replica`` completed (or failed)."""
+    def finish(self, replica: int, prefill: int = 0) -> None:
+        """A request of ``replica`` completed (or failed); ``prefill`` as given to :meth:`start`."""
         if self.in_flight[replica] > 0:
             self.in_flight[replica] -= 1
+        self.pending_tokens[replica] = max(0, self.pending_tokens[replica] - prefill)
 
     def observe(self, replica: int, units: Sequence[int]) -> None:
         """Record that ``units`` were sent to ``replica`` (the cache-aware mirror)."""
@@ -173,9 +226,18 @@ class Router:
         return hi - lo > self.config.balance_abs and hi > self.config.balance_rel * lo
 
     # -- the decision ---------------------------------------------------------------------------
-    def choose(self, units: Sequence[int], key: str | None = None, exclude: Iterable[int] = ()) -> Decision:
+    def choose(
+        self,
+        units: Sequence[int],
+        key: str | None = None,
+        exclude: Iterable[int] = (),
+        *,
+        prompt_tokens: int | None = None,
+        resident: Sequence[int | None] | None = None,
+    ) -> Decision:
         """Pick a replica for a request of ``units`` (and ``key``), never one in ``exclude``
-        (replicas that already failed this request).
+        (replicas that already failed this request). ``prompt_tokens`` and ``resident`` (tokens
+        per replica, None where unknown) feed the residency policy.
 
         Raises:
             UsageError: every replica is excluded.
@@ -184,11 +246,13 @@ class Router:
         candidates = [r for r in range(self.n) if r not in skip]
         if not candidates:
             raise UsageError("no replica left to try")
+        policy = self.config.policy
+        if policy == "residency":
+            return self._residency(candidates, units, prompt_tokens, resident)
         if key is not None:
             ready = [r for r in candidates if r in self._ready.get(key, ())]
             if ready:
                 return Decision(self._least_loaded(ready), "affinity")
-        policy = self.config.policy
         if policy == "round-robin":
             choice = candidates[self._turn % len(candidates)]
             self._turn += 1
@@ -205,6 +269,34 @@ class Router:
             return Decision(choice, "cache-match", best)
         choice = self._least_loaded(candidates)
         return Decision(choice, "least-loaded", matches.get(choice, 0))
+
+    def unit_tokens(self, units: int) -> int:
+        """Tokens of ``units`` routing units, estimated at ``bytes_per_token``."""
+        return int(units * UNIT_BYTES / self.config.bytes_per_token)
+
+    def _residency(
+        self,
+        candidates: Sequence[int],
+        units: Sequence[int],
+        prompt_tokens: int | None,
+        resident: Sequence[int | None] | None,
+    ) -> Decision:
+        c = self.config
+        held = {}
+        for r in candidates:
+            known = resident[r] if resident is not None else None
+            held[r] = known if known is not None else self.unit_tokens(self._mirrors[r].match(units))
+        tokens = prompt_tokens if prompt_tokens is not None else self.unit_tokens(len(units))
+        tokens = max(tokens, max(held.values()))
+        cost = {
+            r: c.prefill_weight * (self.pending_tokens[r] + tokens - held[r]) + c.request_weight * self.in_flight[r]
+            for r in candidates
+        }
+        low = min(cost.values())
+        tied = [r for r in candidates if cost[r] == low]
+        choice = tied[0] if len(tied) == 1 else self._least_loaded(tied)
+        reason = "residency" if held[choice] > 0 else "least-cost"
+        return Decision(choice, reason, held[choice], tokens - held[choice])
 
     def _ring_choice(self, units: Sequence[int], skip: set[int]) -> int:
         point = units[min(len(units), self.config.prefix_units) - 1] if units else 0

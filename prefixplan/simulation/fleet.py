@@ -17,6 +17,11 @@ that prefix as its key (:class:`FleetRequest`). The first request of a key is ro
 ``cache-aware`` (the key is registered, not yet warm), then the key's full blocks are warmed on
 every replica and it is ready: later requests of the key go to the least-loaded replica, as the
 gateway does once the background warm verified every replica.
+
+``residency`` is the gateway's ``--router residency`` serving keyed traffic: keys are warmed as
+for ``keyed``, and each keyed request tells the router, per replica, the tokens of its key's
+prefix that replica's cache holds (:func:`key_residency`: what the engines' KV events show the
+gateway); requests without a warmed key leave it to the router's mirror, as in the gateway.
 """
 
 from __future__ import annotations
@@ -178,6 +183,15 @@ class _Cache:
                 blocks.popitem(last=False)
 
 
+def key_residency(
+    caches: Sequence[_Cache], path: Sequence[int], key_tokens: int, block_tokens: int, now: float = 0.0
+) -> list[int | None]:
+    """Per replica: tokens of a key's prefix (its full blocks, at the head of ``path``) the
+    replica's cache holds -- what the gateway's KV-event index answers for the same key."""
+    n = min(len(path), key_tokens // block_tokens)
+    return [min(c.hits(path[:n], now), n) * block_tokens for c in caches]
+
+
 def simulate_fleet(
     trace: BlockTrace,
     requests: Sequence[FleetRequest],
@@ -209,13 +223,13 @@ def _run(
 ) -> FleetRun:
     from dataclasses import replace
 
-    keyed = policy == "keyed"
-    config = replace(model.router, policy="cache-aware" if keyed else policy)
+    keyed = policy in ("keyed", "residency")
+    config = replace(model.router, policy="cache-aware" if policy == "keyed" else policy)
     router = Router(model.replicas, config)
     bt_max = int(trace.block_tokens.max()) if trace.n_requests else 1
     cap_blocks = None if model.capacity_tokens is None else max(1, int(model.capacity_tokens // bt_max))
     caches = [_Cache(cap_blocks, model.ttl_s) for _ in range(model.replicas)]
-    running: list[tuple[float, int]] = []
+    running: list[tuple[float, int, int]] = []
     chosen = np.zeros(trace.n_requests, dtype=np.int64)
     cached = np.zeros(trace.n_requests, dtype=np.int64)
     decisions: dict[str, int] = defaultdict(int)
@@ -224,22 +238,25 @@ def _run(
     for r in order:
         now = times[r]
         while running and running[0][0] <= now:
-            _, rep = heapq.heappop(running)
-            router.finish(rep)
+            _, rep, prefill = heapq.heappop(running)
+            router.finish(rep, prefill)
         req = requests[r]
         key = req.key if keyed else None
-        decision = router.choose(req.units, key=key)
+        path = paths[r]
+        resident = None
+        if policy == "residency" and key in warmed:
+            resident = key_residency(caches, path, req.key_tokens, int(trace.block_tokens[r]), now)
+        decision = router.choose(req.units, key=key, resident=resident)
         rep = decision.replica
         decisions[decision.reason] += 1
-        path = paths[r]
         finish = now + float(service_s[r])
         hit = min(caches[rep].hits(path, now), int(trace.cap_blocks[r]))
         chosen[r] = rep
         cached[r] = hit * int(trace.block_tokens[r])
         caches[rep].add(path, finish)
         router.observe(rep, req.units)
-        router.start(rep)
-        heapq.heappush(running, (finish, rep))
+        router.start(rep, decision.prefill)
+        heapq.heappush(running, (finish, rep, decision.prefill))
         if key is not None and key not in warmed:
             warmed.add(key)
             n = min(len(path), req.key_tokens // int(trace.block_tokens[r]))
