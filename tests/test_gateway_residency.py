@@ -239,3 +239,21 @@ def test_the_gateway_follows_evictions_and_rewarms(tmp_path: Path) -> None:
         assert line in text, line
     # each keyed request after the key was ready had a prediction (the fake engine reports its own)
     assert "prefixplan_gateway_cached_predictions_total" in text
+    # prefixplan status --key-stats: the residency the gateway wrote at its last flush (its stop)
+    from prefixplan.api import StatusRequest, run_status
+
+    rows = run_status(StatusRequest(key_stats=True, db=str(tmp_path / "gw.db"))).keys
+    res = {(r["key"], r["replica"]): r["residency"] for r in rows if r["key"] == "bot@v1"}
+    assert {k: (v["state"], v["resident_blocks"], v["evictions"], v["rewarms"]) for k, v in res.items()} == {
+        ("bot@v1", "r0"): ("ready", 3, 0, 0),
+        ("bot@v1", "r1"): ("ready", 3, 1, 1),
+    }
+    assert all(v["last_verified"] for v in res.values())
+    from rich.console import Console
+
+    from prefixplan.report.console_router import render_key_stats
+
+    console = Console(record=True, width=250)
+    render_key_stats(rows, console)
+    shown = console.export_text()
+    assert "resident (KV events)" in shown and shown.count("ready 3/3 blocks") == 2

@@ -12,6 +12,35 @@ from prefixplan.cli.help import PlainCommand
 
 RecipesDir = Annotated[Optional[Path], o.RECIPES_OPTION]
 LockFile = Annotated[Optional[Path], o.LOCK_OPTION]
+GatewayRouter = Annotated[
+    Optional[str],
+    typer.Option(
+        "--router",
+        metavar="POLICY",
+        help="Routing: cache-aware, round-robin, prefix-hash, or residency (resident prefix against load; "
+        "docs/gateway.md).",
+    ),
+]
+RouterWeights = Annotated[
+    Optional[str],
+    typer.Option(
+        "--router-weights",
+        metavar="NAME=VALUE,...",
+        help="Weights of --router residency: prefill (per uncached token, 1), request (per request in "
+        "flight, 256), bytes_per_token (4).",
+    ),
+]
+Rewarm = Annotated[
+    str,
+    typer.Option(
+        "--rewarm",
+        metavar="WHICH",
+        help="Keys re-warmed when the KV events show them evicted: pinned (recipes with pin: true), all, off.",
+    ),
+]
+RewarmPerMinute = Annotated[
+    int, typer.Option("--rewarm-per-minute", metavar="N", help="At most N re-warms in any minute, fleet-wide.")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +53,8 @@ def gateway(
     api_key_env: o.ApiKeyEnv = None,
     host: o.Host = "127.0.0.1",
     port: o.Port = 8080,
-    router: o.Router = "cache-aware",
+    router: GatewayRouter = "cache-aware",
+    router_weights: RouterWeights = None,
     recipes: RecipesDir = None,
     lock: LockFile = None,
     db: o.Db = None,
@@ -44,9 +74,12 @@ def gateway(
     body_timeout: o.BodyTimeout = 30.0,
     max_uploads: o.MaxUploads = 64,
     log_prompts: o.LogPrompts = False,
+    rewarm: Rewarm = "pinned",
+    rewarm_per_minute: RewarmPerMinute = 6,
 ) -> None:
     """Serve an OpenAI-compatible API in front of the replicas: prefix_key expansion and
-    registration per tenant, cache-aware routing, two-phase warming, /metrics."""
+    registration per tenant, cache-aware routing, two-phase warming, /metrics. Replicas with
+    kv_events in the endpoints file are followed through their KV events (docs/gateway.md)."""
     from prefixplan.api import GatewayRequest, run_gateway
 
     request = GatewayRequest(
@@ -75,5 +108,8 @@ def gateway(
         body_timeout=body_timeout,
         max_uploads=max_uploads,
         log_prompts=log_prompts,
+        rewarm=rewarm,
+        rewarm_per_minute=rewarm_per_minute,
+        router_weights=router_weights,
     )
     run_gateway(request)

@@ -231,6 +231,8 @@ class Gateway:
         self.started = True
 
     async def flush_stats(self) -> None:
+        if self.events.enabled:
+            await asyncio.to_thread(self._write_residency)
         rows = self.metrics.take_pending()
         if not rows:
             return
@@ -243,6 +245,17 @@ class Gateway:
                     store.add_key_stats(rows)
 
             await asyncio.to_thread(local)
+
+    def _write_residency(self) -> None:
+        """The residency view for ``prefixplan status --key-stats`` (this gateway's local store)."""
+        import json
+
+        from prefixplan.gateway.stats import RESIDENCY
+        from prefixplan.store import open_store
+
+        view = {label: self.events.keys.view(label) for label in self.events.keys.labels()}
+        with open_store(self.config.db) as store:
+            store.set_gateway_meta(RESIDENCY, json.dumps(view, sort_keys=True))
 
     async def flusher(self) -> None:
         while True:

@@ -48,8 +48,13 @@ def render_key_stats(rows: Sequence[dict[str, Any]], console: Console) -> None:
         "hit rate",
         "mean TTFT",
         "warm",
+        "resident (KV events)",
+        "last verified",
+        "evictions",
+        "re-warms",
     ):
-        table.add_column(col, justify="left" if col in ("key", "replica", "warm") else "right")
+        left = col in ("key", "replica", "warm", "resident (KV events)", "last verified")
+        table.add_column(col, justify="left" if left else "right")
     for r in rows:
         rate = r.get("hit_rate")
         ttft = r.get("mean_ttft_s")
@@ -66,8 +71,21 @@ def render_key_stats(rows: Sequence[dict[str, Any]], console: Console) -> None:
             f"{100 * rate:.1f}%" if rate is not None else "-",
             f"{1000 * ttft:.1f} ms" if ttft is not None else "-",
             warm,
+            *_residency_cells(r.get("residency")),
         )
     if not rows:
         console.print("no gateway statistics in the store yet (prefixplan gateway writes them)")
         return
     console.print(table)
+
+
+def _residency_cells(res: dict[str, Any] | None) -> tuple[str, str, str, str]:
+    """Resident state and blocks, last verified (UTC), evictions, re-warms; dashes without events."""
+    if not res:
+        return ("-", "-", "-", "-")
+    import time
+
+    when = res.get("last_verified")
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(when))) if when else "never"
+    held = f"{res.get('state')} {res.get('resident_blocks')}/{res.get('blocks')} blocks"
+    return (held, stamp, str(res.get("evictions", 0)), str(res.get("rewarms", 0)))
