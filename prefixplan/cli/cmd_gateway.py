@@ -78,8 +78,7 @@ def gateway(
     rewarm_per_minute: RewarmPerMinute = 6,
 ) -> None:
     """Serve an OpenAI-compatible API in front of the replicas: prefix_key expansion and
-    registration per tenant, cache-aware routing, two-phase warming, /metrics. Replicas with
-    kv_events in the endpoints file are followed through their KV events (docs/gateway.md)."""
+    registration per tenant, cache-aware routing, two-phase warming, /metrics."""
     from prefixplan.api import GatewayRequest, run_gateway
 
     request = GatewayRequest(
