@@ -120,6 +120,7 @@ def test_hf_incremental_ids_equal_apply_chat_template(name: str, template: str |
     proved = name != "deepseek_v3"
     assert renderer.encoder.incremental == proved
     assert (renderer.encoder.segments.rule is not None) == proved
+    assert (renderer.encoder.words is not None) == proved  # new ASCII text is encoded word by word
     tok = renderer.tokenizer
 
     def reference(case: dict[str, Any]) -> list[int]:

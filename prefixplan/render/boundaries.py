@@ -121,9 +121,16 @@ def rule_for_patterns(patterns: Iterable[str]) -> CutRule | None:
 
 def rule_for_hf(backend: Any) -> CutRule | None:
     """The proved rule of a ``tokenizers.Tokenizer``, or None when its pipeline is not one the
-    proof covers: a BPE model without dropout, a normaliser that is absent, empty or NFC, and a
-    pre-tokenizer that is a sequence of proved regex splits (isolated, not inverted) followed by
-    a byte-level step that adds no prefix space and uses no regex of its own."""
+    proof covers (:func:`hf_split_patterns`)."""
+    patterns = hf_split_patterns(backend)
+    return rule_for_patterns(patterns) if patterns else None
+
+
+def hf_split_patterns(backend: Any) -> list[str] | None:
+    """The regex patterns of a ``tokenizers.Tokenizer`` whose pipeline has the shape the proof
+    covers: a BPE model without dropout, a normaliser that is absent, empty or NFC, and a
+    pre-tokenizer that is a sequence of regex splits (isolated, not inverted) followed by a
+    byte-level step that adds no prefix space and uses no regex of its own; else None."""
     import json
 
     model = backend.model
@@ -150,7 +157,7 @@ def rule_for_hf(backend: Any) -> CutRule | None:
         ):
             return None
         patterns.append(pattern["Regex"])
-    return rule_for_patterns(patterns) if patterns else None
+    return patterns or None
 
 
 def _normalizer_ok(normalizer: dict[str, Any] | None) -> bool:

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from prefixplan.core.types import as_token_ids
-from prefixplan.render.boundaries import rule_for_hf
+from prefixplan.render.boundaries import hf_split_patterns, rule_for_hf
 from prefixplan.render.incremental import EncodeStats, Item, SegmentEncoder
 from prefixplan.render.pieces import PieceCache
 from prefixplan.render.spans import byte_starts_to_char_starts, join_pieces, offset_starts
+from prefixplan.render.words import WordEncoder
 
 # Pieces longer than this are split at paragraph boundaries (when safe for the tokenizer).
 PARAGRAPH_SPLIT_MIN_CHARS = 1024
@@ -65,9 +66,10 @@ class HFEncoder:
         self.paragraph_split = (
             not self.incremental and paragraph_split and self.split_pieces and self._paragraph_boundaries_are_safe()
         )
-        self.segments = SegmentEncoder(
-            self.encode_fresh, rule_for_hf(backend) if self.incremental else None, self.cache
-        )
+        rule = rule_for_hf(backend) if self.incremental else None
+        self.segments = SegmentEncoder(self.encode_fresh, rule, self.cache)
+        patterns = hf_split_patterns(backend) if rule is not None and self.byte_len is not None else None
+        self.words = WordEncoder.for_backend(backend, patterns) if patterns else None
 
     # -- what the tokenizer gives ---------------------------------------------------------
     def _byte_lengths(self) -> np.ndarray | None:
@@ -103,10 +105,23 @@ class HFEncoder:
         return ids, offset_starts(enc.offsets)
 
     def encode_fresh(self, texts: list[str]) -> list[Item]:
-        """Encode ``texts`` in one batch; offsets for the whole batch in one vectorised pass
-        when every text's token bytes are its UTF-8 bytes (no normalisation changed them)."""
-        encs = self.backend.encode_batch(texts, add_special_tokens=False)
-        lists = [enc.ids for enc in encs]
+        """Encode ``texts``: ASCII texts word by word where :attr:`words` is set
+        (:mod:`prefixplan.render.words`), the others through the tokenizer in one batch."""
+        if self.words is None:
+            return self._encode_lists(
+                texts, [enc.ids for enc in self.backend.encode_batch(texts, add_special_tokens=False)]
+            )
+        known = self.words.encode(texts)
+        rest = [text for text, ids in zip(texts, known, strict=True) if ids is None]
+        if rest:
+            encs = iter(self.backend.encode_batch(rest, add_special_tokens=False))
+            known = [ids if ids is not None else next(encs).ids for ids in known]
+        return self._encode_lists(texts, known)  # type: ignore[arg-type]
+
+    def _encode_lists(self, texts: list[str], lists: list[list[int]]) -> list[Item]:
+        """(ids, first-char offsets) of ``texts`` from their token ids; offsets for the whole
+        batch in one vectorised pass when every text's token bytes are its UTF-8 bytes (no
+        normalisation changed them), else from the tokenizer's offsets."""
         counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
         ids = as_token_ids(np.fromiter(chain.from_iterable(lists), dtype=np.uint32, count=int(counts.sum())))
         lens = (
@@ -126,6 +141,7 @@ class HFEncoder:
                 starts -= np.repeat(chars, counts)
                 cuts = bounds[:-1]  # copies: a cached piece must not keep its whole batch alive
                 return [(a.copy(), b.copy()) for a, b in zip(np.split(ids, cuts), np.split(starts, cuts), strict=True)]
+        encs = self.backend.encode_batch(texts, add_special_tokens=False)
         return [self.encode_one(enc, text) for enc, text in zip(encs, texts, strict=True)]
 
     def _added_token_splitter(self) -> tuple[re.Pattern[str] | None, dict[str, int], bool]:
