@@ -97,6 +97,11 @@ def run_analyze(request: AnalyzeRequest, progress: Progress = NO_PROGRESS) -> An
         sim.result()
         progress.end()
         section = sim.section(headline.configured_capacity, analysis.record.candidates)
+        from prefixplan.simulation.waterfall import record_waterfall
+
+        waterfall = record_waterfall(sim.trace, sim.config, sim.result(), analysis.record)
+        if waterfall is not None:
+            section = {**section, "waterfall": waterfall.to_json()}
         analysis.record = replace(analysis.record, simulation=section)
     outcome = AnalyzeOutcome(analysis, written=outcome_trace, created_store=created_store)
     if outputs.store:

@@ -84,6 +84,21 @@ GpuHourPrice = Annotated[
     Optional[float], typer.Option("--gpu-hour-price", metavar="USD", help="USD per GPU-hour for self-hosted savings.")
 ]
 
+WaterfallOpt = Annotated[
+    bool,
+    typer.Option(
+        "--waterfall/--no-waterfall",
+        help="Where the hits go: prompt tokens down to the prediction, each step the difference of two runs.",
+    ),
+]
+IsolateBy = Annotated[
+    Optional[str],
+    typer.Option(
+        "--isolate-by",
+        metavar="user|tenant",
+        help="Hit rate with the engines' cache_salt per tenant, and what a salt after the shared system/tool prefix returns.",
+    ),
+]
 
 _NOT_CONFIG = frozenset({"logs", "source", "executor", "analysis", "top", "json_out", "trace_out", "quiet"})
 _RENAMED = {"granularity": "engine", "tier": "tiers"}
@@ -135,6 +150,8 @@ def simulate(
     rate_scale: o.RateScale = None,
     max_num_batched_tokens: o.MaxBatchedTokens = None,
     max_num_seqs: o.MaxSeqs = None,
+    waterfall: WaterfallOpt = True,
+    isolate_by: IsolateBy = None,
     json_out: o.Json = None,
     trace_out: o.TraceOut = None,
     quiet: o.Quiet = False,

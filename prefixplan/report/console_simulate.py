@@ -142,4 +142,12 @@ def render_simulation(doc: dict[str, Any], console: Console) -> None:
         console.print(f"KV cache: {doc['kv_bytes_per_token']:,} bytes/token")
     for note in doc["notes"]:
         console.print(f"[dim]note: {note}[/]")
+    if doc.get("waterfall"):
+        from prefixplan.report.waterfall import render_waterfall
+
+        render_waterfall(doc["waterfall"], console)
+    if doc.get("isolation"):
+        from prefixplan.report.isolation import render_isolation
+
+        render_isolation(doc["isolation"], console)
     render_line_errors(doc.get("errors") or {"count": doc.get("line_errors") or 0}, console)

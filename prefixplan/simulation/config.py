@@ -113,6 +113,23 @@ class SavingsModel:
 
 
 @dataclass(frozen=True, slots=True)
+class WaterfallModel:
+    """What the waterfall needs besides the runs: the tokens fixing the log's cache breakers would
+    return (``analyze``'s breaker findings, summed) and where that estimate comes from."""
+
+    breaker_tokens: int | None = None
+    breaker_source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationModel:
+    """``--isolate-by``: per-tenant ``cache_salt`` (:mod:`prefixplan.simulation.isolation`); ``by``
+    names the option's value (``user`` or ``tenant``: both the log's tenant id)."""
+
+    by: str = "tenant"
+
+
+@dataclass(frozen=True, slots=True)
 class SimConfig:
     """What to simulate: the cache, the workload and the savings models.
 
@@ -130,6 +147,8 @@ class SimConfig:
     notes: tuple[str, ...] = ()
     fleet: FleetModel | None = None  # --replicas N --router ...: each replica its own cache
     load: LoadModel | None = None  # --rate-scale X: TTFT under load (simulation.load)
+    waterfall: WaterfallModel | None = None  # where the hits go (simulation.waterfall)
+    isolation: IsolationModel | None = None  # --isolate-by: what per-tenant salting costs
 
     def granularity(self) -> Granularity:
         return self.cache.granularity()

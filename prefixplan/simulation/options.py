@@ -10,7 +10,14 @@ from prefixplan.savings.derive import model_profile, refuse_with_profile
 from prefixplan.savings.kvsize import KVShape, load_config, lookup_builtin
 from prefixplan.savings.prefill import PrefillProfile, load_profile
 from prefixplan.simulation.capacity import parse_capacity, parse_tier
-from prefixplan.simulation.config import CacheModel, SavingsModel, SimConfig, Workload
+from prefixplan.simulation.config import (
+    CacheModel,
+    IsolationModel,
+    SavingsModel,
+    SimConfig,
+    WaterfallModel,
+    Workload,
+)
 from prefixplan.simulation.fleet import FleetModel, fleet_unsupported
 from prefixplan.simulation.load import LoadModel
 from prefixplan.simulation.spec import AutoPromote
@@ -46,6 +53,8 @@ def build_config(
     rate_scale: float | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    waterfall: bool = True,
+    isolate_by: str | None = None,
 ) -> SimConfig:
     """Validate and convert options (capacities may be bytes when the KV size is known).
 
@@ -55,7 +64,8 @@ def build_config(
     The prefill profile is ``profile`` (``--profile``: measured or built-in) when given, else the
     one derived from the model (``model_config``, else ``model``) on ``gpu`` x ``tensor_parallel``
     at ``efficiency`` (:func:`prefixplan.savings.derive.model_profile`), else the default.
-    ``rate_scale`` turns on the timed replay of TTFT under load (:mod:`prefixplan.simulation.load`).
+    ``rate_scale`` turns on the timed replay of TTFT under load (:mod:`prefixplan.simulation.load`);
+    ``waterfall`` the hit-loss attribution (:mod:`prefixplan.simulation.waterfall`).
     """
     kv: KVShape | None = None
     if model_config is not None:
@@ -119,6 +129,8 @@ def build_config(
     return SimConfig(
         fleet=fleet,
         load=_load_model(rate_scale, max_num_batched_tokens, max_num_seqs),
+        waterfall=WaterfallModel() if waterfall and provider is None else None,
+        isolation=_isolation(isolate_by, provider),
         notes=notes,
         cache=CacheModel(
             engine=engine,
@@ -171,6 +183,25 @@ def _profile(
         model=model, model_config=model_config, gpu=gpu, tp=tp, efficiency=efficiency, kv_dtype_bytes=kv_dtype_bytes
     )
     return choice.profile or load_profile(None), choice.notes
+
+
+ISOLATE_BY = ("user", "tenant")
+"""What ``--isolate-by`` takes: the rows carry one tenant id per request (the log's ``tenant``,
+``tenant_id``, ``user``, ``user_id`` or ``metadata.user_id``, the first present)."""
+
+
+def _isolation(by: str | None, provider: str | None) -> IsolationModel | None:
+    if by is None:
+        return None
+    if by not in ISOLATE_BY:
+        raise UsageError(
+            f"--isolate-by {by}: the rendered rows carry one tenant id per request, not other fields",
+            hint="use --isolate-by tenant (or user: the same id, the first of tenant, tenant_id, user, user_id, "
+            "metadata.user_id); for Parquet/CSV logs map a column with --columns tenant=COLUMN",
+        )
+    if provider is not None:
+        raise UsageError("--isolate-by models the engines' cache_salt; a hosted cache (--provider) has none")
+    return IsolationModel(by)
 
 
 def _load_model(rate_scale: float | None, tokens: int | None, seqs: int | None) -> LoadModel | None:

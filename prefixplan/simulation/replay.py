@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,16 +27,13 @@ from prefixplan.simulation.batch import in_batch_hits, service_times
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.hosted import AnthropicCache
 from prefixplan.simulation.models import run_model
+from prefixplan.simulation.result import CacheRun, SimResult
 from prefixplan.simulation.risk import PrefixRisk, eviction_risk
 from prefixplan.simulation.spec import AutoPromote, CacheSpec, capacity_blocks, parse_ttl
 from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import build_tree
 from prefixplan.trace.storage.mapped import drop_resident, mapped_copy
 from prefixplan.trace.storage.spill import ArrayShelf, ShelvedArray
-
-if TYPE_CHECKING:
-    pass
-from prefixplan.simulation.result import CacheRun, SimResult
 
 SHELVE_FROM_REQUESTS = 1 << 16
 """Logs of at least this many requests keep a sweep's per-request results on disk, run by run."""
@@ -90,6 +86,27 @@ def _run_from_blocks(
         cached.astype(np.int32 if not cached.shape[0] or int(cached.max()) < 2**31 else np.int64),
         loaded,
     )
+
+
+def policy_spec(config: SimConfig, policy: str, capacity: float, ttl: float | None) -> CacheSpec:
+    """The cache model of ``policy`` at the total ``capacity`` (tokens) with ``ttl``: the running
+    share taken off, the pinned partition, pins, auto-promotion and tiers as configured."""
+    cache_tok, frac = config.cache.partition(capacity)
+    return CacheSpec(
+        policy=policy,
+        capacity_tokens=cache_tok,
+        ttl_s=ttl,
+        pinned_fraction=frac,
+        pins=config.cache.pins,
+        auto_promote=config.cache.auto_promote,
+        tiers=config.cache.tiers if policy == "lru" else (),
+        prewarm_pins=config.cache.prewarm_pins,
+    )
+
+
+def default_priorities(trace: BlockTrace, config: SimConfig) -> np.ndarray | None:
+    """Per-row priorities of the ``priority`` policy (given, else 1 for requests holding a hot prefix or pin)."""
+    return _default_priorities(trace, config)
 
 
 def _ttl_note(config: SimConfig, in_batch: bool) -> str:
@@ -218,17 +235,7 @@ def replay(trace: BlockTrace, config: SimConfig, anthropic: AnthropicCache | Non
         for pol in config.cache.policies:
             curve = []
             for cap in config.cache.capacities:
-                cache_tok, frac = config.cache.partition(float(cap))
-                spec = CacheSpec(
-                    policy=pol,
-                    capacity_tokens=cache_tok,
-                    ttl_s=ttl,
-                    pinned_fraction=frac,
-                    pins=config.cache.pins,
-                    auto_promote=config.cache.auto_promote,
-                    tiers=config.cache.tiers if pol == "lru" else (),
-                    prewarm_pins=config.cache.prewarm_pins,
-                )
+                spec = policy_spec(config, pol, float(cap), ttl)
                 res = run_model(trace, spec, priorities=prios, service_s=service, _stack_cache=stacks)
                 _settle(trace, service)
                 label = spec.label(

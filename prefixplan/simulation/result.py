@@ -21,7 +21,7 @@ from prefixplan.simulation.risk import PrefixRisk
 from prefixplan.trace.storage.spill import ShelvedArray
 
 if TYPE_CHECKING:
-    pass
+    from prefixplan.simulation.attribution import Waterfall
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,8 @@ class SimResult:
     fleet: tuple[FleetRun, ...] = ()  # --replicas/--router: one run per routing policy
     load: LoadResult | None = None  # --rate-scale: TTFT under load
     tier_load_s: np.ndarray | None = None  # per request: the headline run's lower-tier load seconds
+    waterfall: Waterfall | None = None  # where the hits go (simulation.waterfall)
+    isolation: dict[str, Any] | None = None  # --isolate-by (simulation.isolation)
 
     def run(self, label: str) -> CacheRun:
         for r in self.runs:
@@ -176,4 +178,6 @@ def to_json(result: SimResult) -> dict[str, Any]:
         "notes": list(result.notes),
         **({"fleet": [run.to_json() for run in result.fleet]} if result.fleet else {}),
         **({"ttft_under_load": result.load.to_json()} if result.load is not None else {}),
+        **({"waterfall": result.waterfall.to_json()} if result.waterfall is not None else {}),
+        **({"isolation": result.isolation} if result.isolation is not None else {}),
     }

@@ -18,10 +18,12 @@ from prefixplan.simulation.batch import service_times
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.fleet import FleetModel, FleetRequest, fleet_request, fleet_unsupported, simulate_fleet
 from prefixplan.simulation.hosted import AnthropicCache
+from prefixplan.simulation.isolation import IsolationTraces
 from prefixplan.simulation.load import LoadInputs, replay_load
 from prefixplan.simulation.replay import replay
 from prefixplan.simulation.result import SimResult
 from prefixplan.simulation.spec import POLICIES, parse_ttl
+from prefixplan.simulation.waterfall import achieved_of, attribute
 from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.requests import SimRequest, request_of_row
 
@@ -53,9 +55,26 @@ class Simulation:
         """Real tokens per block of the block trace (what trace rows must divide)."""
         return self._builder.granularity.block_size
 
+    @property
+    def row_block_size(self) -> int:
+        """Tokens per key the rows fed here should carry: one when the waterfall's token-level run
+        is built beside the block trace (the block trace takes every block-th key), else
+        :attr:`block_size`."""
+        return 1 if self._tokens is not None else self.block_size
+
+    @property
+    def trace(self) -> BlockTrace | None:
+        """The block trace of the last :meth:`result` (None before)."""
+        return self._trace
+
     def add(self, request: SimRequest) -> None:
         """Add the next request (arrival order)."""
         self._builder.add(request)
+        if self._tokens is not None:
+            try:
+                self._tokens.add(request)
+            except UsageError:  # keys coarser than a token (a trace file): no token-level run
+                self._tokens = None
         if self.config.fleet is not None:
             self._fleet.append(fleet_request(request))
 
@@ -63,12 +82,17 @@ class Simulation:
         """Add the next trace row (a rendered prompt, or a row read from a trace file)."""
         self.add(request_of_row(row))
         self._count += 1
+        if self._isolation is not None:
+            self._isolation.add_row(row)
+        if row.logged_cached_tokens is not None:
+            self._achieved[0] += int(row.logged_cached_tokens)
+            self._achieved[1] += 1
 
     @property
     def takes_columns(self) -> bool:
         """Whether :meth:`add_columns` applies: no model that looks at each request (a fleet's
         router, Anthropic breakpoints)."""
-        return self.config.fleet is None and self._anthropic is None
+        return self.config.fleet is None and self._anthropic is None and self._isolation is None
 
     def add_columns(self, cols: RowColumns) -> None:
         """Add a batch of trace rows at once (:attr:`takes_columns`; the same as :meth:`add_row`
@@ -76,7 +100,15 @@ class Simulation:
         if not self.takes_columns:
             raise RuntimeError("Simulation.add_columns with a fleet or Anthropic breakpoints: add each row")
         self._builder.add_columns(cols)
+        if self._tokens is not None:
+            try:
+                self._tokens.add_columns(cols)
+            except UsageError:
+                self._tokens = None
         self._count += cols.n
+        tokens, logged = achieved_of(cols.cached)
+        self._achieved[0] += tokens
+        self._achieved[1] += logged
 
     def _prepare(self) -> None:
         config = self.config
@@ -113,11 +145,17 @@ class Simulation:
         self._builder = TraceBuilder(blocks, observer=self._anthropic, index_singletons=lookups)
         self._count = 0  # rows added (a shared trace may replace them only while none was)
         self._fleet: list[FleetRequest] = []
+        self._trace: BlockTrace | None = None
+        self._achieved = [0, 0]  # the log's cached_tokens: sum, requests that carry them
+        # the waterfall's token-level run: the same rows at one token a block
+        fine = config.waterfall is not None and gran.breakpoints is None and blocks.block_size > 1
+        self._tokens = TraceBuilder(replace(blocks, block_size=1), index_singletons=False) if fine else None
+        self._isolation = IsolationTraces(blocks) if config.isolation is not None else None
 
     def result(self) -> SimResult:
         """Replay everything added so far through the configured models (and the fleet's routers),
         then the timed replay of TTFT under load when asked for."""
-        trace = self._builder.finish()
+        trace = self._trace = self._builder.finish()
         result = replay(trace, self.config, self._anthropic)
         head = result.run(result.headline)
         inputs = LoadInputs(head.label, head.cached, result.tier_load_s)
@@ -128,7 +166,26 @@ class Simulation:
             in_rows = [self._fleet[i] for i in trace.order.tolist()]  # rows are arrivals
             result = replace(result, fleet=simulate_fleet(trace, in_rows, fleet, service))
             inputs = replace(inputs, fleet=fleet, fleet_requests=in_rows, service_s=service)
-        return self._with_load(trace, result, inputs)
+        result = self._with_waterfall(trace, self._with_load(trace, result, inputs))
+        if self._isolation is not None and self.config.isolation is not None:
+            isolation = self._isolation.result(self.config, result, self.config.isolation.by)
+            result = replace(result, isolation=isolation)
+        return result
+
+    def _with_waterfall(self, trace: BlockTrace, result: SimResult) -> SimResult:
+        """``result`` with the hit-loss waterfall (:mod:`prefixplan.simulation.waterfall`) when
+        ``config.waterfall`` asks (self-hosted caches only)."""
+        model = self.config.waterfall
+        if model is None or self.config.cache.provider is not None:
+            return result
+        if self._tokens is not None:
+            tokens = self._tokens.finish()
+        else:
+            tokens = trace if self.block_size == 1 else None
+        achieved = tuple(self._achieved) if self._achieved[1] else None
+        return replace(
+            result, waterfall=attribute(trace, self.config, result, token_trace=tokens, achieved=achieved, model=model)
+        )
 
     def _fleet_model(self) -> FleetModel | None:
         """The fleet asked for, with the cache's running share and TTL applied per replica."""

@@ -48,7 +48,7 @@ def simulate_source(
     """
 
     routing = trace_out is not None or config.fleet is not None
-    block_size = Simulation(config).block_size
+    block_size = Simulation(config).row_block_size
     plan = IntakePlan(
         source,
         executor or Executor(),
@@ -60,6 +60,12 @@ def simulate_source(
     with session(), Intake(plan, progress) as intake:
         if pins_from is not None:
             config = _with_pins(config, intake, pins_from, pin_top)
+            if config.waterfall is not None:
+                from prefixplan.analysis.record_io import load_record
+                from prefixplan.simulation.waterfall import breaker_model
+
+                record = load_record(pins_from)
+                config = replace(config, waterfall=breaker_model(record.breakers, f"the breakers of {pins_from}"))
         sim = Simulation(config, routing=routing)
         for item in intake.batches(columns=sim.takes_columns):
             if isinstance(item, RowColumns):
