@@ -1,0 +1,122 @@
+"""``--isolate-by``: the salted hit rate equals a replay of the rendered tokens with a per-tenant salt
+block in front; the salt boundary after the system prompt equals the salt put there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prefixplan.api import simulate, simulation_config
+from prefixplan.core.types import Request
+from prefixplan.errors import UsageError
+from prefixplan.render import load_renderer
+from prefixplan.simulation import CacheModel, SimConfig, SimRequest, replay_requests
+
+SYSTEMS = [
+    "You are the Acme billing assistant. Answer questions about invoices, refunds and plans. " * 6,
+    "You are a careful code reviewer for the Acme monorepo. Point out bugs, then style. " * 5,
+]
+SAFE = ("template", "system", "tool")
+
+
+def _log(seed: int, n: int = 40) -> list[dict]:
+    """Four tenants; two system prompts planted across tenants; each tenant its own document,
+    quoted in its users' messages; some follow-up turns."""
+    rng = np.random.default_rng(seed)
+    docs = {
+        f"t{k}": f"Contract of tenant {k}: " + " ".join(f"clause {k}.{j} applies." for j in range(40)) for k in range(4)
+    }
+    out, convo = [], {}
+    for i in range(n):
+        tenant = f"t{int(rng.integers(4))}"
+        system = SYSTEMS[int(rng.integers(2))]
+        question = f"Question {i}: what does clause {int(rng.integers(40))} say?"
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": docs[tenant] + "\n" + question}]
+        if tenant in convo and rng.random() < 0.3:
+            messages = convo[tenant] + [
+                {"role": "assistant", "content": "It says so."},
+                {"role": "user", "content": question},
+            ]
+        convo[tenant] = messages
+        out.append({"model": "qwen3", "messages": messages, "user": tenant, "timestamp": 1.7e9 + 2.0 * i})
+    return out
+
+
+def _rendered(records, path):
+    renderer = load_renderer(f"hf:{path}")
+    out = []
+    for i, rec in enumerate(records):
+        req = Request(
+            source="<memory>",
+            line_no=i + 1,
+            id=str(i),
+            format="openai-chat",
+            time=rec["timestamp"],
+            model=rec["model"],
+            messages=tuple(rec["messages"]),
+            tenant=rec["user"],
+        )
+        prompt = renderer.render(req)
+        safe = 0
+        for seg in prompt.segments:
+            if seg.kind not in SAFE:
+                break
+            safe = seg.end
+        out.append((req, np.asarray(prompt.tokens, dtype=np.uint32), safe))
+    return out
+
+
+def _salt(tenant: str, size: int) -> np.ndarray:
+    return np.full(size, 300_000 + int(tenant[1:]), dtype=np.uint32)
+
+
+@pytest.mark.parametrize("block", [1, 16])
+def test_salted_hits_equal_a_replay_with_the_salt_prepended(qwen3_path, block):
+    records = _log(3)
+    iso = simulate(
+        records, simulation_config(block_size=block, isolate_by="tenant"), tokenizer=f"hf:{qwen3_path}", workers=1
+    ).result.isolation
+    rendered = _rendered(records, qwen3_path)
+    ns = rendered[0][0].namespace
+    prepended = [
+        SimRequest(req.time, ns, np.concatenate([_salt(req.tenant, block), toks]), index=i)
+        for i, (req, toks, _) in enumerate(rendered)
+    ]
+    res = replay_requests(prepended, SimConfig(cache=CacheModel(block_size=block)))
+    cached = res.run(res.persistent).cached
+    # the salt block is reused by every later request of its tenant; the prompt's own hits follow it
+    assert iso["hit_tokens"]["salted"] == int(np.maximum(cached - block, 0).sum())
+    plain = [SimRequest(req.time, ns, toks, index=i) for i, (req, toks, _) in enumerate(rendered)]
+    res = replay_requests(plain, SimConfig(cache=CacheModel(block_size=block)))
+    assert iso["hit_tokens"]["shared"] == res.run(res.persistent).hit_tokens
+    # planted: the system prompts are shared across tenants, the documents are not
+    assert iso["hit_tokens"]["shared"] > iso["hit_tokens"]["salt_after_shared_prefix"] >= iso["hit_tokens"]["salted"]
+    assert iso["salt_boundary_returns_tokens"] > 0
+    assert iso["tenants"] == 4 and iso["requests_without_tenant"] == 0
+    assert {p["label"] for p in iso["shared_prefixes"]} == {"system"}
+    assert all(p["tenants"] >= 2 for p in iso["shared_prefixes"])
+
+
+def test_salt_boundary_equals_the_salt_after_the_system_prompt(qwen3_path):
+    records = _log(5)
+    iso = simulate(
+        records, simulation_config(block_size=1, isolate_by="user"), tokenizer=f"hf:{qwen3_path}", workers=1
+    ).result.isolation
+    rendered = _rendered(records, qwen3_path)
+    ns = rendered[0][0].namespace
+    salted = [
+        SimRequest(req.time, ns, np.concatenate([toks[:safe], _salt(req.tenant, 1), toks[safe:]]), index=i)
+        for i, (req, toks, safe) in enumerate(rendered)
+    ]
+    res = replay_requests(salted, SimConfig(cache=CacheModel(block_size=1)))
+    cached = res.run(res.persistent).cached
+    safe = np.array([s for _, _, s in rendered])  # the log's times increase: replay order is input order
+    # a hit that reaches past the salt token counts it: take it off
+    assert iso["hit_tokens"]["salt_after_shared_prefix"] == int((cached - (cached > safe)).sum())
+
+
+def test_isolate_by_takes_the_tenant_id_only():
+    with pytest.raises(UsageError, match="tenant id"):
+        simulation_config(isolate_by="org")
+    with pytest.raises(UsageError, match="cache_salt"):
+        simulation_config(isolate_by="tenant", provider="openai")
