@@ -2,6 +2,7 @@
 """Benchmark: incremental encoding vs the earlier path, alternating, in one process.
 
     python benchmarks/bench_incremental.py [--requests 2000] [--rounds 3] [--tokenizers mistral:nemo,qwen3]
+    python benchmarks/bench_incremental.py --analyze [--requests 100000] [--rounds 1] [--tokenizers qwen3]
 
 Logs: the bundled example (examples/agent_log.jsonl.gz, 400 requests) and the first
 ``--requests`` requests of the pinned generated log (`python scripts/make_logs.py bench`, 100k
@@ -18,7 +19,12 @@ core) for each (the median round), their ratio, the split of each path's time in
 assembling the prompt), tokenizer (encoding text) and rest (offsets, spans, the rest of the
 renderer), the requests the new path encoded incrementally vs in full, whether both paths gave
 the same ids, and read+parse (the same requests read and parsed from the log, no rendering) in
-tokens per CPU second: how far rendering still is from only reading. Not run in CI.
+tokens per CPU second: how far rendering still is from only reading.
+
+``--analyze``: the whole one-process command instead (``prefixplan.api.analyze(..., workers=1)``
+with its defaults: the documents-first what-if pass and the simulation headline), old and new
+alternating (``PREFIXPLAN_INCREMENTAL=0``/``1``), after one unmeasured warm-up run (imports):
+prompt tokens per CPU second of the process and its children. Not run in CI.
 """
 
 from __future__ import annotations
@@ -152,11 +158,50 @@ def bench(label: str, log: Path, tokenizer: str, rounds: int) -> dict[str, Any]:
     return {"ratio": rate_new / rate_old, "same": len(same) == 1}
 
 
+def cpu_seconds() -> float:
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def analyze_once(log: Path, tokenizer: str, incremental: bool) -> tuple[float, int, dict[str, int]]:
+    """CPU seconds, prompt tokens and encode counts of one ``analyze`` of ``log``."""
+    from prefixplan.api import analyze
+
+    spec = f"hf:{QWEN3}" if tokenizer == "qwen3" else tokenizer
+    os.environ["PREFIXPLAN_INCREMENTAL"] = "1" if incremental else "0"
+    gc.collect()
+    t0 = cpu_seconds()
+    summary = analyze([str(log)], tokenizer=spec, workers=1).record.summary
+    return cpu_seconds() - t0, summary.prompt_tokens, dict(summary.encoded or {})
+
+
+def bench_analyze(label: str, log: Path, tokenizer: str, rounds: int) -> dict[str, Any]:
+    analyze_once(EXAMPLE, tokenizer, True)  # warm-up: imports, compiled templates
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    tokens = 0
+    stats: dict[str, int] = {}
+    for r in range(rounds):
+        for incremental in (True, False) if r % 2 else (False, True):
+            cpu, tokens, encoded = analyze_once(log, tokenizer, incremental)
+            runs[incremental].append(cpu)
+            stats = encoded if incremental else stats
+    old = sorted(runs[False])[len(runs[False]) // 2]
+    new = sorted(runs[True])[len(runs[True]) // 2]
+    print(f"\nanalyze, {label} -- {tokenizer}: {tokens:,} prompt tokens, {rounds} round(s), workers=1")
+    print(f"  old path   {tokens / old / 1e6:7.2f} M tokens/s per core   ({old:.1f} CPU s)")
+    print(f"  new path   {tokens / new / 1e6:7.2f} M tokens/s per core   ({new:.1f} CPU s)   encoded {stats}")
+    print(f"  ratio      {old / new:7.2f} x (median rounds)")
+    return {"ratio": old / new, "same": True}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000, help="requests taken from the pinned 100k log")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokenizers", default="mistral:nemo,qwen3")
+    ap.add_argument("--analyze", action="store_true", help="time the whole one-process analyze command")
     args = ap.parse_args()
     os.environ["RAYON_NUM_THREADS"] = "1"  # one core: set before the tokenizers library loads
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -164,11 +209,13 @@ def main() -> int:
     if "qwen3" in tokenizers and not (QWEN3 / "tokenizer.json").is_file():
         print(f"qwen3: {QWEN3} not found (python scripts/fetch_tokenizers.py qwen3): skipped")
         tokenizers.remove("qwen3")
-    bench_log = log_slice(pinned_log(100_000), args.requests)
+    full = pinned_log(100_000)
+    bench_log = full if args.requests >= 100_000 else log_slice(full, args.requests)
     results = []
+    run = bench_analyze if args.analyze else bench
     for label, log in (("bundled example", EXAMPLE), (f"pinned bench log, first {args.requests:,}", bench_log)):
         for tokenizer in tokenizers:
-            results.append(bench(label, log, tokenizer, args.rounds))
+            results.append(run(label, log, tokenizer, args.rounds))
     print(f"\ntarget >= 2x per core: {'met' if all(r['ratio'] >= 2 for r in results) else 'not met'} on every pair")
     return 0 if all(r["same"] for r in results) else 1
 
