@@ -11,7 +11,11 @@ Three targets answer the same requests, in interleaved rounds (so drift hits all
   uvloop/httptools, one pooled ``httpx.AsyncClient``), forwarding the body bytes unchanged: the
   cost of the framework and one extra hop;
 * ``gateway`` -- ``prefixplan gateway`` (cache-aware routing, a keyed request expanded from
-  ``prefix_key``, metrics, usage parsing).
+  ``prefix_key``, metrics, usage parsing);
+* ``residency+key`` -- a second gateway with ``--router residency`` following the upstream's KV
+  events (``kv_events`` in its endpoints file: the real vLLM this script starts publishes them; a
+  given ``--upstream`` with ``--kv-events ENDPOINT``; the stub publishes none, so its gateway's
+  subscriber waits on an ipc endpoint and the key is scored from its warm state), keyed requests.
 
 For 1 and 64 concurrent clients it prints p50/p99 of the non-streaming latency and of the
 streaming TTFT (first content chunk), the added p50/p99 of ``bare`` and ``gateway`` over
@@ -153,10 +157,16 @@ def uvicorn_app(source: str, env: dict[str, str], ready_path: str) -> Iterator[s
 
 
 @contextlib.contextmanager
-def gateway(upstream: str, workdir: Path) -> Iterator[str]:
+def gateway(upstream: str, workdir: Path, events: dict | None = None) -> Iterator[str]:
+    """The gateway (``events``: with ``--router residency`` following those KV events, and warming)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "prefixplan.cli.app", "gateway", "--endpoint", upstream, "--port", str(port)]
-    cmd += ["--db", str(workdir / "bench.db"), "--no-warm"]
+    cmd = [sys.executable, "-m", "prefixplan.cli.app", "gateway", "--port", str(port)]
+    if events is None:
+        cmd += ["--endpoint", upstream, "--db", str(workdir / "bench.db"), "--no-warm"]
+    else:
+        fleet = workdir / "fleet-events.yaml"
+        fleet.write_text(json.dumps({"replicas": [{"url": upstream, "name": "r0", "kv_events": events}]}))
+        cmd += ["--endpoints", str(fleet), "--db", str(workdir / "bench-residency.db"), "--router", "residency"]
     proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     PIDS[url] = proc.pid
@@ -173,7 +183,8 @@ def real_vllm() -> Iterator[str]:
     sys.path.insert(0, str(ROOT / "scripts"))
     import vllm_server  # type: ignore[import-not-found]
 
-    info, proc = vllm_server.start(log_path=ROOT / ".cache" / "bench-vllm.log")
+    info, proc = vllm_server.start(log_path=ROOT / ".cache" / "bench-vllm.log", kv_events=True)
+    EVENTS.update(endpoint=info.kv_events_endpoint, replay_endpoint=info.kv_events_replay)
     try:
         yield info.url
     finally:
@@ -194,6 +205,7 @@ def body(model: str, i: int, stream: bool, keyed: bool) -> dict:
 
 
 ERRORS: dict[str, int] = {}
+EVENTS: dict[str, str] = {}
 
 
 async def one(client, url: str, payload: dict) -> float:  # type: ignore[no-untyped-def]
@@ -252,12 +264,25 @@ async def measure(targets: dict[str, str], model: str, n: int, rounds: int, conc
         for _ in range(rounds):
             for name, url in targets.items():
                 before = cpu_seconds(PIDS.get(url))
-                samples[name] += await batch(client, url, model, n, conc, stream, name == "gateway+key")
+                samples[name] += await batch(client, url, model, n, conc, stream, name.endswith("+key"))
                 CPU.setdefault((conc, stream, name), []).append(cpu_seconds(PIDS.get(url)) - before)
     return samples
 
 
 CPU: dict[tuple[int, bool, str], list[float]] = {}
+
+
+def wait_key(url: str, limit: float = 300) -> None:
+    """Wait until the residency gateway's key is ready on its replica per the KV events."""
+    import httpx
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        res = httpx.get(url + "/v1/prefix_keys/bench@v1", timeout=10).json().get("residency", {})
+        if res.get("r0", {}).get("state") == "ready":
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"bench@v1 never ready per the KV events: {res}")
 
 
 def main() -> int:
@@ -268,6 +293,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", default="1,64")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--kv-events", default=None, help="the --upstream engine's KV events endpoint (ipc:// or tcp://)")
     args = ap.parse_args()
     import httpx
 
@@ -278,16 +304,23 @@ def main() -> int:
             kind = "stub upstream (canned answers, no engine)"
         elif args.upstream:
             upstream, kind = args.upstream, "engine at " + args.upstream
+            if args.kv_events:
+                EVENTS["endpoint"] = args.kv_events
         else:
             upstream, kind = stack.enter_context(real_vllm()), "real vLLM (CPU, tiny Qwen3)"
         model = args.model or httpx.get(upstream + "/v1/models").json()["data"][0]["id"]
         bare = stack.enter_context(uvicorn_app(BARE_PROXY, {"BENCH_UPSTREAM": upstream}, "/"))
         gw = stack.enter_context(gateway(upstream, work))
-        # Register the key once (full prefix), so the keyed target is expanded by the gateway.
+        events = dict(EVENTS) or {"endpoint": f"ipc://{work}/no-events.pub"}
+        res = stack.enter_context(gateway(upstream, work, events))
+        # Register the key once (full prefix), so the keyed targets are expanded by the gateways.
         reg = body(model, 0, False, False)
         reg["prefix_key"] = "bench@v1"
-        httpx.post(gw + "/v1/chat/completions", json=reg, timeout=120).raise_for_status()
-        targets = {"direct": upstream, "bare": bare, "gateway": gw, "gateway+key": gw}
+        for url in (gw, res):
+            httpx.post(url + "/v1/chat/completions", json=reg, timeout=120).raise_for_status()
+        if EVENTS:  # the key tracked from its warm, resident per the events
+            wait_key(res)
+        targets = {"direct": upstream, "bare": bare, "gateway": gw, "gateway+key": gw, "residency+key": res}
         results: dict = {"upstream": kind, "cpus": os.cpu_count(), "runs": []}
         print(f"upstream: {kind}; {os.cpu_count()} CPUs; {args.requests} requests x {args.rounds} rounds per target")
         for conc in (int(c) for c in args.concurrency.split(",")):

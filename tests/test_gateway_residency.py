@@ -257,3 +257,36 @@ def test_the_gateway_follows_evictions_and_rewarms(tmp_path: Path) -> None:
     render_key_stats(rows, console)
     shown = console.export_text()
     assert "resident (KV events)" in shown and shown.count("ready 3/3 blocks") == 2
+
+
+def test_event_sources_from_the_endpoints_file(tmp_path: Path) -> None:
+    from prefixplan.errors import InputError
+    from prefixplan.gateway.events import event_sources
+    from prefixplan.warming.source import load_endpoints
+
+    with FakeEngine() as fake:  # answers no /kv_event_sources: auto finds nothing
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(
+            "replicas:\n"
+            "  - url: http://10.0.0.5:8000\n    name: a\n"
+            "    kv_events: {endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5558', topic: kv}\n"
+            "  - url: http://10.0.0.6:8000\n    name: b\n"
+            "    kv_events: {endpoint: 'tcp://10.0.0.1:6000', model: served}\n"
+            f"  - url: {fake.url}\n    name: c\n    kv_events: auto\n"
+            "  - url: http://10.0.0.7:8000\n    name: d\n"
+        )
+        eps = load_endpoints(fleet)
+        got = {s.replica: s for s in event_sources(str(fleet), eps, model="m")}
+    assert set(got) == {"a", "b"}
+    a, b = got["a"], got["b"]
+    assert (a.endpoint, a.bind, a.replay_endpoint, a.topic, a.model) == (
+        "tcp://10.0.0.5:5557",
+        False,
+        "tcp://10.0.0.5:5558",
+        "kv",
+        "m",
+    )
+    assert (b.endpoint, b.bind, b.replay_endpoint, b.model) == ("tcp://10.0.0.1:6000", True, None, "served")
+    fleet.write_text("replicas:\n  - url: http://10.0.0.5:8000\n    kv_events: {replay_endpoint: 'tcp://*:1'}\n")
+    with pytest.raises(InputError, match="needs an endpoint"):
+        event_sources(str(fleet), load_endpoints(fleet))

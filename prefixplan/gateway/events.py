@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prefixplan.errors import InputError
+from prefixplan.errors import InputError, UsageError
 from prefixplan.gateway.keyresidency import EVICTED, READY, KeyResidency
 from prefixplan.gateway.rewarm import RewarmConfig, RewarmSchedule
 from prefixplan.residency.index import EVENTS_OFF, ResidencyIndex
@@ -39,7 +39,8 @@ def event_sources(path: str, endpoints: Sequence[Endpoint], model: str | None = 
     """The KV event sources of an endpoints file's replicas: per replica, ``kv_events`` with
     ``endpoint`` and optionally ``replay_endpoint``, ``topic``, ``model`` (the served model name;
     default ``model``), ``host`` (where a wildcard endpoint is reached; default the URL's host),
-    exactly as given to the engine's ``--kv-events-config``.
+    exactly as given to the engine's ``--kv-events-config``; or ``kv_events: auto``: asked of the
+    replica (vLLM's ``GET /kv_event_sources``, data-parallel rank 0), none when it publishes none.
 
     Raises:
         InputError: a ``kv_events`` entry without ``endpoint``, or not a mapping.
@@ -57,9 +58,13 @@ def event_sources(path: str, endpoints: Sequence[Endpoint], model: str | None = 
         if not isinstance(r, dict) or not r.get("kv_events"):
             continue
         ev = r["kv_events"]
+        ep = by_url.get(str(r.get("url", "")).rstrip("/"))
+        if ev == "auto" and ep is not None:
+            ev = discover(ep)
+            if ev is None:
+                continue
         if not isinstance(ev, dict) or not ev.get("endpoint"):
             raise InputError(f"{path}: replicas[{i}].kv_events needs an endpoint (the engine's kv-events endpoint)")
-        ep = by_url.get(str(r.get("url", "")).rstrip("/"))
         if ep is None:
             continue
         host = str(ev.get("host") or urlparse(ep.url).hostname or "127.0.0.1")
@@ -74,6 +79,28 @@ def event_sources(path: str, endpoints: Sequence[Endpoint], model: str | None = 
             )
         )
     return tuple(out)
+
+
+def discover(endpoint: Endpoint, timeout: float = 10.0) -> dict[str, Any] | None:
+    """The replica's own KV events configuration (vLLM ``GET /kv_event_sources``: per data-parallel
+    rank; rank 0 is used), or None when it publishes none or does not say."""
+    import httpx
+
+    headers = dict(endpoint.headers)
+    try:
+        key = endpoint.api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        r = httpx.get(endpoint.base_url + "/kv_event_sources", headers=headers, timeout=timeout)
+        got = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, UsageError) as err:
+        log.warning("%s: cannot ask for its KV event sources: %s", endpoint.label, err)
+        return None
+    conf = got.get("0") if isinstance(got, dict) else None
+    if not isinstance(conf, dict) or not conf.get("enable_kv_cache_events") or not conf.get("endpoint"):
+        log.info("%s publishes no KV events (GET /kv_event_sources): warm verification only", endpoint.label)
+        return None
+    return {k: conf.get(k) for k in ("endpoint", "replay_endpoint", "topic")}
 
 
 class KeyEvents:
