@@ -14,6 +14,10 @@ record; nothing is estimated in prose:
   KV size (:mod:`prefixplan.savings.kvsize`), in GB;
 * **put documents first** (``rag.whatif``): the documents-first layout's ``gain_tokens``.
 
+Where a step of the hit-loss waterfall (``simulation.waterfall``) measures the same loss, the
+action cites it: the breakers step (the breakers' costs summed, capped at the unshared tokens)
+and the capacity step (unbounded minus the configured capacity, two ``simulate`` runs).
+
 Per-day figures scale the log's totals by ``86400 / summary.time_span_s`` (the log's own rate);
 money is GPU-hours x the GPU-hour price the simulation used. Actions are ranked by prefill
 tokens saved over the log. The console, Markdown and HTML reports all show :func:`next_steps`.
@@ -167,9 +171,23 @@ def _time_effect(figures: Mapping[str, Any], gpu_seconds: float | None) -> str:
     return ""
 
 
+def waterfall_step(record: Mapping[str, Any], name: str) -> tuple[int, str] | None:
+    """(tokens, "the two runs") of the waterfall's step ``name`` when it was asked and computed."""
+    wf = (record.get("simulation") or {}).get("waterfall")
+    if not isinstance(wf, Mapping):
+        return None
+    step = next((s for s in wf.get("steps") or () if s.get("name") == name), None)
+    if step is None or not step.get("asked") or step.get("tokens") is None:
+        return None
+    options = {r["name"]: r["options"] for r in wf.get("runs") or ()}
+    a, b = step["difference_of"]
+    return int(step["tokens"]), f"{options.get(a, a)} minus {options.get(b, b)}"
+
+
 def _breaker_actions(record: Mapping[str, Any], profile: PrefillProfile, price: float | None) -> list[Action]:
     scale = per_day(record)
     out = []
+    cited = waterfall_step(record, "breakers")
     for i, b in enumerate(v.sorted_breakers(record.get("breakers") or [])):
         cost = int(b.get("cost_tokens") or 0)
         if cost <= 0:
@@ -203,9 +221,12 @@ def _breaker_actions(record: Mapping[str, Any], profile: PrefillProfile, price: 
             f"{v.n(b.get('variants'))} variants)"
         )
         money = _time_effect(figures, secs)
-        out.append(
-            Action(kind, title, effect + (f"; {money}" if money else ""), float(cost), figures, f"breakers[{i}]")
-        )
+        effect += f"; {money}" if money else ""
+        source = f"breakers[{i}]"
+        if cited is not None:
+            effect += f"; the waterfall's breakers step, all breakers: {v.n(cited[0])} tokens"
+            source += ", simulation.waterfall"
+        out.append(Action(kind, title, effect, float(cost), figures, source))
     return out
 
 
@@ -264,11 +285,17 @@ def _size_action(record: Mapping[str, Any], kv: KVSize | None, price: float | No
     saving = _time_effect(figures, None)
     if saving:
         effect += f"; at the 90% size caching saves {saving}"
+    cited = waterfall_step(record, "capacity")
+    source = "simulation.curves, simulation.savings_curve"
+    if cited is not None:
+        figures["waterfall_capacity_tokens"] = cited[0]
+        effect += f"; the waterfall loses {v.n(cited[0])} tokens to capacity ({cited[1]})"
+        source += ", simulation.waterfall"
     if kv is None:
         effect += "; pass --model or --model-config for GB"
     else:
         effect += f" (KV {v.n(kv.bytes_per_token)} B/token, {kv.source})"
-    return Action("size-cache", title, effect, gain, figures, "simulation.curves, simulation.savings_curve")
+    return Action("size-cache", title, effect, gain, figures, source)
 
 
 def _pin_action(record: Mapping[str, Any], kv: KVSize | None, price: float | None) -> Action | None:

@@ -103,6 +103,10 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
     if s.get("logged_cached_tokens") is not None:
         head.add_row("cached tokens reported in the log", _n(s["logged_cached_tokens"]))
     console.print(head)
+    if sim and sim.get("waterfall"):
+        from prefixplan.report.waterfall import render_waterfall
+
+        render_waterfall(sim["waterfall"], console)
 
     kinds = record.get("kinds") or {}
     if kinds:

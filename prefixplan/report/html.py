@@ -217,6 +217,17 @@ def render_html(
                 "cache's hit rate.",
             )
         )
+    if (sim or {}).get("waterfall"):
+        from prefixplan.report.waterfall import waterfall_html
+
+        body.append(
+            _section(
+                "waterfall",
+                "Where the hits go",
+                waterfall_html(sim["waterfall"]),
+                "Each step is the difference of the hit tokens of two prefixplan simulate runs (named beside it).",
+            )
+        )
     body.append(_section("savings", "Savings vs cache capacity", savings_plot(record, kv, price)))
     body.append(
         _section(

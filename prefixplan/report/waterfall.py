@@ -18,6 +18,8 @@ SHORT = {
     "replicas": "spreading over replicas",
 }
 
+UNIQUE_IN_BLOCKS = "not shared in whole blocks (token level not computed)"
+
 
 @dataclass(frozen=True, slots=True)
 class Bar:
@@ -54,11 +56,10 @@ def waterfall_bars(doc: Mapping[str, Any]) -> list[Bar]:
 
     steps = {s["name"]: s for s in doc["steps"]}
     bars = [Bar("", "prompt tokens", total, share(total), "the log")]
-    for name in ("unique", "breakers"):
-        bars.append(
-            Bar("-", SHORT[name], steps[name]["tokens"], share(steps[name]["tokens"]), _source(doc, steps[name]))
-        )
     token = next(r for r in doc["runs"] if r["name"] == "token")
+    for name in ("unique", "breakers"):
+        label = SHORT[name] if name != "unique" or token["hit_tokens"] is not None else UNIQUE_IN_BLOCKS
+        bars.append(Bar("-", label, steps[name]["tokens"], share(steps[name]["tokens"]), _source(doc, steps[name])))
     if token["hit_tokens"] is not None:
         bars.append(
             Bar(
