@@ -21,7 +21,6 @@ thread; the gateway hands them to its event loop.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,7 +72,9 @@ class KeyResidency:
         self.replicas = tuple(replicas)
         self.clock = clock
         self.on_change = on_change
-        self._lock = threading.RLock()
+        # one lock with the index: its listener runs under the index's lock, and every method here
+        # queries the index, so a lock of our own would be taken in both orders
+        self._lock = index.lock
         self._keys: dict[str, dict[str, KeyOnReplica]] = {}
         self._ids: dict[str, tuple[tuple[int, ...], str | None]] = {}
         index.add_listener(self._on_index)

@@ -119,6 +119,12 @@ class ResidencyIndex:
         self._listeners: list[Callable[[str], None]] = []
         self.keyer = ChainKeyer()
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The index's lock: a listener's owner that also calls the index takes this one, so
+        that the two are never taken in opposite orders by two threads."""
+        return self._lock
+
     def add_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(replica)`` after every batch applied to a replica and every clear, on
         the thread that changed the index, with the index's lock held (it may query the index; it
