@@ -710,6 +710,16 @@ def _stack_inputs(reqs, block, pin, data):  # type: ignore[no-untyped-def]
     return trace, tree, pinned, _rows(trace, services(len(reqs), data))
 
 
+def _loop_only():  # type: ignore[no-untyped-def]
+    """Run the Fenwick loop for every TTL (the tests of its own mechanics: windows,
+    renumbering); without a TTL stacks are otherwise found at once (``stackdist``)."""
+    from unittest import mock
+
+    import prefixplan.simulation.lru as lru
+
+    return mock.patch.object(lru, "OFFLINE_TOUCHES", -1)
+
+
 def _stack_arrays(stack):  # type: ignore[no-untyped-def]
     return (
         stack.touch_end.tolist(),
@@ -728,16 +738,17 @@ def test_the_lru_stack_reads_requests_in_windows(reqs, block, ttl, pin, data):
     """Requests' paths walked and read as Python values a window of about one, two, three or all
     touches at a time give the same touches, stack distances and expiries (with TTL, service
     times and a pin)."""
-    from unittest import mock
+    with _loop_only():
+        from unittest import mock
 
-    import prefixplan.simulation.lru as lru
-    from prefixplan.simulation.lru import LRUStack
+        import prefixplan.simulation.lru as lru
+        from prefixplan.simulation.lru import LRUStack
 
-    trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
-    want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
-    for window in (1, 2, 3):
-        with mock.patch.object(lru, "BUILD_TOUCHES", window):
-            assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want
+        trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
+        want = _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
+        for window in (1, 2, 3):
+            with mock.patch.object(lru, "BUILD_TOUCHES", window):
+                assert _stack_arrays(LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)) == want
 
 
 @SETTINGS
@@ -746,51 +757,55 @@ def test_the_lru_stack_renumbers_its_positions_without_changing_a_touch(reqs, bl
     """Stack positions renumbered whenever they run out (no slack), now and then, or never, in
     4- or 8-byte slots, give the same touches, stack distances and expiries. The requests come four times over (later),
     so positions run out: at least once without slack."""
-    from unittest import mock
+    with _loop_only():
+        from unittest import mock
 
-    import prefixplan.simulation.lru as lru
-    from prefixplan.simulation.lru import LRUStack
+        import prefixplan.simulation.lru as lru
+        from prefixplan.simulation.lru import LRUStack
 
-    end = max(r.time for r in reqs)
-    reqs = [
-        SimRequest(time=r.time + k * (end + 1.0), namespace=r.namespace, tokens=r.tokens, index=k * len(reqs) + r.index)
-        for k in range(4)
-        for r in reqs
-    ]
-    trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
-    with mock.patch.object(lru, "STACK_SLACK", 1e9):
-        want = _stack_arrays(stack := LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
-    assert stack.renumbered == 0
-    for slack, narrow in ((0.0, lru.NARROW_LIMIT), (0.5, lru.NARROW_LIMIT), (0.0, 0)):
-        # narrow 0: positions and Fenwick sums in 8-byte slots, as on a tree of 2**31 blocks
-        with mock.patch.object(lru, "STACK_SLACK", slack), mock.patch.object(lru, "NARROW_LIMIT", narrow):
-            stack = LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)
-        assert _stack_arrays(stack) == want
-        if slack == 0.0 and not pin and stack.t_node.shape[0]:
-            assert stack.renumbered > 0
+        end = max(r.time for r in reqs)
+        reqs = [
+            SimRequest(
+                time=r.time + k * (end + 1.0), namespace=r.namespace, tokens=r.tokens, index=k * len(reqs) + r.index
+            )
+            for k in range(4)
+            for r in reqs
+        ]
+        trace, tree, pinned, rows = _stack_inputs(reqs, block, pin, data)
+        with mock.patch.object(lru, "STACK_SLACK", 1e9):
+            want = _stack_arrays(stack := LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows))
+        assert stack.renumbered == 0
+        for slack, narrow in ((0.0, lru.NARROW_LIMIT), (0.5, lru.NARROW_LIMIT), (0.0, 0)):
+            # narrow 0: positions and Fenwick sums in 8-byte slots, as on a tree of 2**31 blocks
+            with mock.patch.object(lru, "STACK_SLACK", slack), mock.patch.object(lru, "NARROW_LIMIT", narrow):
+                stack = LRUStack(trace, tree, pinned, ttl_s=ttl, service_s=rows)
+            assert _stack_arrays(stack) == want
+            if slack == 0.0 and not pin and stack.t_node.shape[0]:
+                assert stack.renumbered > 0
 
 
 def test_the_lru_stack_positions_grow_with_nodes_not_touches():
     """The same few prompts asked many times: positions run out and are renumbered, the Fenwick
     tree stays about 1.5 slots per node, and the stack distances equal those of a stack that
     never renumbers."""
-    from unittest import mock
+    with _loop_only():
+        from unittest import mock
 
-    import prefixplan.simulation.lru as lru
-    from prefixplan.simulation.lru import LRUStack
-    from prefixplan.trace.nodes import build_tree
+        import prefixplan.simulation.lru as lru
+        from prefixplan.simulation.lru import LRUStack
+        from prefixplan.trace.nodes import build_tree
 
-    prompts = [np.arange(i * 100, i * 100 + 7, dtype=np.uint32) for i in range(4)]
-    reqs = [SimRequest(time=float(t), namespace="m", tokens=prompts[t % 4], index=t) for t in range(400)]
-    trace = _trace(reqs, 2)
-    tree = build_tree(trace)
-    stack = LRUStack(trace, tree)
-    assert stack.renumbered > 10
-    with mock.patch.object(lru, "STACK_SLACK", 1e9):
-        never = LRUStack(trace, tree)
-    assert never.renumbered == 0
-    assert _stack_arrays(stack) == _stack_arrays(never)
-    present, _, _ = stack.evaluate(2 * 3)  # two of the four prompts fit: round robin always misses
-    assert present[4:].tolist() == [0] * (len(reqs) - 4)
-    present, _, _ = stack.evaluate(4 * 3)
-    assert present[4:].tolist() == [3] * (len(reqs) - 4)
+        prompts = [np.arange(i * 100, i * 100 + 7, dtype=np.uint32) for i in range(4)]
+        reqs = [SimRequest(time=float(t), namespace="m", tokens=prompts[t % 4], index=t) for t in range(400)]
+        trace = _trace(reqs, 2)
+        tree = build_tree(trace)
+        stack = LRUStack(trace, tree)
+        assert stack.renumbered > 10
+        with mock.patch.object(lru, "STACK_SLACK", 1e9):
+            never = LRUStack(trace, tree)
+        assert never.renumbered == 0
+        assert _stack_arrays(stack) == _stack_arrays(never)
+        present, _, _ = stack.evaluate(2 * 3)  # two of the four prompts fit: round robin always misses
+        assert present[4:].tolist() == [0] * (len(reqs) - 4)
+        present, _, _ = stack.evaluate(4 * 3)
+        assert present[4:].tolist() == [3] * (len(reqs) - 4)

@@ -11,6 +11,7 @@ from itertools import pairwise
 import numpy as np
 
 from prefixplan.simulation.spec import finish_times
+from prefixplan.simulation.stackdist import fits, stack_distances
 from prefixplan.trace.blocks import BlockTrace
 from prefixplan.trace.nodes import NodeTree
 from prefixplan.trace.storage.mapped import drop_resident, mapped_empty
@@ -50,6 +51,12 @@ not one per touch."""
 NARROW_LIMIT = 2**31
 """Below this many stack positions (blocks in the tree), :class:`LRUStack` keeps stack positions
 (Fenwick sums) in 4-byte ints, 8-byte ones from it on."""
+
+
+OFFLINE_TOUCHES = 1 << 24
+"""Without a TTL, up to this many touches are measured by :func:`stack_distances` (numpy, about
+50 bytes a touch in temporaries while it runs: 800 MB at the limit); more go through the loop
+(8 bytes a touch, file-backed)."""
 
 
 RENUMBER_STEP = 1 << 16
@@ -150,6 +157,9 @@ class LRUStack:
         pin_mark = none_mark - 1
         longest = int(lengths.max()) if nreq else 0
         size = min(total_touch, n + longest + int(STACK_SLACK * n)) + 1
+        if ttl is None and total_touch <= OFFLINE_TOUCHES and fits(total_touch):
+            self._offline(trace, tree, pinned, touch_end, lengths, dtype, none_mark)
+            return
         # Fenwick tree over stack positions; 4-byte slots while every sum fits
         fen = _zeros("i" if int(tree.weight.sum()) < NARROW_LIMIT else "q", size + 1)
         regular = np.logical_not(pinned)
@@ -278,6 +288,33 @@ class LRUStack:
         self.e_w = np.asarray(e_w, dtype=np.float64)
         self.resident_regular = total  # regular blocks in the stack after the last request
         self.renumbered = renumbered  # times the stack positions ran out and were renumbered
+
+    def _offline(
+        self,
+        trace: BlockTrace,
+        tree: NodeTree,
+        pinned: np.ndarray,
+        touch_end: np.ndarray,
+        lengths: np.ndarray,
+        dtype: type,
+        none_mark: int,
+    ) -> None:
+        """The same stack distances without a TTL, found for every touch at once
+        (:mod:`prefixplan.simulation.stackdist`)."""
+        t_node = tree.paths(tree.req_node, lengths)
+        found = stack_distances(t_node, touch_end, tree.weight, pinned, dtype)
+        self.touch_end = touch_end
+        self.t_node = t_node
+        self.t_above = found.above
+        self.none_mark = none_mark
+        self.pin_mark = none_mark - 1
+        self.node_weight = tree.weight
+        self.node_pinned = pinned
+        self.m_reg = found.m_reg
+        self.e_above = np.zeros(0, dtype=np.float64)
+        self.e_w = np.zeros(0, dtype=np.float64)
+        self.resident_regular = found.resident
+        self.renumbered = 0
 
     def evaluate(
         self,
