@@ -193,7 +193,7 @@ class RowStore:
         detail[0::2] = batch.seg_hash.values.astype(np.uint64, copy=False)
         index = batch.seg_index.values.astype(np.int32, copy=False).view(np.uint32).astype(np.uint64)
         ids = self.names.id
-        names = np.fromiter((0 if n is None else ids(n) + 1 for n in batch.seg_names), np.uint64, len(batch.seg_names))
+        names = batch.seg_names.mapped(lambda n: 0 if n is None else ids(n) + 1, np.uint64)
         detail[1::2] = (index << np.uint64(32)) | names
         self._seg_detail.extend(detail, 2 * n_segs)
         cols["seg_off"].extend(segs_before + np.cumsum(n_segs))

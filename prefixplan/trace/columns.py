@@ -138,7 +138,7 @@ class RowColumns:
     seg_end: Ragged
     seg_index: Ragged
     seg_hash: Ragged
-    seg_names: Sequence[str | None]  # flat, by seg_kind's offsets
+    seg_names: Labels  # flat, by seg_kind's offsets
     chunk_start: Ragged
     chunk_end: Ragged
     chunk_msg: Ragged
@@ -167,7 +167,7 @@ class RowColumns:
         col = batch.column
         time = col("time")
         names = col("seg_name")
-        flat_names = names.flatten().to_pylist()
+        flat_names = names.flatten()
         if len(flat_names) != len(col("seg_kind").flatten()) or names.null_count:
             raise InputError("segment names and kinds differ in number: a damaged trace")
         return cls._assemble(
@@ -179,7 +179,7 @@ class RowColumns:
             has_time=np.asarray(time.is_valid().to_numpy(zero_copy_only=False), dtype=bool),
             exact=np.asarray(col("exact").fill_null(False).to_numpy(zero_copy_only=False), dtype=bool),
             cached=arrow_ints(col("logged_cached_tokens"), -1),
-            seg_names=flat_names,
+            seg_names=_labels(flat_names),
         )
 
     @classmethod
@@ -218,7 +218,7 @@ class RowColumns:
             has_time=np.fromiter((t is not None for t in times), bool, n),
             exact=np.fromiter((bool(v) for v in values("exact")), bool, n),
             cached=ints("logged_cached_tokens", -1),
-            seg_names=[name for names in values("seg_names") for name in names],
+            seg_names=Labels.of([name for names in values("seg_names") for name in names]),
         )
 
     @classmethod

@@ -187,7 +187,7 @@ class Intake:
         plan = self.plan
         assert self.renderers is not None
         run = Run(plan.executor, self.renderers, _processes(plan, meter), on_load=self.progress.workers)
-        results = run_jobs(self._jobs(run, meter), run)
+        results = run_jobs(self._jobs(run, meter, columns), run)
         preload = plan.preload and run.kind != "inline"
         index = 0
         try:
@@ -240,7 +240,7 @@ class Intake:
 
     # -- the jobs ------------------------------------------------------------------------------
 
-    def _jobs(self, run: Run, meter: ReadMeter | None) -> Iterator[ShardJob]:
+    def _jobs(self, run: Run, meter: ReadMeter | None, columns: bool = False) -> Iterator[ShardJob]:
         """Whole files (at least two per worker, or Ray); else, with workers, byte ranges of each
         plain JSON-lines file (read by the workers themselves) and batches of the other inputs'
         lines or requests; in this process, batches. Each job carries only its own part."""
@@ -253,7 +253,15 @@ class Intake:
 
         def job(path: str, **part: Any) -> ShardJob:
             return ShardJob(
-                next(counter), path, job_source, plan.block_size, plan.routing, plan.text, plan.transform, **part
+                next(counter),
+                path,
+                job_source,
+                plan.block_size,
+                plan.routing,
+                plan.text,
+                plan.transform,
+                columns=columns,
+                **part,
             )
 
         files = _shardable(source, run, self._inputs())

@@ -79,6 +79,7 @@ class ShardJob:
     requests: tuple[Request, ...] | None = None  # or these requests (server logs, tables)
     range: ByteRange | None = None  # or these bytes of the file, read here (a plain JSON-lines file)
     run: str = ""  # the run's id when each worker takes jobs in order (local processes)
+    columns: bool = False  # the consumer takes columns: a worker sends its rows as RowColumns
     error: PrefixplanError | None = None  # the parent's reading stopped here (strict mode): raised after these
 
 
@@ -99,6 +100,7 @@ class ShardResult:
     peak_rss_mb: float = 0.0  # the worker process's peak RSS after this file
     seconds: float = 0.0  # time the worker spent on this job
     cpu_seconds: float = 0.0  # CPU time of the worker's process on this job
+    cols: RowColumns | None = None  # the rows, made columns where they rendered (then rows is empty)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -111,6 +113,8 @@ class ShardResult:
 
     def take_rows(self) -> list[TraceRow]:
         """The rows (from another process: unpacked now)."""
+        if self.cols is not None:
+            raise RuntimeError("this job's rows were sent as columns")
         packed = self.__dict__.pop("_packed", None)
         if packed is not None:
             self.rows = unpack_rows(packed)
@@ -119,6 +123,9 @@ class ShardResult:
     def take_columns(self) -> RowColumns:
         """The rows as columns, with no row object when they came from another process; the
         result keeps no rows after this."""
+        if self.cols is not None:
+            cols, self.cols = self.cols, None
+            return cols
         packed = self.__dict__.pop("_packed", None)
         cols = RowColumns.of_packed(packed) if packed is not None else RowColumns.of_rows(self.rows)
         self.rows = []
@@ -191,6 +198,9 @@ def render_shard(job: ShardJob, renderers: RenderSet | None = None) -> ShardResu
     if text is not None and job.run:
         text.drop(_SENT.setdefault(job.run, set()))
     result.text = text
+    if job.columns and own:  # the parent takes columns: made here, where the rows were rendered
+        result.cols = RowColumns.of_rows(result.rows)
+        result.rows = []
     result.moved = int(getattr(job.transform, "moved", 0) or 0) - moved_before
     result.stats = _delta(before, _stats(renderers)) if before is not None else None
     result.peak_rss_mb = _peak_rss_mb()
