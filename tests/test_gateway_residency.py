@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -290,3 +291,19 @@ def test_event_sources_from_the_endpoints_file(tmp_path: Path) -> None:
     fleet.write_text("replicas:\n  - url: http://10.0.0.5:8000\n    kv_events: {replay_endpoint: 'tcp://*:1'}\n")
     with pytest.raises(InputError, match="needs an endpoint"):
         event_sources(str(fleet), load_endpoints(fleet))
+
+
+def test_a_key_the_events_do_not_follow_is_warmed_once_to_learn_its_ids(tmp_path: Path) -> None:
+    from prefixplan.gateway.events import KeyEvents
+    from prefixplan.gateway.prefix import WirePart
+    from prefixplan.gateway.state import KeyVersion
+
+    kv = KeyVersion("bot", 1, "h", "h", (WirePart("system", "be brief"),))
+    assert not KeyEvents((), ["r0"]).untracked(kv)  # no events: nothing to learn
+    source = source_for_engine("r0", f"ipc://{tmp_path}/kv.pub", host="127.0.0.1", model=MODEL)
+    events = KeyEvents((source,), ["r0"])  # never started: no sockets
+    assert events.untracked(kv) and not events.untracked(kv)  # once
+    other = KeyVersion("bot", 2, "h2", "h2", (WirePart("system", "be brief"),))
+    events.warmed(other, WarmOutcome({FLEET: "ready", "r0": "verified"}, tuple(IDS), {"r0": BS}))
+    assert events.keys.tracked("bot@v2") and not events.untracked(other)  # warmed: tracked already
+    assert not events.untracked(replace(kv, version=3, status="superseded"))

@@ -184,8 +184,15 @@ class Gateway:
             log_prompts=config.log_prompts,
         )
         self.proxy.residency = self.events.keys
+        self.proxy.learn = self._learn
         self.started = False
         self.tasks: list[asyncio.Task[None]] = []
+
+    def _learn(self, kv: KeyVersion) -> None:
+        """A key in use that the events do not follow yet: warm it (cached blocks stay as they are)
+        so its ids are known."""
+        if self.warmer is not None and self.events.untracked(kv):
+            self.warmer.schedule(kv)
 
     def _outcome(self, kv: KeyVersion, outcome: WarmOutcome) -> None:
         self.events.warmed(kv, outcome, salt=self.tenancy.salt_of(kv.owner))

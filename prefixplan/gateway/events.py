@@ -132,6 +132,7 @@ class KeyEvents:
         self.endpoints: dict[str, Endpoint] = {}
         self.rewarm_failures = 0
         self._inflight: set[tuple[str, str]] = set()
+        self._asked: set[str] = set()
 
     @property
     def enabled(self) -> bool:
@@ -159,6 +160,15 @@ class KeyEvents:
         self.versions[kv.label] = kv
         if outcome.prefix_ids:
             self.keys.track(kv.label, outcome.prefix_ids, outcome.block_sizes, salt=salt)
+
+    def untracked(self, kv: KeyVersion) -> bool:
+        """Whether ``kv`` should be warmed to learn its ids: events on, an active key this gateway
+        never warmed (registered by another gateway, or before a restart). Once per key."""
+        if not self.enabled or kv.status != "active" or self.keys.tracked(kv.label) or kv.label in self._asked:
+            return False
+        self._asked.add(kv.label)
+        self.versions.setdefault(kv.label, kv)
+        return True
 
     # --- transitions (subscriber thread -> event loop) ------------------------------------------
 

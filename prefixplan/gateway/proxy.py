@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from prefixplan.gateway.bodies import BodyReader
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import httpx
     from starlette.requests import Request
     from starlette.responses import Response
+
+    from prefixplan.gateway.state import KeyVersion
 
 
 log = logging.getLogger("prefixplan.gateway")
@@ -78,6 +80,7 @@ class Proxy:
         self.log_prompts = log_prompts
         self.needs_units = router.config.policy != "round-robin"
         self.residency: KeyResidency | None = None  # the KV events' view (predictions, the router)
+        self.learn: Callable[[KeyVersion], None] | None = None  # a key used: track it if it is not yet
 
     # -- reading ------------------------------------------------------------------------------------
     def salt(self, body: dict[str, Any], principal: Principal) -> None:
@@ -123,6 +126,8 @@ class Proxy:
             raise
         headers["x-prefixplan-key"] = kv.key
         await self.ready.refresh(kv.label)
+        if self.learn is not None:
+            self.learn(kv)
         return body, kv.label
 
     def units(self, body: dict[str, Any]) -> list[int]:
