@@ -52,3 +52,21 @@ def test_dominance_sums_equal_counting_by_hand(points, queries):  # type: ignore
     nxt = np.minimum(nxt, n)
     want = [int(sum(w[j] for j in range(c) if nxt[j] >= f)) for c, f in zip(count, floor, strict=True)]
     assert _dominance(nxt, w, count, floor).tolist() == want
+
+
+@SETTINGS
+@given(traces(), st.integers(1, 2), st.data())
+def test_in_batch_hits_found_at_once_equal_the_replay(reqs, block, data):  # type: ignore[no-untyped-def]
+    """In-flight sharing found for every request at once (a running maximum of finishes per
+    node) equals the request-by-request replay, with drawn service times."""
+    from prefixplan.simulation import batch
+    from prefixplan.trace.nodes import build_tree
+    from tests.test_simulate_models import _rows, _trace, services
+
+    trace = _trace(reqs, block)
+    rows = _rows(trace, services(len(reqs), data))
+    tree = build_tree(trace)
+    at_once = batch.in_batch_hits(trace, tree, rows)
+    with mock.patch.object(batch, "AT_ONCE_TOUCHES", -1):
+        replayed = batch.in_batch_hits(trace, tree, rows)
+    assert at_once.tolist() == replayed.tolist()
