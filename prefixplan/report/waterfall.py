@@ -44,7 +44,10 @@ def _source(doc: Mapping[str, Any], step: Mapping[str, Any]) -> str:
         return "analyze's breaker findings"
     if a == "prompt":
         return f"prompt - hits of `{_options(doc, b)}`"
-    return f"`{_options(doc, a)}` - `{_options(doc, b)}`"
+    first, second = _options(doc, a), _options(doc, b)
+    if second.startswith(first + " "):
+        return f"hits without - with `{second[len(first) + 1 :]}`"
+    return f"`{first}` - `{second}`"
 
 
 def waterfall_bars(doc: Mapping[str, Any]) -> list[Bar]:

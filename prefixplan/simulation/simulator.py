@@ -149,7 +149,7 @@ class Simulation:
         self._achieved = [0, 0]  # the log's cached_tokens: sum, requests that carry them
         # the waterfall's token-level run: the same rows at one token a block
         fine = config.waterfall is not None and gran.breakpoints is None and blocks.block_size > 1
-        self._tokens = TraceBuilder(replace(blocks, block_size=1), index_singletons=False) if fine else None
+        self._tokens = TraceBuilder(replace(blocks, block_size=1)) if fine else None
         self._isolation = IsolationTraces(blocks) if config.isolation is not None else None
 
     def result(self) -> SimResult:
