@@ -68,11 +68,13 @@ def child_analyze(inputs: str, executor: str, workers: int) -> dict:
 
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     me = f":{os.getpid()}"
+    intake_end = _note_intake_end()
     t0, cpu0 = time.perf_counter(), time.process_time()
     source = source_options(inputs, tokenizer=f"hf:{QWEN3}")
     options = AnalyzeOptions(source=source, executor=Executor(executor, workers), engine="vllm", rag_whatif=False)
     outcome = run_analyze(AnalyzeRequest(options, HeadlineOptions(), AnalyzeOutputs()))
-    seconds, parent_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    end_wall, end_cpu = time.perf_counter(), time.process_time()
+    seconds, parent_cpu = end_wall - t0, end_cpu - cpu0
     analysis = outcome.analysis
     record = analysis.record.to_json()
     record.pop("created", None)
@@ -87,12 +89,31 @@ def child_analyze(inputs: str, executor: str, workers: int) -> dict:
         "parent_cpu": parent_cpu,
         "workers_cpu": sum(w["cpu_seconds"] for w in away),
         "serial_cpu": parent_cpu - rendered_here,
+        "tail_cpu": end_cpu - intake_end[0],
+        "tail_s": end_wall - intake_end[1],
         "processes": len(away),
         "worker_rss_mb": max((w["peak_rss_mb"] for w in away), default=0.0),
         "requests": s.requests,
         "tokens": s.prompt_tokens,
         "record": json.dumps(record, sort_keys=True),
     }
+
+
+def _note_intake_end() -> list[float]:
+    """Where the parent's CPU and clock stood when the last rendered batch had been taken in:
+    what follows (ranking, the headline replay, the shown candidates' ids, the record) is the
+    serial tail; what came before overlapped the workers' rendering."""
+    from prefixplan.trace import intake
+
+    mark: list[float] = []
+    batches = intake.Intake.batches
+
+    def noted(self, columns=True):  # type: ignore[no-untyped-def]
+        yield from batches(self, columns)
+        mark[:] = [time.process_time(), time.perf_counter()]
+
+    intake.Intake.batches = noted  # type: ignore[method-assign]
+    return mark
 
 
 STARTUP = """
@@ -169,20 +190,30 @@ def table(results: dict, inputs: dict, args: argparse.Namespace) -> None:
     print(
         f"log: {Path(inputs['one']).name} ({args.requests:,} requests); cores: {os.cpu_count()}; executor: {args.executor}"
     )
-    head = ["input", "workers", "wall s", "CPU s", "parent s", "serial s", "serial %", "Amdahl 16", "Amdahl 64"]
+    head = ["input", "workers", "wall s", "CPU s", "parent s", "serial s", "serial %", "tail s", "tail %"]
+    head += ["Amdahl 16", "Amdahl 64", "keeps up"]
     print("".join(f"{h:>10}" for h in head) + f"{'Mtok/s':>8}{'x vs 1':>8}{'parent MB':>10}{'worker MB':>10}")
     for (kind, n), r in results.items():
         cpu = r["parent_cpu"] + r["workers_cpu"]
         serial = r["serial_cpu"] / cpu if cpu else 0.0
+        tail = r["tail_cpu"] / cpu if cpu else 0.0
+        during = max(1e-9, r["serial_cpu"] - r["tail_cpu"])  # the parent's own work while workers render
+        render = cpu - r["serial_cpu"]
         base = results.get((kind, 1))
         speed = base["seconds"] / r["seconds"] if base else float("nan")
         cells = [kind, str(n), f"{r['seconds']:.1f}", f"{cpu:.1f}", f"{r['parent_cpu']:.1f}", f"{r['serial_cpu']:.1f}"]
-        cells += [f"{100 * serial:.1f}", f"{amdahl(serial, 16):.1f}", f"{amdahl(serial, 64):.1f}"]
+        cells += [f"{100 * serial:.1f}", f"{r['tail_cpu']:.1f}", f"{100 * tail:.1f}"]
+        cells += [f"{amdahl(tail, 16):.1f}", f"{amdahl(tail, 64):.1f}", f"{render / during:.0f}"]
         print(
             "".join(f"{c:>10}" for c in cells)
             + f"{r['tokens'] / r['seconds'] / 1e6:>8.2f}{speed:>8.2f}{r['parent_rss_mb']:>10,.0f}{r['worker_rss_mb']:>10,.0f}"
         )
-    print("serial s: the parent's CPU less the jobs it rendered itself; Amdahl N: 1 / (serial + (1 - serial) / N)")
+    print(
+        "serial s: the parent's CPU less the jobs it rendered itself, of which tail s came after the last rendered"
+        " batch (ranking, headline replay, the shown candidates' ids, the record): the part no worker overlaps."
+        " Amdahl N: 1 / (tail + (1 - tail) / N). keeps up: the rendering CPU over the parent's own CPU while the"
+        " workers render: the number of busy workers one parent can take in before it, not they, sets the pace"
+    )
     for kind in dict.fromkeys(k for k, _ in results):
         same = len({r["record"] for (k, _), r in results.items() if k == kind}) == 1
         print(f"{kind}: records identical for every worker count: {same}")
