@@ -13,6 +13,7 @@ contains the first character of the token's text. Text not attributed to a messa
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -242,7 +243,7 @@ def locate(
             if pos < 0:
                 pos = _find_free(text, variant, taken)
             if pos >= 0:
-                spans.append(CharSpan(kind, pos, pos + len(variant), segment_hash(variant), i))
+                spans.append(CharSpan(kind, pos, pos + len(variant), _content_hash(variant), i))
                 bisect.insort(taken, (pos, pos + len(variant)))
                 if kind != "system":
                     cursor = pos + len(variant)
@@ -340,10 +341,10 @@ def assign(
         for span in spans:
             if span.kind not in CHUNK_KINDS or span.end - span.start < min_chunk_chars:
                 continue
-            found = split_paragraphs(text[span.start : span.end], min_chunk_chars)
+            found = _chunk_paragraphs(text[span.start : span.end], min_chunk_chars)
             if found:
                 paras.append((span, found))
-                chars.extend(c for a, b, _ in found for c in (span.start + a, span.start + b))
+                chars.extend(c for a, b, _, _ in found for c in (span.start + a, span.start + b))
     toks: list[int] = np.searchsorted(token_starts, chars, side="left").tolist() if chars else []
 
     segments: list[Segment] = []
@@ -366,12 +367,23 @@ def assign(
     chunks: list[Chunk] = []
     j = 2 * len(spans)
     for span, found in paras:
-        for _, _, para in found:
+        for _, _, para_hash, para_chars in found:
             a, b = toks[j], toks[j + 1]
             j += 2
             if b > a:
-                chunks.append(Chunk(segment_hash(para), a, b, span.index, len(para)))
+                chunks.append(Chunk(para_hash, a, b, span.index, para_chars))
     return tuple(segments), tuple(chunks)
+
+
+_content_hash = functools.lru_cache(maxsize=1024)(segment_hash)
+"""``segment_hash`` of message contents, which recur from request to request."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _chunk_paragraphs(body: str, min_chars: int) -> tuple[tuple[int, int, SegmentHash, int], ...]:
+    """:func:`split_paragraphs` of ``body`` as (start, end, hash, chars) of each paragraph; a
+    message that recurs (an earlier turn, a pasted document) is split and hashed once."""
+    return tuple((a, b, segment_hash(para), len(para)) for a, b, para in split_paragraphs(body, min_chars))
 
 
 def _template_hash(text: str, token_starts: np.ndarray, a: int, b: int) -> SegmentHash:
