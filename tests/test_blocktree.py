@@ -59,10 +59,12 @@ def _candidates_equal_radix(stream, block, min_tokens, min_hits) -> None:  # typ
         (c.namespace, c.length, c.hits, c.marginal_tokens, c.reusable_tokens, c.first_seen, c.last_seen) for c in want
     ]
     assert [c.parent for c in got] == [c.parent for c in want]
-    tenants = count_tenants(
-        blocks, got, lambda row: stream[int(trace.order[row])][3] or f"anon:{int(trace.order[row])}"
-    )
+    names = [stream[int(i)][3] for i in trace.order]
+    ids = {name: k + 1 for k, name in enumerate(sorted({n for n in names if n}))}
+    tenants = count_tenants(blocks, got, np.array([ids.get(n, 0) if n else 0 for n in names], dtype=np.uint64))
     assert [tenants[c.node_id][0] for c in got] == [c.tenants for c in want]
+    capped = count_tenants(blocks, got, np.array([ids.get(n, 0) if n else 0 for n in names], dtype=np.uint64), cap=1)
+    assert [capped[c.node_id] for c in got] == [(min(c.tenants, 1), c.tenants > 1) for c in want]
     # the representative is the first request through the prefix, as in the radix tree
     assert [int(trace.order[c.request_index]) for c in got] == [c.request_index for c in want]
 

@@ -309,13 +309,16 @@ def above(tree: BlockTree, at_or_above: np.ndarray, nodes: np.ndarray) -> np.nda
 def count_tenants(
     tree: BlockTree,
     shown: Sequence[Candidate],
-    tenant_of: Callable[[int], str],
+    tenants: np.ndarray,
     cap: int = DEFAULT_TENANT_CAP,
 ) -> dict[int, tuple[int, bool]]:
-    """Distinct tenants of the requests through each shown candidate: ``{node_id: (count, capped)}``.
+    """Distinct tenants of the requests through each shown candidate: ``{node_id: (count, capped)}``,
+    the count at most ``cap`` (``capped`` when there were more).
 
-    Each request walks up from its deepest node through the shown candidates above it
-    (``tenant_of(row)`` names its tenant; anonymous requests count as distinct)."""
+    ``tenants``: per row (replay order) a 64-bit tenant identity, 0 for an anonymous request
+    (each counts as its own tenant). Each request walks up from its deepest node through the
+    shown candidates above it, a window of requests and one candidate level at a time, and the
+    distinct (candidate, tenant) pairs are counted by sorting."""
     ids = np.asarray([c.node_id for c in shown], dtype=np.int64)
     if not ids.shape[0]:
         return {}
@@ -324,26 +327,35 @@ def count_tenants(
     wanted[of] = True
     at_or_above = nearest_candidate_at_or_above(tree, wanted)
     del wanted
-    parent = tree.nodes.node_parent
-
-    def up_of(v: int) -> int:
-        p = int(parent[v])
-        return int(at_or_above[p]) if p >= 0 else -1
-
-    seen: dict[int, set[str]] = {int(v): set() for v in of.tolist()}
-    capped: dict[int, bool] = dict.fromkeys(seen, False)
     req_node = tree.nodes.req_node
-    for lo in range(0, req_node.shape[0], ROW_WINDOW):  # Python values a window at a time
+    pairs: list[np.ndarray] = []  # (candidate node, anonymous, tenant or row), distinct per window
+    for lo in range(0, req_node.shape[0], ROW_WINDOW):
         ends = req_node[lo : lo + ROW_WINDOW]
-        first = np.where(ends >= 0, at_or_above[np.maximum(ends, 0)], -1)
-        rows = np.flatnonzero(first >= 0)  # requests through a shown candidate
-        for row, v in zip((rows + lo).tolist(), first[rows].tolist(), strict=True):
-            tenant = tenant_of(row)
-            while v >= 0:
-                s = seen[v]
-                if len(s) < cap:
-                    s.add(tenant)
-                elif tenant not in s:
-                    capped[v] = True
-                v = up_of(v)
-    return {b: (len(seen[v]), capped[v]) for b, v in zip(ids.tolist(), of.tolist(), strict=True)}
+        cur = np.where(ends >= 0, at_or_above[np.maximum(ends, 0)], -1).astype(np.int64)
+        rows = np.flatnonzero(cur >= 0)  # requests through a shown candidate
+        cur = cur[rows]
+        t = np.asarray(tenants[lo : lo + ROW_WINDOW], dtype=np.uint64)[rows]
+        anon = t == 0
+        who = np.where(anon, (rows + lo).astype(np.uint64), t)
+        while cur.shape[0]:
+            pairs.append(_distinct_rows(np.stack([cur.astype(np.uint64), anon.astype(np.uint64), who])))
+            cur = above(tree, at_or_above, cur)
+            keep = cur >= 0
+            cur, anon, who = cur[keep], anon[keep], who[keep]
+    both = _distinct_rows(np.concatenate(pairs, axis=1)) if pairs else np.zeros((3, 0), dtype=np.uint64)
+    nodes, counts = np.unique(both[0].astype(np.int64), return_counts=True)
+    found = dict(zip(nodes.tolist(), counts.tolist(), strict=True))
+    return {
+        b: (min(found.get(v, 0), cap), found.get(v, 0) > cap) for b, v in zip(ids.tolist(), of.tolist(), strict=True)
+    }
+
+
+def _distinct_rows(cols: np.ndarray) -> np.ndarray:
+    """The distinct columns of a ``(3, n)`` array (as triples), sorted."""
+    if not cols.shape[1]:
+        return cols
+    order = np.lexsort(cols[::-1])
+    cols = cols[:, order]
+    new = np.ones(cols.shape[1], dtype=bool)
+    new[1:] = np.any(cols[:, 1:] != cols[:, :-1], axis=0)
+    return cols[:, new]

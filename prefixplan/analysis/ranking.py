@@ -114,13 +114,7 @@ def rank_and_record(
     shown = ranking.candidates
     between_passes()
 
-    def tenant_of(row: int, tenant_col: np.ndarray = c["tenant"]) -> str:
-        i = int(trace.order[row])
-        t = int(tenant_col[i])
-        return f"anon:{i}" if t == 0 else f"t:{t}"
-
-    counted = count_tenants(tree, shown, tenant_of)
-    del tenant_of
+    counted = count_tenants(tree, shown, c["tenant"][trace.order])
     arena_tokens = tree.arena_tokens()
     del tree  # the per-block counts are done with; the headline replays the trace itself
     between_passes()
