@@ -217,14 +217,15 @@ def render_html(
                 "cache's hit rate.",
             )
         )
-    if (sim or {}).get("waterfall"):
+    waterfall = (sim or {}).get("waterfall")
+    if waterfall:
         from prefixplan.report.waterfall import waterfall_html
 
         body.append(
             _section(
                 "waterfall",
                 "Where the hits go",
-                waterfall_html(sim["waterfall"]),
+                waterfall_html(waterfall),
                 "Each step is the difference of the hit tokens of two prefixplan simulate runs (named beside it).",
             )
         )

@@ -117,10 +117,11 @@ def render_markdown(
     rows += [["savings model", a] for a in v.savings_assumptions(sim)]
     out += _table(["metric", "value"], rows) + [""]
 
-    if (sim or {}).get("waterfall"):
+    waterfall = (sim or {}).get("waterfall")
+    if waterfall:
         from prefixplan.report.waterfall import waterfall_markdown
 
-        out += ["### Where the hits go", "", *waterfall_markdown(sim["waterfall"]), ""]
+        out += ["### Where the hits go", "", *waterfall_markdown(waterfall), ""]
 
     cands = list(record.get("candidates") or [])
     cands.sort(key=lambda c: c.get("rank") or 0)

@@ -43,6 +43,9 @@ class Simulation:
     anyway, so one pass over the log serves both.
     """
 
+    _tokens: TraceBuilder | None  # the waterfall's token-level trace (one key a token)
+    _isolation: IsolationTraces | None  # --isolate-by: the salted traces
+
     def __init__(self, config: SimConfig | None = None, *, routing: bool = False) -> None:
         """``routing``: compute what a router sees of each prompt even without a fleet (rows
         written to a trace file carry it, so the trace can replay a fleet later)."""
@@ -178,11 +181,8 @@ class Simulation:
         model = self.config.waterfall
         if model is None or self.config.cache.provider is not None:
             return result
-        if self._tokens is not None:
-            tokens = self._tokens.finish()
-        else:
-            tokens = trace if self.block_size == 1 else None
-        achieved = tuple(self._achieved) if self._achieved[1] else None
+        tokens = self._tokens.finish() if self._tokens is not None else (trace if self.block_size == 1 else None)
+        achieved = (self._achieved[0], self._achieved[1]) if self._achieved[1] else None
         return replace(
             result, waterfall=attribute(trace, self.config, result, token_trace=tokens, achieved=achieved, model=model)
         )

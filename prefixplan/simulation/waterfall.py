@@ -114,6 +114,11 @@ def attribute(
         notes.append(
             "breakers: not estimated here (prefixplan analyze finds them; simulate --analysis RECORD uses its findings)"
         )
+    if token_trace is not None and token_trace.n_requests and int(token_trace.block_tokens.max()) > 1:
+        notes.append(
+            f"token level: the finest unit of the input, {int(token_trace.block_tokens.max())} tokens "
+            "(a trace of block hash ids)"
+        )
     if hits["token"] is None:
         notes.append(
             "token level not known: the rows carry keys per block, not per token; the block step is "
