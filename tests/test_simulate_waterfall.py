@@ -132,3 +132,21 @@ def test_simulate_prints_the_waterfall(capsys, monkeypatch):
     assert "block granularity" in out and "--block-size 1 - --block-size 16" in out
     assert main(["simulate", "examples/agent_log.jsonl.gz", "--no-waterfall"]) == 0
     assert "Where the hits go" not in capsys.readouterr().out
+
+
+def test_trace_files_keep_their_block_size_and_give_the_token_level_when_fine(tmp_path):
+    coarse, fine = tmp_path / "coarse.parquet", tmp_path / "fine.parquet"
+    outs = [tmp_path / f"{k}.json" for k in ("log", "coarse-out", "coarse-in", "fine-in")]
+    assert main(["simulate", "examples/agent_log.jsonl.gz", "-q", "--json", str(outs[0])]) == 0
+    # rows written to a trace file stay at the block size: no token-level run then
+    assert (
+        main(["simulate", "examples/agent_log.jsonl.gz", "-q", "--trace-out", str(coarse), "--json", str(outs[1])]) == 0
+    )
+    assert main(["simulate", str(coarse), "-q", "--json", str(outs[2])]) == 0
+    assert main(["simulate", "examples/agent_log.jsonl.gz", "-q", "--block-size", "1", "--trace-out", str(fine)]) == 0
+    assert main(["simulate", str(fine), "-q", "--block-size", "16", "--json", str(outs[3])]) == 0
+    log, coarse_out, coarse_in, fine_in = (json.loads(p.read_text())["waterfall"] for p in outs)
+    for wf in (coarse_out, coarse_in):
+        assert wf["runs"][0]["hit_tokens"] is None and any("token level not known" in n for n in wf["notes"])
+        assert wf["runs"][1:] == log["runs"][1:]
+    assert fine_in["runs"] == log["runs"] and fine_in["steps"] == log["steps"]

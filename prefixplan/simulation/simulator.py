@@ -46,11 +46,14 @@ class Simulation:
     _tokens: TraceBuilder | None  # the waterfall's token-level trace (one key a token)
     _isolation: IsolationTraces | None  # --isolate-by: the salted traces
 
-    def __init__(self, config: SimConfig | None = None, *, routing: bool = False) -> None:
+    def __init__(self, config: SimConfig | None = None, *, routing: bool = False, token_level: bool = True) -> None:
         """``routing``: compute what a router sees of each prompt even without a fleet (rows
-        written to a trace file carry it, so the trace can replay a fleet later)."""
+        written to a trace file carry it, so the trace can replay a fleet later). ``token_level``:
+        the waterfall's token-level run may ask for rows with a key per token (not when the rows
+        are written to a trace file at the block size)."""
         self.config = config or SimConfig()
         self._routing = routing or self.config.fleet is not None
+        self._token_level = token_level
         self._prepare()
 
     @property
@@ -151,7 +154,7 @@ class Simulation:
         self._trace: BlockTrace | None = None
         self._achieved = [0, 0]  # the log's cached_tokens: sum, requests that carry them
         # the waterfall's token-level run: the same rows at one token a block
-        fine = config.waterfall is not None and gran.breakpoints is None and blocks.block_size > 1
+        fine = self._token_level and config.waterfall is not None and gran.breakpoints is None and blocks.block_size > 1
         self._tokens = TraceBuilder(replace(blocks, block_size=1)) if fine else None
         self._isolation = IsolationTraces(blocks) if config.isolation is not None else None
 

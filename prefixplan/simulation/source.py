@@ -25,7 +25,7 @@ from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.executors import Executor, session
 from prefixplan.trace.intake import Intake, IntakePlan
 from prefixplan.trace.meta import fingerprint_for
-from prefixplan.trace.parquet import TraceFile
+from prefixplan.trace.parquet import TraceFile, trace_input
 
 
 def simulate_source(
@@ -48,7 +48,11 @@ def simulate_source(
     """
 
     routing = trace_out is not None or config.fleet is not None
-    block_size = Simulation(config).row_block_size
+    # the waterfall's token-level run takes rows with a key per token: not when they are written
+    # out, nor from a trace file written at a coarser block size
+    trace = trace_input(source)
+    token_level = trace_out is None and (trace is None or int(trace.meta.get("block_size") or 0) == 1)
+    block_size = Simulation(config, token_level=token_level).row_block_size
     plan = IntakePlan(
         source,
         executor or Executor(),
@@ -66,7 +70,7 @@ def simulate_source(
 
                 record = load_record(pins_from)
                 config = replace(config, waterfall=breaker_model(record.breakers, f"the breakers of {pins_from}"))
-        sim = Simulation(config, routing=routing)
+        sim = Simulation(config, routing=routing, token_level=token_level)
         for item in intake.batches(columns=sim.takes_columns):
             if isinstance(item, RowColumns):
                 sim.add_columns(item)
