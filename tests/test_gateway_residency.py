@@ -307,3 +307,26 @@ def test_a_key_the_events_do_not_follow_is_warmed_once_to_learn_its_ids(tmp_path
     events.warmed(other, WarmOutcome({FLEET: "ready", "r0": "verified"}, tuple(IDS), {"r0": BS}))
     assert events.keys.tracked("bot@v2") and not events.untracked(other)  # warmed: tracked already
     assert not events.untracked(replace(kv, version=3, status="superseded"))
+
+
+@pytest.mark.parametrize(
+    ("mode", "pinned", "due"), [("pinned", True, 1), ("pinned", False, 0), ("all", False, 1), ("off", True, 0)]
+)
+def test_which_evicted_keys_are_rewarmed(tmp_path: Path, mode: str, pinned: bool, due: int) -> None:
+    from prefixplan.gateway.events import KeyEvents
+    from prefixplan.gateway.prefix import WirePart
+    from prefixplan.gateway.state import KeyVersion
+
+    kv = KeyVersion("bot", 1, "h", "h", (WirePart("system", "be brief"),))
+    source = source_for_engine("r0", f"ipc://{tmp_path}/kv.pub", host="127.0.0.1", model=MODEL)
+    clock = Clock(0.0)
+    events = KeyEvents((source,), ["r0"], rewarm=RewarmConfig(keys=mode), monotonic=clock)
+    events.pinned = {kv.label} if pinned else set()
+    events.warmed(kv, WarmOutcome({FLEET: "ready", "r0": "verified"}, tuple(IDS), {"r0": BS}))
+    events.changed(kv.label, "r0", EVICTED)
+    assert events.schedule.pending() == due
+    events.changed(kv.label, "r0", READY)  # resident again before its turn: nothing due
+    assert events.schedule.pending() == 0
+    events.versions[kv.label] = replace(kv, status="superseded")
+    events.changed(kv.label, "r0", EVICTED)  # a superseded version is never re-warmed
+    assert events.schedule.pending() == 0
