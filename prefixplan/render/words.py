@@ -36,8 +36,8 @@ ASCII_SAME = frozenset({"1ff7f41064896984", "d98f9631be1e9607"})
 """Keys (:func:`~prefixplan.render.boundaries.pattern_key`) of patterns split the same way on ASCII
 text by ``regex`` as by the tokenizer (tests/test_render_words.py)."""
 
-MAX_WORDS = 500_000
-"""Memo size; when full it is emptied (each word costs about 150 bytes)."""
+MAX_WORDS = 200_000
+"""Memo size; when full it is emptied (a word and its ids take about 210 bytes: 42 MB full)."""
 
 
 class WordEncoder:
