@@ -330,3 +330,18 @@ def test_which_evicted_keys_are_rewarmed(tmp_path: Path, mode: str, pinned: bool
     events.versions[kv.label] = replace(kv, status="superseded")
     events.changed(kv.label, "r0", EVICTED)  # a superseded version is never re-warmed
     assert events.schedule.pending() == 0
+
+
+def test_the_pinned_locked_recipes_are_the_ones_kept_warm_by_default() -> None:
+    from prefixplan.gateway.app import locked_versions, pinned_labels
+    from prefixplan.keys.recipes import load_recipes
+
+    config = GatewayConfig(
+        endpoints=(Endpoint("http://127.0.0.1:9", name="r0"),),
+        recipes=str(ROOT / "recipes"),
+        lock=str(ROOT / "prefixplan.lock"),
+    )
+    locked = locked_versions(config)
+    want = {str(r.key) for r in load_recipes(ROOT / "recipes") if r.pin}
+    assert want and pinned_labels(config, locked) == want
+    assert len(locked) > len(want)  # some locked recipes are not pinned
