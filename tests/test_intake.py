@@ -78,11 +78,15 @@ def test_simulate_reports_malformed_lines_as_analyze_does(tmp_path: Path, capsys
 
 def test_a_command_keeps_its_worker_pool_for_its_second_pass(tmp_path: Path) -> None:
     """Within one command (a session) the second pass over the input finds the first pass's
-    workers, tokenizers loaded; outside a session each pass has its own pool."""
+    workers, tokenizers loaded; outside a session each pass has its own pool. Three render
+    processes: this one and two workers."""
+    import os
+    import socket
+
     from prefixplan.trace.executors import session_pools
 
     log = _log(tmp_path / "log.jsonl", 600)
-    plan = IntakePlan(SourceOptions(paths=(str(log),)), Executor(workers=2), 16)
+    plan = IntakePlan(SourceOptions(paths=(str(log),)), Executor(workers=3), 16)
     with session():
         first = Intake(plan)
         n_first = sum(1 for _ in first.rows())
@@ -94,7 +98,9 @@ def test_a_command_keeps_its_worker_pool_for_its_second_pass(tmp_path: Path) -> 
         n_second = sum(1 for _ in second.rows())
         assert list((session_pools() or {}).values()) == [pool]
     assert n_first == n_second == 600 and len(started) == 2
-    assert set(second.workers) == started  # every job of the second pass went to those workers
+    here = f"{socket.gethostname()}:{os.getpid()}"
+    # every job of the second pass went to those workers, or was rendered here while they were busy
+    assert set(second.workers) - {here} == started
 
 
 def test_a_trace_input_is_refused_where_a_log_is_needed(tmp_path: Path) -> None:

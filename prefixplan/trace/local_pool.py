@@ -1,12 +1,15 @@
 """``--workers N``: shards rendered by a pool of local processes, results in job order.
 
-The pool's processes start from a fork server where the platform has one (else spawn), each
-with :func:`~prefixplan.trace.shards.start_worker`, and each first loads the run's tokenizer
-(:func:`~prefixplan.trace.shards.warm_worker`). Until a worker is ready, the jobs it would
-take are rendered in the calling process (with the caller's renderers), so starting workers
-never makes a run slower than rendering without them; once ready, a worker is kept a few jobs
-ahead. Within a command's :func:`~prefixplan.trace.executors.session` the pool, workers
-loaded, is kept for the next pass.
+``N`` render processes are this one and ``N - 1`` workers. The workers start from a fork
+server where the platform has one (else spawn), each with
+:func:`~prefixplan.trace.shards.start_worker`, and each first loads the run's tokenizer
+(:func:`~prefixplan.trace.shards.warm_worker`). Each ready worker is kept a few jobs ahead;
+whenever none can take another (all busy, or still starting), the calling process renders the
+next job itself with its own renderers. So starting workers never makes a run slower than
+rendering without them, and the calling process, which loads a tokenizer anyway (for the shown
+candidates' ids), works as the ``N``-th renderer between merging results instead of waiting:
+on two cores ``--workers 2`` loads two tokenizers, not three. Within a command's
+:func:`~prefixplan.trace.executors.session` the pool, workers loaded, is kept for the next pass.
 """
 
 from __future__ import annotations
@@ -56,12 +59,13 @@ class Pool:
         self.executor.shutdown(wait=wait and self.ready_workers() == len(self.ready), cancel_futures=True)
 
 
-def _pool(workers: int, source: SourceOptions) -> tuple[Pool, bool]:
+def _pool(workers: int, source: SourceOptions, renderers: int) -> tuple[Pool, bool]:
     """A pool of ``workers`` render workers and whether this call owns it (else it belongs to
-    the command's :func:`~prefixplan.trace.executors.session` and outlives the run)."""
+    the command's :func:`~prefixplan.trace.executors.session` and outlives the run);
+    ``renderers``: the processes that render in all, which share the cores."""
     from concurrent.futures import ProcessPoolExecutor
 
-    threads = worker_threads(workers)
+    threads = worker_threads(renderers)
     pools = session_pools()
     key = (workers, threads)
     if pools is not None and key in pools:
@@ -91,7 +95,7 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
 
     from prefixplan.errors import TokenizerError
 
-    workers = run.processes
+    workers = max(1, run.processes - 1)  # this process renders too
     window: deque[Future[ShardResult]] = deque()
     helped: set[Future[ShardResult]] = set()  # rendered here
     pool: Pool | None = None
@@ -114,10 +118,10 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
 
         for job in jobs:
             if pool is None:
-                pool, owned = _pool(workers, job.source)
+                pool, owned = _pool(workers, job.source, run.processes)
             queued = len(window) - len(helped)  # jobs with the workers
             ready = pool.ready_workers()
-            if queued >= ready * IN_FLIGHT_PER_WORKER and ready < workers:
+            if queued >= ready * IN_FLIGHT_PER_WORKER:
                 here: Future[ShardResult] = Future()  # no ready worker would take it soon
                 here.set_result(render_shard(job, run.renderers))
                 helped.add(here)
@@ -125,9 +129,9 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
             else:
                 window.append(pool.executor.submit(render_shard, job))
                 queued += 1
-            if run.on_load is not None:
+            if run.on_load is not None:  # this process counts as busy: it renders when they all are
                 busy = sum(1 for f in window if f not in helped and not f.done())
-                run.on_load(min(ready, busy), workers)
+                run.on_load(min(ready, busy) + 1, workers + 1)
             while window and (window[0].done() or queued >= workers * IN_FLIGHT_PER_WORKER):
                 if window[0] not in helped:
                     queued -= 1
