@@ -195,3 +195,48 @@ def test_a_workers_packed_rows_give_the_same_columns(rows_and_file: tuple[list[T
     local = ShardResult(0, rows=list(rows[:70]))  # rendered in this process: never pickled
     assert same(local.take_columns(), want)
     assert not same(RowColumns.of_rows(rows[1:71]), want)
+
+
+@pytest.mark.parametrize("block", [None, 32])
+def test_block_ids_found_as_timed_rows_arrive_equal_those_found_at_the_end(
+    rows_and_file: tuple[list[TraceRow], Path], block: int | None
+) -> None:
+    """Batches of rows in arrival order are given their block ids' pass as they come in (an
+    index of every key, while it stays in budget); the trace and every lookup are those of
+    rows added one by one. Rows out of order, or a pass that outgrows its budget, leave the
+    pass to finish(): the same trace again."""
+    from unittest import mock
+
+    import prefixplan.trace.blocks as blocks_mod
+
+    rows, _ = rows_and_file
+    timed = [dataclasses.replace(r, time=1000.0 + i // 3) for i, r in enumerate(rows)]  # ties too
+    gran = engine_granularity("vllm", block)
+    every_key = np.concatenate([r.block_keys for r in rows])
+    for singletons in (True, False):
+        by_row = TraceBuilder(gran, index_singletons=singletons)
+        for row in timed:
+            by_row.add(request_of_row(row))
+        want = _trace_state(by_row)
+        ids = by_row._index.lookup(every_key).tolist()
+        live = TraceBuilder(gran, index_singletons=singletons)
+        for cols in _batches(timed, 29):
+            live.add_columns(cols)
+        assert live._arrivals.live and live._arrivals.rows == len(rows)
+        assert _trace_state(live) == want
+        assert live._index.lookup(every_key).tolist() == ids
+        swapped = timed[:40] + timed[41:60] + [timed[40]] + timed[60:]  # one row arrives late
+        late = TraceBuilder(gran, index_singletons=singletons)
+        for cols in _batches(swapped, 29):
+            late.add_columns(cols)
+        assert not late._arrivals.live
+        by_row_late = TraceBuilder(gran, index_singletons=singletons)
+        for row in swapped:
+            by_row_late.add(request_of_row(row))
+        assert _trace_state(late) == _trace_state(by_row_late)
+        with mock.patch.object(blocks_mod, "INDEX_BUDGET", 4096):
+            small = TraceBuilder(gran, index_singletons=singletons)
+        for cols in _batches(timed, 29):
+            small.add_columns(cols)
+        assert not small._arrivals.live  # outgrew its budget: finish() made the pass
+        assert _trace_state(small) == want

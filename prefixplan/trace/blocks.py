@@ -36,12 +36,12 @@ import numpy as np
 from prefixplan.core.granularity import Granularity
 from prefixplan.errors import UsageError
 from prefixplan.trace.blockhash import BlockHasher, namespace_seed
-from prefixplan.trace.blockids import COUNT_CHUNK, assign_ids, coarser_keys_error, index_bits, runs_of
+from prefixplan.trace.blockids import INDEX_BUDGET, assign_ids, coarser_keys_error, index_sizes, runs_of
 from prefixplan.trace.columns import RowColumns
+from prefixplan.trace.idscan import ArrivalPass
 from prefixplan.trace.requests import SimRequest, fill_times, request_boundaries
 from prefixplan.trace.storage.mapped import SPILL_EVERY, ColumnWriter, drop_resident, mapped_copy, mapped_gather
 from prefixplan.trace.storage.spill import DEFAULT_BUDGET, RaggedU64
-from prefixplan.trace.storage.twice import estimate_keys
 from prefixplan.trace.storage.u64index import SplitIndex, U64Index
 
 KeyObserver = Callable[["SimRequest", Mapping[int, int]], None]
@@ -229,6 +229,9 @@ class TraceBuilder:
         self._scale = ColumnWriter(np.int32)
         self._rows = 0
         self._finished = False
+        # the block-id pass, made as batches of rows come in while they arrive in time order
+        # (the parent works on it while workers render); else made by finish()
+        self._arrivals = ArrivalPass(INDEX_BUDGET)
 
     def _seed(self, namespace: str, scale: int) -> int:
         key = (namespace, scale)
@@ -272,6 +275,7 @@ class TraceBuilder:
         """Add one request (any order: :meth:`finish` sorts by arrival)."""
         if self._finished:
             raise RuntimeError("TraceBuilder.add after finish")
+        self._arrivals.stop()  # one request at a time: finish() makes the pass
         scale = max(1, int(req.block_scale))
         bu = self.units_per_block(scale)
         btok = bu * scale
@@ -331,7 +335,9 @@ class TraceBuilder:
         pos += 1
         row_step = step[owner]
         keep = (pos % row_step == 0) & (pos // row_step <= nb[owner])
-        self._keys.extend(flat[keep], nb)
+        kept = flat[keep]
+        self._keys.extend(kept, nb)
+        self._arrivals.take(cols.time, cols.has_time, kept, nb)
         if self.granularity.last_token_rule:
             cap = np.where(n_real > 0, np.maximum((n_real - 1) // btok, 0), 0)
         else:
@@ -384,22 +390,10 @@ class TraceBuilder:
         # arrival order, ties in input order (a stable sort)
         order = mapped_copy(np.argsort(times, kind="stable").astype(np.int64, copy=False))
         nb_in = self._keys.lengths()
-        # the index and the filters are sized by distinct keys (a sample pass), not occurrences:
-        # a log whose requests share long prefixes has many more occurrences than distinct keys
-        distinct, repeated = estimate_keys(self._keys.iter_chunks(COUNT_CHUNK))
-        # (each part's filter also lets through some keys seen once, about 1 in 8: the table
-        # grows past its size when they are many, results do not change)
-        indexed = distinct if self.index_singletons else repeated
-        expected = int(1.05 * indexed) + 1024
-        filtered = 0 if self.index_singletons else distinct + 1024
-        if filtered and not index_bits(int(1.05 * distinct) + 1024):
-            # every key's entry fits in one index part: indexing the keys seen once too costs
-            # less than the filter's pass over every occurrence (1.95 s against 2.79 s on the
-            # 100k benchmark trace), and the ids are the same
-            expected, filtered = int(1.05 * distinct) + 1024, 0
+        expected, filtered = index_sizes(self._keys, self.index_singletons)
         n_blocks = mapped_gather(nb_in, order)
         del nb_in
-        ids = assign_ids(self._keys, order, n_blocks, expected, filtered)
+        ids = assign_ids(self._keys, order, n_blocks, expected, filtered, self._arrivals)
         self._index, self._next_id = ids.index, ids.distinct
         end, known, start, attach = ids.end, ids.known, ids.start, ids.attach
         del ids
