@@ -53,10 +53,11 @@ NARROW_LIMIT = 2**31
 (Fenwick sums) in 4-byte ints, 8-byte ones from it on."""
 
 
-OFFLINE_TOUCHES = 1 << 24
-"""Without a TTL, up to this many touches are measured by :func:`stack_distances` (numpy, about
-50 bytes a touch in temporaries while it runs: 800 MB at the limit); more go through the loop
-(8 bytes a touch, file-backed)."""
+OFFLINE_TOUCHES = 1 << 21
+"""Without a TTL, up to this many touches (570k on the 100k benchmark trace) are measured by
+:func:`stack_distances` (numpy, about 150 bytes a touch in temporaries while it runs: 300 MB at the
+limit); more go through the loop (8 bytes a touch, file-backed), so memory stays flat on bigger
+logs."""
 
 
 RENUMBER_STEP = 1 << 16
