@@ -114,6 +114,12 @@ def attribute(
         notes.append(
             "breakers: not estimated here (prefixplan analyze finds them; simulate --analysis RECORD uses its findings)"
         )
+    head = result.run(result.headline)
+    if result.fleet and head.capacity_tokens is not None and head.policy != "lru":
+        notes.append(
+            f"replicas: each replica of the fleet is an LRU cache, the one-replica run {head.policy}: "
+            "the step holds the change of policy too"
+        )
     if token_trace is not None and token_trace.n_requests and int(token_trace.block_tokens.max()) > 1:
         notes.append(
             f"token level: the finest unit of the input, {int(token_trace.block_tokens.max())} tokens "
