@@ -32,6 +32,10 @@ from prefixplan.trace.shards import (
     worker_threads,
 )
 
+WINDOW_PER_PROCESS = 2 * IN_FLIGHT_PER_WORKER
+"""Jobs in the window (handed out or rendered here, results not yet taken) per render process:
+past it the caller waits for the oldest, which bounds what finished results hold in memory."""
+
 
 def start_method() -> Any:
     """The multiprocessing context of render workers: a fork server where the platform has one
@@ -119,22 +123,21 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
         for job in jobs:
             if pool is None:
                 pool, owned = _pool(workers, job.source, run.processes)
-            queued = len(window) - len(helped)  # jobs with the workers
+            while window and window[0].done():  # hand back what is done, in job order
+                yield first()
+            queued = sum(1 for f in window if f not in helped and not f.done())  # jobs the workers hold
             ready = pool.ready_workers()
-            if queued >= ready * IN_FLIGHT_PER_WORKER:
-                here: Future[ShardResult] = Future()  # no ready worker would take it soon
+            if queued < ready * IN_FLIGHT_PER_WORKER:
+                window.append(pool.executor.submit(render_shard, job))
+                queued += 1
+            else:  # no ready worker would take it soon: this process renders it
+                here: Future[ShardResult] = Future()
                 here.set_result(render_shard(job, run.renderers))
                 helped.add(here)
                 window.append(here)
-            else:
-                window.append(pool.executor.submit(render_shard, job))
-                queued += 1
             if run.on_load is not None:  # this process counts as busy: it renders when they all are
-                busy = sum(1 for f in window if f not in helped and not f.done())
-                run.on_load(min(ready, busy) + 1, workers + 1)
-            while window and (window[0].done() or queued >= workers * IN_FLIGHT_PER_WORKER):
-                if window[0] not in helped:
-                    queued -= 1
+                run.on_load(min(ready, queued) + 1, workers + 1)
+            while len(window) >= WINDOW_PER_PROCESS * (workers + 1):  # results wait for an earlier job
                 yield first()
         while window:
             yield first()
