@@ -12,15 +12,6 @@ from prefixplan.cli.help import PlainCommand
 
 RecipesDir = Annotated[Optional[Path], o.RECIPES_OPTION]
 LockFile = Annotated[Optional[Path], o.LOCK_OPTION]
-GatewayRouter = Annotated[
-    Optional[str],
-    typer.Option(
-        "--router",
-        metavar="POLICY",
-        help="Routing: cache-aware, round-robin, prefix-hash, or residency (resident prefix against load; "
-        "docs/gateway.md).",
-    ),
-]
 RouterWeights = Annotated[
     Optional[str],
     typer.Option(
@@ -53,7 +44,7 @@ def gateway(
     api_key_env: o.ApiKeyEnv = None,
     host: o.Host = "127.0.0.1",
     port: o.Port = 8080,
-    router: GatewayRouter = "cache-aware",
+    router: o.Router = "cache-aware",
     router_weights: RouterWeights = None,
     recipes: RecipesDir = None,
     lock: LockFile = None,

@@ -236,8 +236,8 @@ Router = Annotated[
     typer.Option(
         "--router",
         metavar="POLICY",
-        help="Routing of requests without a ready key: cache-aware, round-robin or prefix-hash "
-        "(simulate: comma-separated, and keyed).",
+        help="Routing of requests without a ready key: cache-aware, round-robin, prefix-hash or residency "
+        "(resident prefix against load: docs/gateway.md; simulate: comma-separated, and keyed).",
     ),
 ]
 
@@ -347,8 +347,8 @@ Workers = Annotated[
     typer.Option(
         "--workers",
         metavar="N",
-        help="Render in N worker processes (default: one per core; 1 = in this process); with --executor ray, "
-        "N actors (default: one per cluster CPU).",
+        help="Render in N processes, this one included (default: one per core; 1 = only this one); with "
+        "--executor ray, N actors (default: one per cluster CPU).",
     ),
 ]
 Executor = Annotated[
