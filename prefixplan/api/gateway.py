@@ -4,7 +4,7 @@ served until interrupted (docs/gateway.md); :func:`gateway_config` is the config
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prefixplan.gateway.config import GatewayConfig
@@ -71,9 +71,10 @@ def gateway_config(request: GatewayRequest) -> GatewayConfig:
         recipes = "recipes"
     endpoints = tuple(endpoints_from_options(request.endpoints, request.endpoints_file, request.api_key_env))
     sources = event_sources(request.endpoints_file, endpoints, request.model) if request.endpoints_file else ()
+    weights: dict[str, Any] = dict(parse_weights(request.router_weights))  # floats, by field name
     return GatewayConfig(
         endpoints=endpoints,
-        router=RouterConfig(policy=request.router or "cache-aware", **parse_weights(request.router_weights)),
+        router=RouterConfig(policy=request.router or "cache-aware", **weights),
         kv_events=sources,
         rewarm=RewarmConfig(keys=request.rewarm, per_minute=request.rewarm_per_minute),
         recipes=recipes,

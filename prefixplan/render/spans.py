@@ -335,7 +335,7 @@ def assign(
     it (one ``searchsorted`` for all of a prompt's boundaries).
     """
     n = int(token_starts.shape[0])
-    paras: list[tuple[CharSpan, list[tuple[int, int, str]]]] = []
+    paras: list[tuple[CharSpan, tuple[tuple[int, int, SegmentHash, int], ...]]] = []
     chars = [c for span in spans for c in (span.start, span.end)]
     if min_chunk_chars > 0:
         for span in spans:

@@ -73,7 +73,7 @@ def stack_distances(
     # R(s) for every request start s: first touches (regular) before s
     new_w = np.where(first, w, 0)
     before = np.concatenate(([0], np.cumsum(new_w)))  # before[g]: first-touch weight of touches < g
-    above = np.full(n, none_mark, dtype=dtype)
+    above: np.ndarray = np.full(n, none_mark, dtype=dtype)
     above[is_pin & ~first] = pin_mark
     ask = np.flatnonzero(~is_pin & ~first)
     if ask.shape[0]:
