@@ -341,3 +341,21 @@ class FakeEngine:
             del self.cached[victim]
             events.append(removed([victim], self._enc()))
         return pack(events)
+
+
+def join(pub: Publisher, index: Any, replica: str, payload: bytes, limit: float = 60.0) -> None:
+    """Publish ``payload``, then send it again (a duplicate, as the protocol allows) until a live
+    copy arrived and the batch is applied: from then on the subscription is up, the stream has
+    joined (its join replay answered) and nothing published is lost to it. ``limit`` bounds the
+    wait for the sockets to connect; it measures nothing."""
+    import time
+
+    before = index.counters(replica).batches_received
+    seq = pub.publish(payload)
+    frames = [pub.topic, seq.to_bytes(8, "big"), payload]
+    deadline = time.monotonic() + limit
+    while index.counters(replica).batches_received == before or index.status(replica).last_seq != seq:
+        if time.monotonic() > deadline:
+            raise AssertionError("the subscription never came up")
+        pub.send_raw(frames)
+        time.sleep(0.05)

@@ -7,7 +7,6 @@ affinity no longer counting on it, re-warmed, ready again, shown in ``/v1/prefix
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from prefixplan.residency.index import ResidencyIndex  # noqa: E402
 from prefixplan.residency.subscriber import source_for_engine  # noqa: E402
 from prefixplan.routing.policies import RouterConfig  # noqa: E402
 from prefixplan.store.gateway_tables import FLEET  # noqa: E402
-from tests.kv_event_cases import Publisher, cleared, pack, tagged_removed, tagged_stored  # noqa: E402
+from tests.kv_event_cases import Publisher, cleared, join, pack, tagged_removed, tagged_stored  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -160,17 +159,6 @@ def _chat(url: str, content: str, key: str, system: bool = False):
     )
 
 
-def _join(pub: Publisher, index: ResidencyIndex, replica: str, payload: bytes) -> None:
-    """Publish ``payload`` and repeat it (a duplicate, as the protocol allows) until applied."""
-    seq = pub.publish(payload)
-    frames = [pub.topic, seq.to_bytes(8, "big"), payload]
-    deadline = time.monotonic() + 60
-    while index.status(replica).last_seq != seq:
-        assert time.monotonic() < deadline, "the subscription never came up"
-        pub.send_raw(frames)
-        time.sleep(0.05)
-
-
 def test_the_gateway_follows_evictions_and_rewarms(tmp_path: Path) -> None:
     calls: list[tuple[str, tuple[str, ...]]] = []
 
@@ -205,7 +193,7 @@ def test_the_gateway_follows_evictions_and_rewarms(tmp_path: Path) -> None:
                 assert {r: v["state"] for r, v in state["residency"].items()} == {"r0": "pending", "r1": "pending"}
                 assert g.router.ready_replicas("bot@v1") == frozenset()  # routing does not count on it
                 for r in ("r0", "r1"):
-                    _join(pubs[r], index, r, _store())
+                    join(pubs[r], index, r, _store())
                 wait_for(lambda: g.router.ready_replicas("bot@v1") == frozenset({0, 1}), "ready on both")
                 picks = {_chat(url, f"q{i}", "bot").headers["x-prefixplan-replica"] for i in range(4)}
                 assert picks == {"r0", "r1"}

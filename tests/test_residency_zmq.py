@@ -7,7 +7,6 @@ Waits are on conditions with generous timeouts, never on the machine's speed."""
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from prefixplan.residency.index import ResidencyIndex
 from prefixplan.residency.metrics import register_metrics
 from prefixplan.residency.stream import StreamConfig
 from prefixplan.residency.subscriber import EventSource, KvEventSubscriber, source_for_engine
-from tests.kv_event_cases import BS, FINAL, MODEL, PROMPTS, Publisher, history, pack, stored, wait_for
+from tests.kv_event_cases import BS, FINAL, MODEL, PROMPTS, Publisher, history, join, pack, stored, wait_for
 
 R = "r0"
 PATIENT = StreamConfig(replay_timeout=60.0, probe_interval=None)
@@ -33,21 +32,6 @@ def free_port() -> int:
 
 def held(index: ResidencyIndex) -> dict[str, int]:
     return {p: index.resident_prefix_blocks(R, index.prompt_keys(t, BS, model=MODEL)) for p, t in PROMPTS.items()}
-
-
-def handshake(pub: Publisher, index: ResidencyIndex, payload: bytes) -> None:
-    """Publish batch 0, then send it again (a duplicate, as the protocol allows) until a live copy
-    arrived and the batch is applied: from then on the subscription is up, the stream has joined
-    (its join replay answered) and nothing published is lost to it."""
-    before = index.counters(R).batches_received
-    seq = pub.publish(payload)
-    frames = [pub.topic, seq.to_bytes(8, "big"), payload]
-    deadline = time.monotonic() + 60
-    while index.counters(R).batches_received == before or index.status(R).last_seq != seq:
-        if time.monotonic() > deadline:
-            pytest.fail("the subscription never came up")
-        pub.send_raw(frames)
-        time.sleep(0.05)
 
 
 def _styles(tmp_path: Path) -> dict[str, tuple[str, str]]:
@@ -73,7 +57,7 @@ def test_endpoint_styles_and_a_gap_healed_by_replay(tmp_path: Path, style: str) 
     with KvEventSubscriber(index, [source], config=PATIENT):  # binds first where the engine connects
         pub = Publisher(endpoint, replay)
         try:
-            handshake(pub, index, batches[0])
+            join(pub, index, R, batches[0])
             pub.publish(batches[1])
             pub.publish(batches[2], drop=True)  # lost on the wire, still in the replay buffer
             pub.publish(batches[3])
@@ -98,7 +82,7 @@ def test_an_sglang_style_publisher(tmp_path: Path) -> None:
     with KvEventSubscriber(index, [source], config=PATIENT):
         pub = Publisher(endpoint, replay, topic="kv-events", replay_topic=False)
         try:
-            handshake(pub, index, batches[0])
+            join(pub, index, R, batches[0])
             pub.publish(batches[1], drop=True)
             for b in batches[2:]:
                 pub.publish(b)
@@ -118,7 +102,7 @@ def test_an_engine_restart_on_the_same_endpoint_is_detected(tmp_path: Path) -> N
     with sub:
         pub = Publisher(endpoint, replay)
         try:
-            handshake(pub, index, batches[0])
+            join(pub, index, R, batches[0])
             for b in batches[1:]:
                 pub.publish(b)
             wait_for(lambda: index.counters(R).batches_applied == 5)
@@ -129,7 +113,7 @@ def test_an_engine_restart_on_the_same_endpoint_is_detected(tmp_path: Path) -> N
         pub = Publisher(endpoint, replay)
         try:
             fresh = pack([stored("B", 0, 3, "positional")], ts=50.0)
-            handshake(pub, index, fresh)
+            join(pub, index, R, fresh)
             wait_for(lambda: index.counters(R).restarts == 1, what="the restart")
             wait_for(lambda: held(index) == {"A": 0, "B": 4, "C": 0}, what="the new process's blocks")
         finally:
@@ -144,7 +128,7 @@ def test_malformed_messages_are_counted_and_the_thread_keeps_going(tmp_path: Pat
     with KvEventSubscriber(index, [EventSource(R, endpoint, model=MODEL)], config=PATIENT):
         pub = Publisher(endpoint, None)
         try:
-            handshake(pub, index, batches[0])
+            join(pub, index, R, batches[0])
             pub.send_raw([b"", b"\x00" * 7, batches[1]])  # a 7-byte sequence number
             pub.send_raw([b"", b"only two frames"])
             pub.publish(b"\x92\xc0")  # seq 1: [nil, ...] is not a batch
@@ -170,7 +154,7 @@ def test_prometheus_metrics(tmp_path: Path) -> None:
     with KvEventSubscriber(index, [EventSource(R, endpoint, model=MODEL)], config=PATIENT):
         pub = Publisher(endpoint, None)
         try:
-            handshake(pub, index, history()[0])
+            join(pub, index, R, history()[0])
             wait_for(lambda: index.counters(R).batches_applied == 1)
         finally:
             pub.close()

@@ -51,11 +51,7 @@ def in_batch_hits(trace: BlockTrace, tree: NodeTree, service_s: np.ndarray) -> n
     """Reused blocks per request when only in-flight requests share prefixes (rows are arrivals,
     replayed in order)."""
     finish = finish_times(trace, service_s)
-    ends = tree.req_node
-    lengths = np.zeros(trace.n_requests, dtype=np.int64)
-    if tree.n_nodes:
-        has = ends >= 0
-        lengths[has] = tree.depths()[ends[has]]
+    lengths = tree.path_lengths()
     if int(lengths.sum()) <= AT_ONCE_TOUCHES:
         return _hits_at_once(trace, tree, finish, lengths)
     return _hits_replayed(trace, tree, finish)

@@ -145,11 +145,7 @@ class LRUStack:
         ttl = ttl_s if ttl_s is not None and not math.isinf(ttl_s) else None
         finish_all = finish_times(trace, service_s) if ttl is not None else trace.times
         ends = tree.req_node
-        lengths = mapped_empty(nreq, np.int64)  # per request: file-backed (trace.storage.mapped)
-        if n:
-            has = ends >= 0
-            lengths[has] = tree.depths()[ends[has]]
-            del has
+        lengths = tree.path_lengths(mapped_empty(nreq, np.int64))  # per request: file-backed (trace.storage.mapped)
         touch_end = np.cumsum(lengths, out=mapped_empty(nreq, np.int64))
         total_touch = int(touch_end[-1]) if nreq else 0
         small = int(tree.weight.sum()) < int(np.iinfo(np.uint32).max) - 1  # below both marks

@@ -21,9 +21,10 @@ class ArrivalPass:
 
     def __init__(self, budget: int, capacity: int = 1 << 16) -> None:
         self.budget = budget
+        self.capacity = capacity
         self.latest = -math.inf  # the last arrival time fed
-        # ids are key positions in arrival order: 4 bytes while they fit (as in assign_ids)
-        self.index: U64Index | None = U64Index(capacity=capacity, id_dtype=np.int32)
+        self._on = True
+        self.index: U64Index | None = None  # made by the first batch (a builder fed row by row never needs it)
         self.known: list[np.ndarray] = []
         self.before: list[np.ndarray] = []
         self.rows = 0
@@ -31,9 +32,10 @@ class ArrivalPass:
 
     @property
     def live(self) -> bool:
-        return self.index is not None
+        return self._on
 
     def stop(self) -> None:
+        self._on = False
         self.index = None
         self.known, self.before = [], []
 
@@ -41,7 +43,7 @@ class ArrivalPass:
         """The next rows as they come in (``times``, ``timed``: their arrival times and whether
         the log gave them): fed while every row so far is timed and no earlier than the one
         before (then the finishing sort keeps the input order), else the pass stops."""
-        if self.index is None or not times.shape[0]:
+        if not self._on or not times.shape[0]:
             return
         if not bool(np.all(timed)) or float(times[0]) < self.latest or bool(np.any(times[1:] < times[:-1])):
             self.stop()
@@ -51,8 +53,10 @@ class ArrivalPass:
 
     def feed(self, keys: np.ndarray, lengths: np.ndarray) -> None:
         """The next arrivals: ``lengths`` keys each, ``keys`` theirs in order."""
-        if self.index is None:
+        if not self._on:
             return
+        if self.index is None:  # ids are key positions in arrival order: 4 bytes while they fit
+            self.index = U64Index(capacity=self.capacity, id_dtype=np.int32)
         lengths = np.asarray(lengths, dtype=np.int64)
         n = int(lengths.shape[0])
         if self.keys + int(keys.shape[0]) >= 2**31:

@@ -73,6 +73,16 @@ class NodeTree:
             live = live[up[live] >= 0]
         return depth
 
+    def path_lengths(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Nodes on each request's path (0 where it has no full block), as int64, into ``out``
+        when given (zeros, one per request)."""
+        ends = self.req_node
+        lengths = out if out is not None else np.zeros(ends.shape[0], dtype=np.int64)
+        if self.n_nodes:
+            has = ends >= 0
+            lengths[has] = self.depths()[ends[has]]
+        return lengths
+
     def paths(self, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Each of ``ends``' path to its root, deepest node first, one path after another
         (``lengths``: nodes on each path, :meth:`depths` of its end, 0 where the end is -1), as
