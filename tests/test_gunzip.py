@@ -90,3 +90,21 @@ def test_iter_lines_reports_truncation_after_the_lines_read() -> None:
             lines.append(line.data)
     assert len(lines) > 99_000
     assert lines == [b'{"i": %d}' % i for i in range(len(lines))]
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.__name__)
+def test_truncation_keeps_the_same_bytes_whatever_the_read_size(engine: ModuleType) -> None:
+    """A limited call can leave output inside the decompressor once the input is used up (ISA-L
+    keeps it there): it is drained before the stream is found truncated, so small and large
+    reads give the same bytes."""
+    body = b"".join(b'{"x": %d, "pad": "%s"}\n' % (i, b"a" * (i % 500)) for i in range(20_000))
+    packed = gzip.compress(body)
+    for cut in (50_000, len(packed) - 5):
+        outputs = set()
+        for size in (7, 7_000, 1 << 20):
+            reader, got = GzipReader(io.BytesIO(packed[:cut]), engine=engine), []
+            with pytest.raises(EOFError):
+                while chunk := reader.read1(size):
+                    got.append(chunk)
+            outputs.add(b"".join(got))
+        assert len(outputs) == 1 and body.startswith(outputs.pop())

@@ -73,6 +73,12 @@ class GzipReader(io.BufferedIOBase):
             if not self._in:
                 self._in = self._raw.read(self._in_chunk)
                 if not self._in:
+                    mid_member = self._d is not None
+                    out = self._drain(limit)  # what the member's decompressor still holds
+                    if out:
+                        return out
+                    if mid_member and self._d is None:
+                        continue  # the drain reached the member's end
                     self._done = True
                     if self._d is not None:
                         raise EOFError("Compressed file ended before the end-of-stream marker was reached")
@@ -98,6 +104,22 @@ class GzipReader(io.BufferedIOBase):
             if out:
                 return bytes(out)
         return b""
+
+    def _drain(self, limit: int) -> bytes:
+        """Output the current member's decompressor still holds once its input is used up (a
+        call limited to ``limit`` bytes can leave some inside): returned before the stream is
+        found truncated, whatever sizes the reads asked for."""
+        if self._d is None:
+            return b""
+        try:
+            out = self._d.decompress(b"", limit)
+        except self._error as exc:
+            self._done = True
+            raise gzip.BadGzipFile(f"invalid gzip data ({exc})") from None
+        if self._d.eof:
+            self._in = self._d.unused_data
+            self._d = None
+        return bytes(out)
 
     def read(self, size: int | None = -1) -> bytes:
         want = -1 if size is None or size < 0 else size

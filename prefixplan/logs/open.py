@@ -38,7 +38,7 @@ class RawLine:
     size: int
 
 
-def _what(stream: object, exc: BaseException, lines: int) -> str:
+def corrupt_message(stream: object, exc: BaseException, lines: int) -> str:
     """A corrupt stream's error, saying which compression its first bytes announced."""
     kind = "gzip" if isinstance(stream, GzipReader) else "zstd" if "zstd" in type(stream).__module__ else None
     detail = str(exc) or type(exc).__name__
@@ -142,10 +142,10 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int, chunk_bytes: int = CHUNK_B
         try:
             buf = read(chunk_bytes)
         except (EOFError, OSError, zlib.error) as exc:  # truncated or not really gzip after its magic bytes
-            raise CorruptInput(_what(stream, exc, line_no)) from exc
+            raise CorruptInput(corrupt_message(stream, exc, line_no)) from exc
         except Exception as exc:  # zstandard.ZstdError and friends
             if type(exc).__name__ == "ZstdError":
-                raise CorruptInput(_what(stream, exc, line_no)) from exc
+                raise CorruptInput(corrupt_message(stream, exc, line_no)) from exc
             raise
         if not buf:
             break

@@ -11,6 +11,7 @@ the same line numbers, the same sampling, the same malformed-line reports. Compr
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,12 +34,19 @@ SCAN_BYTES = 8 * 2**20
 @dataclass(frozen=True, slots=True)
 class ByteRange:
     """Lines ``first_line``... of ``path``, from byte ``start`` (a line start) to ``end`` (a
-    line start, or the file's end)."""
+    line start, or the file's end).
+
+    ``spill``: ``path`` is a temporary piece of a decompressed log (:mod:`prefixplan.logs.pieces`),
+    removed by its reader; ``corrupt``: the log's stream failed after these lines, reported at
+    line ``corrupt_line`` after them."""
 
     path: str
     start: int
     end: int
     first_line: int
+    spill: bool = False
+    corrupt_line: int = 0
+    corrupt: str = ""
 
 
 def splittable(path: str, options: ReadOptions) -> str | None:
@@ -146,6 +154,8 @@ def read_range(rng: ByteRange, options: ReadOptions, errors: LineErrors, source:
     errors.opened(source)
     offset = rng.first_line - 1
     with open(rng.path, "rb") as fh:
+        if rng.spill:
+            _remove(rng.path)  # open: the piece is read to its end, and nothing else needs it
         for raw in iter_lines(_Window(fh, rng.start, rng.end), options.max_line_bytes):  # type: ignore[arg-type]
             line_no = raw.line_no + offset
             if threshold is not None and not _sampled(source, line_no, threshold):
@@ -154,3 +164,10 @@ def read_range(rng: ByteRange, options: ReadOptions, errors: LineErrors, source:
             if data is not None and (not data or data.isspace()):
                 continue
             yield from _parse_line(source, line_no, data, raw.size, options, errors, bad)
+    if rng.corrupt:
+        bad(rng.corrupt_line, f"corrupt input: {rng.corrupt}; the rest of the file is skipped")
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):  # already gone: the run's folder is removed at its end anyway
+        os.unlink(path)

@@ -6,9 +6,11 @@ Every command that reads logs (``analyze`` and its documents-first what-if, ``si
 * a trace file written earlier is read as it is (no tokenizer; its block size is checked, its
   line errors are the run's);
 * logs are cut into :class:`~prefixplan.trace.shards.ShardJob` values — whole files (at least
-  two per worker, or with Ray), else batches of a file's lines (parsed by the worker) or of
-  requests parsed here (in-memory records, server logs, tables), each job carrying only its own
-  part — and rendered by the command's :class:`~prefixplan.trace.executors.Executor`;
+  two per worker, or with Ray), else byte ranges of plain JSON-lines files and line-aligned
+  pieces of compressed or remote ones (decompressed here into temporary files; both read and
+  parsed by the worker), else batches of requests parsed here (in-memory records, server logs,
+  tables), each job carrying only its own part — and rendered by the command's
+  :class:`~prefixplan.trace.executors.Executor`;
 * the results merge in job order: rows (or columns, for a consumer that takes them), line
   errors (file:line and reason), render failures, the renderers' statistics, the workers' own
   figures and, through ``on_shard``, each job's text partial;
@@ -19,7 +21,7 @@ Every command that reads logs (``analyze`` and its documents-first what-if, ``si
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +48,8 @@ BATCH = 64
 """Lines (or parsed requests) per job when a file is shared by several workers."""
 INLINE_BATCH = 1024
 """Lines (or requests) per job rendered in this process (fewer, larger parts to merge)."""
+SPILL_RATIO = 4
+"""Decompressed bytes per compressed byte assumed when sizing a compressed log's pieces."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ class Intake:
         """``host:pid`` -> jobs, peak RSS (MB), busy and CPU seconds of each process that rendered."""
         self.writer: TraceWriter | None = None
         self._expanded: list[str] | None = None
+        self._spilled: str | None = None  # the folder of decompressed pieces, while a pass runs
         if self.trace is not None:
             if not plan.accept_trace:
                 raise UsageError("the input is a trace already", hint="pass the log to write a trace from it")
@@ -219,6 +224,11 @@ class Intake:
             close = getattr(results, "close", None)
             if close is not None:
                 close()
+            if self._spilled is not None:
+                import shutil
+
+                shutil.rmtree(self._spilled, ignore_errors=True)
+                self._spilled = None
 
     def _merge(self, result: ShardResult, meter: ReadMeter | None) -> None:
         assert self.renderers is not None
@@ -285,7 +295,8 @@ class Intake:
         for path in expanded:
             how = ranges.splittable(path, source.read)
             if how is None:
-                yield from self._batch_jobs([path], meter, batch, job)
+                if not (yield from self._piece_jobs(path, run, meter, job)):
+                    yield from self._batch_jobs([path], meter, batch, job)
                 continue
             name = shown(path)
             self.errors.opened(name)
@@ -293,6 +304,46 @@ class Intake:
             size = ranges.range_size(os.path.getsize(path), run.processes)
             for rng in ranges.line_ranges(path, range_bytes=size):
                 yield job(path, range=rng)
+
+    def _piece_jobs(
+        self, path: str, run: Run, meter: ReadMeter | None, job: Callable[..., ShardJob]
+    ) -> Generator[ShardJob, None, bool]:
+        """Jobs of the pieces of a compressed or remote JSON-lines file, decompressed here into
+        temporary files the workers read (:mod:`prefixplan.logs.pieces`); False (no job) for a
+        table or another format, read as batches instead."""
+        from prefixplan.logs import pieces, ranges
+        from prefixplan.logs.open import open_log
+        from prefixplan.logs.paths import input_size
+        from prefixplan.logs.remote import shown
+        from prefixplan.logs.tables import table_format
+        from prefixplan.logs.textlog import SourceInfo
+
+        read = self.plan.source.read
+        if table_format(path, read.format) is not None:
+            return False
+        with open_log(path, on_open=meter.opened if meter is not None else None) as stream:
+            found = pieces.sniffed_jsonl(stream, read.format, read.max_line_bytes)
+            if found is None:
+                return False
+            how, head = found
+            name = shown(path)
+            self.errors.opened(name)
+            self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
+            size = input_size(path)
+            per_range = ranges.range_size(SPILL_RATIO * size, run.processes) if size else ranges.RANGE_BYTES
+            for rng in pieces.spill(stream, head, self._spill_dir(), per_range):
+                yield job(path, range=rng)
+        if meter is not None:
+            meter.closed()
+        return True
+
+    def _spill_dir(self) -> str:
+        """This pass's folder for decompressed pieces (removed when the pass ends)."""
+        if self._spilled is None:
+            import tempfile
+
+            self._spilled = tempfile.mkdtemp(prefix="prefixplan-pieces-")
+        return self._spilled
 
     def _batch_jobs(
         self, paths: list[str] | None, meter: ReadMeter | None, batch: int, job: Callable[..., ShardJob]

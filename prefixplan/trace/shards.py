@@ -183,7 +183,7 @@ def render_shard(job: ShardJob, renderers: RenderSet | None = None) -> ShardResu
     result = ShardResult(job.index, worker=f"{socket.gethostname()}:{os.getpid()}")
     text = job.text() if job.text is not None else None
     if job.range is not None:
-        result.size = job.range.end - job.range.start
+        result.size = 0 if job.range.spill else job.range.end - job.range.start  # a piece: counted where it was read
     elif job.lines is None and job.requests is None:
         result.size = input_size(job.path) or 0
     try:
