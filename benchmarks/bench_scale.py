@@ -5,8 +5,8 @@
                                      [--executor local|ray] [--startup]
 
 The log is the pinned generated one (`python scripts/make_logs.py bench`, seed 7, created when
-missing) as one gzip file (``one``: the parent decompresses it and hands out batches of lines),
-as one plain file (``plain``: the workers read byte ranges of it themselves) and cut into
+missing) as one gzip file (``one``: the parent decompresses it into line-aligned pieces on disk
+that the workers read), as one plain file (``plain``: the workers read byte ranges of it) and cut into
 ``--files`` gzip files of consecutive lines (``split``: one file per job), under benchmarks/out/. Tokenizer: the real Qwen3 (hf:, scripts/fetch_tokenizers.py).
 The documents-first what-if is off and nothing is stored (as in bench_trace.py).
 

@@ -110,3 +110,25 @@ def test_a_trace_written_to_s3_by_a_ray_run_reads_back_like_its_log(cluster: dic
     assert main(["trace", folder, "-o", other, "--executor", "ray", "-q"]) == 0
     assert _simulation(tmp_path, [other]) == _simulation(tmp_path, [url])
     assert main(["trace", folder, "-o", other, "--export", "mooncake", "-q"]) == 2  # exports are local files
+
+
+def test_one_plain_log_is_read_by_ray_actors_in_byte_ranges(cluster: dict[str, Any], tmp_path: Path) -> None:
+    """One uncompressed file on the (shared) file system: cut into ranges the actors read, not one
+    job for one actor; the rows are a local run's."""
+    import gzip
+
+    from prefixplan.render.stream import SourceOptions
+    from prefixplan.trace.executors import Executor
+    from prefixplan.trace.intake import Intake, IntakePlan
+
+    log = tmp_path / "agent_log.jsonl"
+    log.write_bytes(gzip.decompress(EXAMPLE.read_bytes()))
+    source = SourceOptions(paths=(str(log),))
+    ray_run = Intake(IntakePlan(source, Executor(kind="ray", workers=2), 16))
+    rows = [(r.line, r.block_keys.tobytes()) for r in ray_run.rows()]
+    local = Intake(IntakePlan(source, Executor(workers=1), 16))
+    assert rows == [(r.line, r.block_keys.tobytes()) for r in local.rows()]
+    assert sum(w["jobs"] for w in ray_run.workers.values()) >= 8 and len(ray_run.workers) == 2
+    assert _record(tmp_path, [str(log)], "--executor", "ray", "--workers", "2") == _record(
+        tmp_path, [str(log)], "--workers", "1"
+    )

@@ -50,6 +50,8 @@ INLINE_BATCH = 1024
 """Lines (or requests) per job rendered in this process (fewer, larger parts to merge)."""
 SPILL_RATIO = 4
 """Decompressed bytes per compressed byte assumed when sizing a compressed log's pieces."""
+RAY_RANGE_ACTORS = 16
+"""Actors a plain file's byte ranges are sized for when ``--workers`` does not say (Ray)."""
 
 
 @dataclass(frozen=True)
@@ -251,9 +253,10 @@ class Intake:
     # -- the jobs ------------------------------------------------------------------------------
 
     def _jobs(self, run: Run, meter: ReadMeter | None, columns: bool = False) -> Iterator[ShardJob]:
-        """Whole files (at least two per worker, or Ray); else, with workers, byte ranges of each
-        plain JSON-lines file (read by the workers themselves) and batches of the other inputs'
-        lines or requests; in this process, batches. Each job carries only its own part."""
+        """Whole files (at least two per worker, or Ray: there byte ranges of plain JSON-lines
+        files); else, with local workers, byte ranges of each plain JSON-lines file, pieces of
+        compressed or remote ones (both read by the workers themselves) and batches of the other
+        inputs' requests; in this process, batches. Each job carries only its own part."""
         plan = self.plan
         source = plan.source
         # a job carries the options, never the run's in-memory records (each its own part)
@@ -274,36 +277,43 @@ class Intake:
                 **part,
             )
 
+        from prefixplan.logs import ranges
+        from prefixplan.logs.read import check_columns
+
         files = _shardable(source, run, self._inputs())
         if files is not None:
-            from prefixplan.logs.read import check_columns
-
             check_columns(files, source.read)
             for path in files:
-                yield job(path)
+                how = ranges.splittable(path, source.read) if run.kind == "ray" else None
+                if how is None:
+                    yield job(path)
+                else:  # actors on other nodes read the same path (a shared file system): in ranges
+                    yield from self._range_jobs(path, how, run.executor.workers or RAY_RANGE_ACTORS, job)
             return
         if run.kind == "inline" or source.objects is not None or "-" in source.paths:
             yield from self._batch_jobs(None, meter, batch, job)
             return
-        from prefixplan.logs import ranges
-        from prefixplan.logs.read import check_columns
-        from prefixplan.logs.remote import shown
-        from prefixplan.logs.textlog import SourceInfo
-
         expanded = self._inputs() or []
         check_columns(expanded, source.read)
         for path in expanded:
             how = ranges.splittable(path, source.read)
-            if how is None:
-                if not (yield from self._piece_jobs(path, run, meter, job)):
-                    yield from self._batch_jobs([path], meter, batch, job)
-                continue
-            name = shown(path)
-            self.errors.opened(name)
-            self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
-            size = ranges.range_size(os.path.getsize(path), run.processes)
-            for rng in ranges.line_ranges(path, range_bytes=size):
-                yield job(path, range=rng)
+            if how is not None:
+                yield from self._range_jobs(path, how, run.processes, job)
+            elif not (yield from self._piece_jobs(path, run, meter, job)):
+                yield from self._batch_jobs([path], meter, batch, job)
+
+    def _range_jobs(self, path: str, how: str, readers: int, job: Callable[..., ShardJob]) -> Iterator[ShardJob]:
+        """Jobs of byte ranges of the plain JSON-lines file ``path``, about four per reader."""
+        from prefixplan.logs import ranges
+        from prefixplan.logs.remote import shown
+        from prefixplan.logs.textlog import SourceInfo
+
+        name = shown(path)
+        self.errors.opened(name)
+        self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
+        size = ranges.range_size(os.path.getsize(path), readers)
+        for rng in ranges.line_ranges(path, range_bytes=size):
+            yield job(path, range=rng)
 
     def _piece_jobs(
         self, path: str, run: Run, meter: ReadMeter | None, job: Callable[..., ShardJob]
