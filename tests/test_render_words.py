@@ -77,6 +77,19 @@ def test_word_ids_equal_whole_encode(data: st.DataObject):
     texts = data.draw(st.lists(st.lists(alphabet, max_size=30).map("".join), min_size=1, max_size=8))
     got = words.encode(texts)
     assert got == [backend.encode(t, add_special_tokens=False).ids for t in texts]
+    assert words._to_model is not None  # new words went through the model directly
+
+
+def test_new_words_through_the_model_equal_the_joined_encode(backend: Any):
+    """The two ways of encoding new pre-tokens (the model after the byte-level mapping; one
+    encode joined by a special token) give the same ids, and those of a whole-text encode."""
+    direct = _encoder(backend)
+    joined = _encoder(backend, max_words=1000)  # built without the model path
+    assert direct._to_model is not None and joined._to_model is None
+    text = "".join(ASCII) + " Hello, world! It's 2026: x_y = [1, 2]; don't\n\n\tend  "
+    texts = [text, text.upper(), "".join(reversed(ASCII))]
+    reference = [backend.encode(t, add_special_tokens=False).ids for t in texts]
+    assert direct.encode(texts) == joined.encode(texts) == reference
 
 
 def test_non_ascii_left_to_the_tokenizer_and_memo_bounded(backend: Any):

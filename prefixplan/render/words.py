@@ -21,6 +21,13 @@ encoded through the tokenizer itself, in one batch. It is exact where:
 - a pre-token encoded alone is one pre-token again (checked for each new pre-token; a text with
   one that is not is encoded by the tokenizer whole).
 
+New pre-tokens go straight to the tokenizer's model (``backend.model.tokenize``, the BPE step the
+pipeline runs on each pre-token) after the byte-level mapping of their characters, read from the
+tokenizer's own pre-tokenizer one ASCII character at a time; at construction a probe checks that
+the mapping of a word is the concatenation of its characters' and that the model's ids equal a
+full encode (every ASCII character alone and in words). Where the probe fails, new pre-tokens
+are encoded in one call joined by a special token.
+
 Anything else (non-ASCII text, another pattern, no ``regex`` module) is encoded by the tokenizer.
 """
 
@@ -53,6 +60,7 @@ class WordEncoder:
         self._memo: dict[str, tuple[int, ...]] = {}
         self._unstable: set[str] = set()  # pre-tokens that split differently alone
         self._max = max_words
+        self._to_model: dict[int, str] | None = None  # ASCII char -> what the model sees (byte-level)
 
     @classmethod
     def for_backend(cls, backend: Any, patterns: Sequence[str]) -> WordEncoder | None:
@@ -74,7 +82,9 @@ class WordEncoder:
             ),
             None,
         )
-        return cls(backend, regex.compile(patterns[0]), separator)
+        words = cls(backend, regex.compile(patterns[0]), separator)
+        words._to_model = _model_chars(backend)
+        return words
 
     def encode(self, texts: Sequence[str]) -> list[list[int] | None]:
         split = self._split
@@ -100,11 +110,15 @@ class WordEncoder:
         return out
 
     def _learn(self, words: list[str]) -> None:
-        """Encode new pre-tokens in one call, joined by a special token (the tokenizer encodes
+        """Encode new pre-tokens: each through the model after the byte-level mapping (checked
+        at construction), or else in one call joined by a special token (the tokenizer encodes
         the texts between added tokens independently, the rule the renderers' splitting at
         special tokens rests on): the ids between separators are each word's ids alone."""
         lists: list[list[int]] | None = None
-        if self._sep is not None and len(words) > 1:
+        if self._to_model is not None:
+            tokenize, table = self._backend.model.tokenize, self._to_model
+            lists = [[t.id for t in tokenize(word.translate(table))] for word in words]
+        elif self._sep is not None and len(words) > 1:
             sep, sep_id = self._sep
             ids = self._backend.encode(sep.join(words), add_special_tokens=False).ids
             bounds = [k for k, tid in enumerate(ids) if tid == sep_id]
@@ -120,3 +134,28 @@ class WordEncoder:
             else:
                 self._unstable.add(word)
                 self._memo[word] = ()
+
+
+PROBE_WORDS = ("Hello", " world", "'s", " 1", "\n\n", "  ", " ...", "x_y", "\t\t", "ABC", " don't")
+
+
+def _model_chars(backend: Any) -> dict[int, str] | None:
+    """Each ASCII character as the pre-tokenizer hands it to the model (a byte-level stand-in),
+    or None where a probe finds that a word is not the concatenation of its characters'
+    stand-ins or the model's ids of a probe word differ from a full encode."""
+    model, pre = getattr(backend, "model", None), getattr(backend, "pre_tokenizer", None)
+    if model is None or pre is None or not hasattr(model, "tokenize"):
+        return None
+    table: dict[int, str] = {}
+    for code in range(128):
+        pieces = pre.pre_tokenize_str(chr(code))
+        if len(pieces) != 1:
+            return None
+        table[code] = pieces[0][0]
+    probes = [chr(code) for code in range(128)] + list(PROBE_WORDS) + [f"a{chr(c)}" for c in range(32, 127)]
+    for word in probes:
+        pieces = [p for p, _ in pre.pre_tokenize_str(word)]
+        ids = [t.id for p in pieces for t in model.tokenize(p)]
+        if "".join(pieces) != word.translate(table) or ids != backend.encode(word, add_special_tokens=False).ids:
+            return None
+    return table
