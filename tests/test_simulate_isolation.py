@@ -3,6 +3,8 @@ block in front; the salt boundary after the system prompt equals the salt put th
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -115,8 +117,75 @@ def test_salt_boundary_equals_the_salt_after_the_system_prompt(qwen3_path):
     assert iso["hit_tokens"]["salt_after_shared_prefix"] == int((cached - (cached > safe)).sum())
 
 
-def test_isolate_by_takes_the_tenant_id_only():
-    with pytest.raises(UsageError, match="tenant id"):
-        simulation_config(isolate_by="org")
+def test_isolate_by_takes_a_tenant_id_or_a_field_path():
+    assert simulation_config(isolate_by="metadata.org_id").isolation.field == "metadata.org_id"
+    assert simulation_config(isolate_by="user").isolation.field is None
+    for bad in ("metadata..org", "org id", ".org"):
+        with pytest.raises(UsageError, match="field of the log record"):
+            simulation_config(isolate_by=bad)
     with pytest.raises(UsageError, match="cache_salt"):
         simulation_config(isolate_by="tenant", provider="openai")
+
+
+def _orgs(records: list[dict]) -> list[str | None]:
+    """Plant the tenant in ``metadata.org_id`` (an integer for one tenant, missing or unusable for
+    a few requests) and make ``user`` useless for grouping (one user id for all)."""
+    out = []
+    for i, rec in enumerate(records):
+        org = rec.pop("user")
+        rec["user"] = "svc-account"
+        if i % 9 == 4:
+            rec["metadata"] = {"org_id": ["not", "an", "id"]} if i % 2 else {}
+            out.append(None)
+            continue
+        value: str | int = int(org[1:]) + 100 if org == "t3" else f"org-{org}"
+        rec["metadata"] = {"org_id": value, "user_id": "decoy"}
+        out.append(str(value))
+    return out
+
+
+@pytest.mark.parametrize("block", [1, 16])
+def test_isolate_by_field_equals_a_replay_salted_by_that_field(qwen3_path, tmp_path, block):
+    records = _log(7)
+    orgs = _orgs(records)
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    iso = simulate(
+        [str(path)], simulation_config(block_size=block, isolate_by="metadata.org_id"), tokenizer=f"hf:{qwen3_path}"
+    ).result.isolation
+    rendered = _rendered([{**r, "user": "x"} for r in records], qwen3_path)
+    ns = rendered[0][0].namespace
+    groups = {org: k for k, org in enumerate(dict.fromkeys(orgs))}  # missing/unusable: one group of their own
+    prepended = [
+        SimRequest(req.time, ns, np.concatenate([np.full(block, 300_000 + groups[org], np.uint32), toks]), index=i)
+        for i, ((req, toks, _), org) in enumerate(zip(rendered, orgs, strict=True))
+    ]
+    res = replay_requests(prepended, SimConfig(cache=CacheModel(block_size=block)))
+    cached = res.run(res.persistent).cached
+    assert iso["hit_tokens"]["salted"] == int(np.maximum(cached - block, 0).sum())
+    assert iso["by"] == "metadata.org_id" and "metadata.org_id" in iso["field"]
+    assert iso["tenants"] == 4 and iso["requests_without_tenant"] == orgs.count(None) > 0
+    # by the usual tenant id (one service account) nothing is isolated
+    plain = simulate(
+        [str(path)], simulation_config(block_size=block, isolate_by="user"), tokenizer=f"hf:{qwen3_path}"
+    ).result.isolation
+    assert plain["tenants"] == 1 and plain["hit_tokens"]["salted"] == plain["hit_tokens"]["shared"]
+    assert iso["hit_tokens"]["shared"] == plain["hit_tokens"]["shared"] > iso["hit_tokens"]["salted"]
+
+
+def test_field_value_reads_a_dotted_path():
+    from prefixplan.logs.dispatch import field_value
+
+    rec = {"metadata": {"org_id": 7, "tags": ["a", "b"], "flag": True, "empty": ""}, "h": {"x-org": "acme"}}
+    assert field_value(rec, "metadata.org_id") == "7"
+    assert field_value(rec, "metadata.tags.1") == "b"
+    assert field_value(rec, "h.x-org") == "acme"
+    for path in (
+        "metadata.tags",
+        "metadata.flag",
+        "metadata.empty",
+        "metadata.nope",
+        "h.x-org.deeper",
+        "metadata.tags.9",
+    ):
+        assert field_value(rec, path) is None

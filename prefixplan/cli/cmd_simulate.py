@@ -95,8 +95,9 @@ IsolateBy = Annotated[
     Optional[str],
     typer.Option(
         "--isolate-by",
-        metavar="user|tenant",
-        help="Hit rate with the engines' cache_salt per tenant, and what a salt after the shared system/tool prefix returns.",
+        metavar="user|tenant|FIELD",
+        help="Hit rate with the engines' cache_salt per tenant, and what a salt after the shared system/tool prefix "
+        "returns; FIELD: the log record's field holding the tenant (dotted, e.g. metadata.org_id).",
     ),
 ]
 

@@ -10,6 +10,7 @@ does not drop its neighbours.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from prefixplan.core.types import Request
@@ -39,14 +40,44 @@ def detect_record(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_line(obj: Any, ctx: LineContext, fmt: str = "auto") -> Parsed:
+def parse_line(obj: Any, ctx: LineContext, fmt: str = "auto", tenant_field: str | None = None) -> Parsed:
     """Requests (and unreadable parts) of one decoded line; ``fmt`` forces a format.
+    ``tenant_field`` (a dotted path, :func:`field_value`) gives every request of the line its
+    tenant id instead of the usual keys (``--isolate-by FIELD``).
 
     Raises:
         BadLine: the whole line is unreadable.
     """
     if not isinstance(obj, dict):
         raise BadLine(f"not an object: line is a JSON {jtype(obj)}")
+    parsed = _parse(obj, ctx, fmt)
+    if tenant_field is None:
+        return parsed
+    tenant = field_value(obj, tenant_field)
+    return [item if isinstance(item, BadLine) else replace(item, tenant=tenant) for item in parsed]
+
+
+def field_value(obj: dict[str, Any], path: str) -> str | None:
+    """The value at ``path`` (keys joined by dots, a list index as digits: ``metadata.org_id``,
+    ``request.headers.x-org-id``) of a record as a tenant id: a non-empty string, or an integer
+    as text; None when the path is missing or leads to anything else (an object, a list, a
+    boolean, a fraction, null, an empty string)."""
+    value: Any = obj
+    for key in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _parse(obj: dict[str, Any], ctx: LineContext, fmt: str) -> Parsed:
     kind = detect_record(obj) if fmt == "auto" else (fmt if fmt in GATEWAY_FORMATS else None)
     if kind == "litellm":
         from prefixplan.logs.litellm import parse_litellm

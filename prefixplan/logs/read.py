@@ -61,6 +61,8 @@ class ReadOptions:
             (:data:`~prefixplan.logs.limits.MAX_RECORD_TOKENS`); more is a malformed line.
         columns: ``((field, column), ...)`` for Parquet and CSV logs (``--columns``; see
             :mod:`prefixplan.logs.tables`); a string ``"field=column,..."`` or a mapping is accepted.
+        tenant_field: take each request's tenant id from this field of its record (a dotted
+            path, :func:`~prefixplan.logs.dispatch.field_value`); None: the usual keys.
     """
 
     format: str = "auto"
@@ -72,6 +74,7 @@ class ReadOptions:
     max_line_bytes: int = field(default_factory=lambda: limits.MAX_RECORD_BYTES)
     columns: tuple[tuple[str, str], ...] = ()
     max_record_tokens: int = field(default_factory=lambda: limits.MAX_RECORD_TOKENS)
+    tenant_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.format != "auto" and self.format not in FORMATS and self.format not in TABLE_FORMATS:
@@ -93,6 +96,8 @@ class ReadOptions:
             raise UsageError(f"max record tokens must be positive, got {self.max_record_tokens}")
         if self.since is not None and self.until is not None and self.since >= self.until:
             raise UsageError("--since must be earlier than --until")
+        if self.tenant_field is not None and not all(self.tenant_field.split(".")):
+            raise UsageError(f"bad field path {self.tenant_field!r}", hint="keys joined by dots, e.g. metadata.org_id")
 
 
 try:
@@ -102,7 +107,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but optional h
 _NOT_PARSED = object()
 
 
-def _decode(data: bytes, ctx: LineContext, fmt: str) -> Parsed:
+def _decode(data: bytes, ctx: LineContext, fmt: str, tenant_field: str | None) -> Parsed:
     if ctx.line_no == 1 and data.startswith(_BOM):
         data = data[3:]
     obj: Any = _NOT_PARSED
@@ -128,7 +133,7 @@ def _decode(data: bytes, ctx: LineContext, fmt: str) -> Parsed:
         except RecursionError:
             raise BadLine("nesting too deep: JSON nested deeper than the parser allows") from None
     try:
-        return parse_line(obj, ctx, fmt)
+        return parse_line(obj, ctx, fmt, tenant_field)
     except BadLine:
         raise
     except RecursionError:
@@ -165,13 +170,12 @@ def _in_time(t: float | None, since: float | None, until: float | None) -> bool:
     return t is None or not ((since is not None and t < since) or (until is not None and t >= until))
 
 
-def _requests(
-    obj: Any, ctx: LineContext, fmt: str, errors: LineErrors, bad: Any, since: float | None, until: float | None
-) -> Iterator[Request]:
+def _requests(obj: Any, ctx: LineContext, options: ReadOptions, errors: LineErrors, bad: Any) -> Iterator[Request]:
     """The requests of one decoded record (a table row, an in-memory object) in the time window;
     an unreadable record or part is reported through ``bad``."""
+    fmt = "auto" if options.format in TABLE_FORMATS else options.format
     try:
-        parsed = parse_line(obj, ctx, fmt)
+        parsed = parse_line(obj, ctx, fmt, options.tenant_field)
     except BadLine as exc:
         bad(ctx.line_no, exc.reason)
         return
@@ -181,7 +185,7 @@ def _requests(
     except Exception as exc:
         bad(ctx.line_no, f"invalid record: {type(exc).__name__}: {limits.clip(exc)}")
         return
-    yield from _in_window(parsed, ctx.line_no, errors, bad, since, until)
+    yield from _in_window(parsed, ctx.line_no, errors, bad, options.since, options.until)
 
 
 def _in_window(
@@ -214,7 +218,6 @@ def _read_table(
     bad = _reporter(errors, source, options.strict)
 
     threshold = _sample_threshold(options.sample)
-    fmt = "auto" if options.format in TABLE_FORMATS else options.format
     how = "forced by --log-format" if options.format == kind else "by its file name"
     errors.sources[source] = SourceInfo(kind, how)
     if path == STDIN and kind == "parquet":
@@ -239,7 +242,7 @@ def _read_table(
                 continue
             errors.saw(source, row_no, item)
             ctx = LineContext(source, row_no, options.trace_block_size, options.max_record_tokens)
-            yield from _requests(item, ctx, fmt, errors, bad, options.since, options.until)
+            yield from _requests(item, ctx, options, errors, bad)
         if last == 0 and shape.columns is not None:  # a header (a schema) and no rows: not an empty file
             errors.lines_read += 1
             errors.sources[source].notes.append(f"{EMPTY_TABLE} ({shape.columns} columns)")
@@ -291,7 +294,7 @@ def _parse_line(
     errors.saw(source, line_no, data)
     ctx = LineContext(source, line_no, options.trace_block_size, options.max_record_tokens)
     try:
-        parsed = _decode(data, ctx, options.format)
+        parsed = _decode(data, ctx, options.format, options.tenant_field)
     except BadLine as exc:
         bad(line_no, exc.reason)
         return
@@ -426,19 +429,11 @@ def iter_objects(
     bad = _reporter(errors, source, options.strict)
 
     since, until = options.since, options.until
-    fmt = "auto" if options.format in TABLE_FORMATS else options.format
     for i, obj in enumerate(objects, start=1):
         errors.saw(source, i, obj)
         if not isinstance(obj, Request):
-            yield from _requests(
-                obj,
-                LineContext(source, i, options.trace_block_size, options.max_record_tokens),
-                fmt,
-                errors,
-                bad,
-                since,
-                until,
-            )
+            ctx = LineContext(source, i, options.trace_block_size, options.max_record_tokens)
+            yield from _requests(obj, ctx, options, errors, bad)
             continue
         errors.requests_read += 1
         if _in_time(obj.time, since, until):

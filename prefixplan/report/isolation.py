@@ -32,7 +32,10 @@ def render_isolation(doc: Mapping[str, Any], console: Console) -> None:
     for line in isolation_lines(doc):
         console.print(escape(line))
     if doc["requests_without_tenant"]:
-        console.print(f"[dim]note: {doc['requests_without_tenant']:,} requests have no tenant: they share one salt[/]")
+        console.print(
+            f"[dim]note: {doc['requests_without_tenant']:,} requests have no tenant (the field is missing, or not "
+            "a string or integer): they share one salt[/]"
+        )
     if not doc["shared_prefixes"]:
         return
     table = Table(

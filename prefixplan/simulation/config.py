@@ -124,9 +124,15 @@ class WaterfallModel:
 @dataclass(frozen=True, slots=True)
 class IsolationModel:
     """``--isolate-by``: per-tenant ``cache_salt`` (:mod:`prefixplan.simulation.isolation`); ``by``
-    names the option's value (``user`` or ``tenant``: both the log's tenant id)."""
+    names the option's value: ``user`` or ``tenant`` (both the log's tenant id), or a field of the
+    log record (a dotted path such as ``metadata.org_id``) that the reader takes the id from."""
 
     by: str = "tenant"
+
+    @property
+    def field(self) -> str | None:
+        """The log field the tenant id is read from; None for the log's usual tenant id."""
+        return None if self.by in ("user", "tenant") else self.by
 
 
 @dataclass(frozen=True, slots=True)

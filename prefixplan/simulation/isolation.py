@@ -142,7 +142,7 @@ class IsolationTraces:
         )
         return {
             "by": by,
-            "field": TENANT_FIELD,
+            "field": TENANT_FIELD if by in ("user", "tenant") else f"the log record's {by}",
             "run": head.label,
             "tenants": len(self.tenants),
             "requests_without_tenant": self.without_tenant,

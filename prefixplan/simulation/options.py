@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from prefixplan.errors import UsageError
@@ -186,18 +187,20 @@ def _profile(
 
 
 ISOLATE_BY = ("user", "tenant")
-"""What ``--isolate-by`` takes: the rows carry one tenant id per request (the log's ``tenant``,
-``tenant_id``, ``user``, ``user_id`` or ``metadata.user_id``, the first present)."""
+"""``--isolate-by`` values that mean the log's usual tenant id (``tenant``, ``tenant_id``,
+``user``, ``user_id`` or ``metadata.user_id``, the first present); any other value names a field
+of the log record (a dotted path) that the reader takes the id from."""
+_FIELD_PATH = re.compile(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*")
 
 
 def _isolation(by: str | None, provider: str | None) -> IsolationModel | None:
     if by is None:
         return None
-    if by not in ISOLATE_BY:
+    if by not in ISOLATE_BY and not _FIELD_PATH.fullmatch(by):
         raise UsageError(
-            f"--isolate-by {by}: the rendered rows carry one tenant id per request, not other fields",
-            hint="use --isolate-by tenant (or user: the same id, the first of tenant, tenant_id, user, user_id, "
-            "metadata.user_id); for Parquet/CSV logs map a column with --columns tenant=COLUMN",
+            f"--isolate-by {by!r}: not tenant, user or a field of the log record",
+            hint="name a field by its keys joined by dots, e.g. --isolate-by metadata.org_id "
+            "(Parquet/CSV logs: --columns tenant=COLUMN --isolate-by tenant)",
         )
     if provider is not None:
         raise UsageError("--isolate-by models the engines' cache_salt; a hosted cache (--provider) has none")

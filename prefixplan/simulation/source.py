@@ -47,6 +47,7 @@ def simulate_source(
     fingerprint must match the renderer used here (:class:`UsageError` otherwise).
     """
 
+    source = _tenant_source(source, config)
     routing = trace_out is not None or config.fleet is not None
     # the waterfall's token-level run takes rows with a key per token: not when they are written
     # out, nor from a trace file written at a coarser block size
@@ -80,6 +81,19 @@ def simulate_source(
     result = sim.result()
     progress.end()
     return result, intake.errors
+
+
+def _tenant_source(source: SourceOptions, config: SimConfig) -> SourceOptions:
+    """``source`` reading each request's tenant id from ``--isolate-by FIELD``'s field."""
+    field = config.isolation.field if config.isolation is not None else None
+    if field is None:
+        return source
+    if trace_input(source) is not None:
+        raise UsageError(
+            f"--isolate-by {field}: a trace file's rows carry the tenant id read when it was written",
+            hint="simulate the logs, or use --isolate-by tenant",
+        )
+    return replace(source, read=replace(source.read, tenant_field=field))
 
 
 def _with_pins(config: SimConfig, intake: Intake, pins_from: str | Path, pin_top: int) -> SimConfig:
