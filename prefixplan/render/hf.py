@@ -29,6 +29,7 @@ from prefixplan.errors import TokenizerError
 from prefixplan.render.chatnorm import engine_messages
 from prefixplan.render.engine_ids import raw_ids_prompt
 from prefixplan.render.hf_encode import HFEncoder
+from prefixplan.render.sandbox_memo import install as install_sandbox_memo
 from prefixplan.render.spans import assign, locate
 from prefixplan.render.tojson_memo import install as install_tojson_memo
 from prefixplan.render.tojson_memo import tojson_memo
@@ -97,6 +98,7 @@ class HFRenderer:
         for template in templates.values() if isinstance(templates, dict) else (templates,):
             if isinstance(template, str):
                 install_tojson_memo(template)
+                install_sandbox_memo(template)
 
     @property
     def _paragraph_split(self) -> bool:
