@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prefixplan.render.boundaries import CutRule, rule_for_hf, rule_for_patterns
 
@@ -126,6 +128,18 @@ def test_the_finder_and_the_rule_agree() -> None:
     for cp in itertools.chain(range(0xD800), range(0xE000, 0x10000)):
         text = "a\n" + chr(cp)
         assert (finder.search(text) is not None) == CutRule("t", extra="/").allows(text, 2), hex(cp)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.text(alphabet=st.sampled_from(["\n", " ", "\t", "a", "/", "\u0301", "é", "\r"]), max_size=40))
+def test_the_finders_cut_exactly_where_the_rule_allows(text: str) -> None:
+    """Lines end at every cut the rule allows; paragraphs at those after a blank line."""
+    rule = CutRule("t", extra="/")
+    ends = [m.end() for m in rule.pattern().finditer(text)]
+    paragraph_ends = [m.end() for m in rule.paragraph_pattern().finditer(text)]
+    allowed = [q for q in range(len(text) + 1) if rule.allows(text, q)]
+    assert ends == allowed
+    assert paragraph_ends == [q for q in allowed if text[q - 2 : q] == "\n\n"]
 
 
 def test_nothing_unproved_gets_a_rule(tmp_path) -> None:

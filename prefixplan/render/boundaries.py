@@ -88,9 +88,10 @@ class CutRule:
         return re.compile(r"\n(?=[^\s" + re.escape(self.extra) + "])")
 
     def paragraph_pattern(self) -> re.Pattern[str]:
-        """Matches the second line feed of a blank line before an allowed cut (a subset of
-        :meth:`pattern`'s cuts)."""
-        return re.compile(r"(?<=\n)\n(?=[^\s" + re.escape(self.extra) + "])")
+        """Matches the two line feeds of a blank line before an allowed cut (a subset of
+        :meth:`pattern`'s cuts; it begins with a literal, so the engine searches for it fast,
+        where a look-behind was tried at every character: 13x slower)."""
+        return re.compile(r"\n\n(?=[^\s" + re.escape(self.extra) + "])")
 
     def allows(self, text: str, q: int) -> bool:
         """Whether ``text`` may be cut at ``q``."""
