@@ -101,6 +101,16 @@ IsolateBy = Annotated[
     ),
 ]
 
+AchievedFromStatus = Annotated[
+    Optional[str],
+    typer.Option(
+        "--achieved-from-status",
+        metavar="[BEFORE,]AFTER",
+        help="The waterfall's achieved bar from the engines' prefix-cache counters: `prefixplan status --json` "
+        "files taken before and after the log's traffic (one: since the engines started).",
+    ),
+]
+
 _NOT_CONFIG = frozenset({"logs", "source", "executor", "analysis", "top", "json_out", "trace_out", "quiet"})
 _RENAMED = {"granularity": "engine", "tier": "tiers"}
 
@@ -153,6 +163,7 @@ def simulate(
     max_num_seqs: o.MaxSeqs = None,
     waterfall: WaterfallOpt = True,
     isolate_by: IsolateBy = None,
+    achieved_from_status: AchievedFromStatus = None,
     json_out: o.Json = None,
     trace_out: o.TraceOut = None,
     quiet: o.Quiet = False,

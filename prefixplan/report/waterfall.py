@@ -90,13 +90,14 @@ def waterfall_bars(doc: Mapping[str, Any]) -> list[Bar]:
     )
     if doc.get("achieved_tokens") is not None:
         n = doc["achieved_requests"]
+        where = doc.get("achieved_source") or (f"the log, {n:,} requests" if n is not None else "the log")
         bars.append(
             Bar(
                 "",
-                "achieved (the engine's cached_tokens)",
+                "achieved (what the engine reused)",
                 doc["achieved_tokens"],
                 share(doc["achieved_tokens"]),
-                f"the log, {n:,} requests",
+                where,
             )
         )
         bars.append(

@@ -48,6 +48,7 @@ class Waterfall:
     predicted_tokens: int
     achieved_tokens: int | None = None
     achieved_requests: int | None = 0  # None: the count is not known (an analysis record's sum)
+    achieved_source: str | None = None  # the log's cached_tokens, or the engines' counters
     requests: int = 0
     notes: tuple[str, ...] = ()
 
@@ -79,6 +80,7 @@ class Waterfall:
             "predicted_tokens": self.predicted_tokens,
             "achieved_tokens": self.achieved_tokens,
             "achieved_requests": self.achieved_requests,
+            "achieved_source": self.achieved_source,
             "requests": self.requests,
             "unexplained_tokens": self.unexplained_tokens,
             "notes": list(self.notes),

@@ -20,6 +20,7 @@ from prefixplan.core.granularity import Granularity, engine_granularity, provide
 from prefixplan.savings.kvsize import KVShape
 from prefixplan.savings.prefill import PrefillProfile
 from prefixplan.simulation.batch import DEFAULT_DECODE_TPS, DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_TPS
+from prefixplan.simulation.engine_counts import EngineCounts
 from prefixplan.simulation.fleet import FleetModel
 from prefixplan.simulation.load import LoadModel
 from prefixplan.simulation.spec import AutoPromote, Tier
@@ -119,6 +120,7 @@ class WaterfallModel:
 
     breaker_tokens: int | None = None
     breaker_source: str | None = None
+    engine: EngineCounts | None = None  # --achieved-from-status: the engines' counters
 
 
 @dataclass(frozen=True, slots=True)

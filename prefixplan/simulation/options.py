@@ -56,6 +56,7 @@ def build_config(
     max_num_seqs: int | None = None,
     waterfall: bool = True,
     isolate_by: str | None = None,
+    achieved_from_status: str | None = None,
 ) -> SimConfig:
     """Validate and convert options (capacities may be bytes when the KV size is known).
 
@@ -66,7 +67,9 @@ def build_config(
     one derived from the model (``model_config``, else ``model``) on ``gpu`` x ``tensor_parallel``
     at ``efficiency`` (:func:`prefixplan.savings.derive.model_profile`), else the default.
     ``rate_scale`` turns on the timed replay of TTFT under load (:mod:`prefixplan.simulation.load`);
-    ``waterfall`` the hit-loss attribution (:mod:`prefixplan.simulation.waterfall`).
+    ``waterfall`` the hit-loss attribution (:mod:`prefixplan.simulation.waterfall`), its achieved
+    bar from ``achieved_from_status`` (one or two ``status --json`` files:
+    :mod:`prefixplan.simulation.engine_counts`) when given.
     """
     kv: KVShape | None = None
     if model_config is not None:
@@ -130,7 +133,7 @@ def build_config(
     return SimConfig(
         fleet=fleet,
         load=_load_model(rate_scale, max_num_batched_tokens, max_num_seqs),
-        waterfall=WaterfallModel() if waterfall and provider is None else None,
+        waterfall=_waterfall(waterfall, provider, achieved_from_status),
         isolation=_isolation(isolate_by, provider),
         notes=notes,
         cache=CacheModel(
@@ -205,6 +208,22 @@ def _isolation(by: str | None, provider: str | None) -> IsolationModel | None:
     if provider is not None:
         raise UsageError("--isolate-by models the engines' cache_salt; a hosted cache (--provider) has none")
     return IsolationModel(by)
+
+
+def _waterfall(waterfall: bool, provider: str | None, achieved_from_status: str | None) -> WaterfallModel | None:
+    """The waterfall's model: ``--achieved-from-status`` reads the engines' counters for its achieved bar."""
+    if achieved_from_status is not None and (not waterfall or provider is not None):
+        raise UsageError(
+            "--achieved-from-status sets the waterfall's achieved bar from an engine's counters",
+            hint="drop --no-waterfall" if provider is None else "a hosted cache (--provider) has no such counters",
+        )
+    if not waterfall or provider is not None:
+        return None
+    if achieved_from_status is None:
+        return WaterfallModel()
+    from prefixplan.simulation.engine_counts import engine_counts
+
+    return WaterfallModel(engine=engine_counts(achieved_from_status))
 
 
 def _load_model(rate_scale: float | None, tokens: int | None, seqs: int | None) -> LoadModel | None:

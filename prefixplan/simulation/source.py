@@ -70,7 +70,8 @@ def simulate_source(
                 from prefixplan.simulation.waterfall import breaker_model
 
                 record = load_record(pins_from)
-                config = replace(config, waterfall=breaker_model(record.breakers, f"the breakers of {pins_from}"))
+                breakers = breaker_model(record.breakers, f"the breakers of {pins_from}")
+                config = replace(config, waterfall=replace(breakers, engine=config.waterfall.engine))
         sim = Simulation(config, routing=routing, token_level=token_level)
         for item in intake.batches(columns=sim.takes_columns):
             if isinstance(item, RowColumns):

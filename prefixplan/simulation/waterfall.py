@@ -32,6 +32,7 @@ import numpy as np
 
 from prefixplan.simulation.attribution import Run, Step, Waterfall
 from prefixplan.simulation.config import WaterfallModel
+from prefixplan.simulation.engine_counts import EngineCounts, coverage_note
 from prefixplan.simulation.models import run_model
 from prefixplan.simulation.replay import default_priorities, policy_spec
 from prefixplan.simulation.spec import CacheSpec, parse_ttl
@@ -137,19 +138,38 @@ def attribute(
     ]
     for name, a, b in (("capacity", "block", "capacity"), ("ttl", "capacity", "ttl"), ("replicas", "ttl", "fleet")):
         steps.append(Step(name, int(hits[a] or 0) - int(hits[b] or 0), a, b, asked=asked[name]))
-    n_logged = achieved[1] if achieved else 0
-    if n_logged is not None and 0 < n_logged < trace.n_requests:
-        notes.append(f"achieved: {n_logged:,} of {trace.n_requests:,} requests carry the engine's cached_tokens")
+    tokens, n_logged, source = _achieved(achieved, model.engine, trace, notes)
     return Waterfall(
         prompt_tokens=prompt,
         runs=tuple(runs),
         steps=tuple(steps),
         predicted_tokens=int(hits["fleet"] or 0),
-        achieved_tokens=achieved[0] if achieved and n_logged != 0 else None,
+        achieved_tokens=tokens,
         achieved_requests=n_logged,
+        achieved_source=source,
         requests=trace.n_requests,
         notes=tuple(notes),
     )
+
+
+def _achieved(
+    logged: tuple[int, int | None] | None, engine: EngineCounts | None, trace: BlockTrace, notes: list[str]
+) -> tuple[int | None, int | None, str | None]:
+    """(achieved tokens, requests that logged them, where they come from): the engines' counters
+    when given (the log's sum then in a note), else the log's ``cached_tokens``."""
+    n_logged = logged[1] if logged else 0
+    if engine is not None:
+        prompt = int(trace.prompt_tokens.sum())
+        notes.append(coverage_note(engine, prompt))
+        if logged and n_logged != 0:
+            notes.append(f"achieved: the log's cached_tokens sum to {logged[0]:,}")
+        return engine.hits, None, engine.source
+    if n_logged is not None and 0 < n_logged < trace.n_requests:
+        notes.append(f"achieved: {n_logged:,} of {trace.n_requests:,} requests carry the engine's cached_tokens")
+    if not logged or n_logged == 0:
+        return None, n_logged, None
+    where = "the log's cached_tokens" + (f", {n_logged:,} requests" if n_logged is not None else "")
+    return logged[0], n_logged, where
 
 
 def breaker_model(breakers: Iterable[Mapping[str, Any]], source: str) -> WaterfallModel:
