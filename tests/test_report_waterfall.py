@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 from rich.console import Console
 
@@ -13,6 +14,7 @@ from prefixplan.report.actions import next_steps
 from prefixplan.report.console import render_analysis
 from prefixplan.report.html import render_html
 from prefixplan.report.markdown import render_markdown
+from prefixplan.report.waterfall import waterfall_bars
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +55,43 @@ def test_next_steps_cite_the_waterfall(record):
     assert f"the waterfall loses {capacity:,} tokens to capacity" in size.effect
     assert "simulation.waterfall" in size.source
     assert "simulation.waterfall" in actions["move-dynamic"].source
+
+
+def test_the_token_level_bound_brackets_the_exact_figure(record):
+    """analyze's rows carry 16-token keys: its waterfall bounds the token-level hits; simulate's
+    token-level run (one key a token) on the same log falls inside, at the bound's low end the
+    whole-block hits."""
+    from prefixplan.api import simulate, simulation_config
+
+    wf = record["simulation"]["waterfall"]
+    bound = wf["token_level_bound"]
+    persistent = next(r for r in record["simulation"]["runs"] if r["label"] == record["simulation"]["persistent"])
+    assert bound["low"] == persistent["hit_tokens"]
+    exact = simulate(["examples/agent_log.jsonl.gz"], simulation_config(capacity="2e4")).result.waterfall
+    token = exact.run("token").hit_tokens
+    assert exact.token_bound is None and exact.to_json()["token_level_bound"] is None
+    assert bound["low"] <= token <= bound["high"]
+    assert bound["high"] > token  # a bound, not the figure
+    lines = [f"{b.label} {b.source}" for b in waterfall_bars(wf)]
+    assert f"shared at token level: a bound (keys per block) {bound['low']:,} to {bound['high']:,} tokens" in " ".join(
+        lines
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("block", [4, 16])
+def test_the_bound_holds_on_random_logs(seed, block):
+    from prefixplan.api import simulate, simulation_config
+    from prefixplan.simulation import SimRequest, Simulation
+    from prefixplan.simulation.waterfall import token_bound
+    from tests.test_simulate_waterfall import _records
+
+    records = _records(seed, 30)
+    exact = simulate(records, simulation_config(block_size=block), workers=1).result.waterfall
+    sim = Simulation(simulation_config(block_size=block, waterfall=False))
+    for i, rec in enumerate(records):
+        sim.add(SimRequest(rec["timestamp"], "m", np.asarray(rec["prompt"], dtype=np.uint32), index=i))
+    sim.result()
+    low, high = token_bound(sim.trace)
+    assert low == exact.run("block").hit_tokens
+    assert low <= exact.run("token").hit_tokens <= high

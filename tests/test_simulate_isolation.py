@@ -189,3 +189,18 @@ def test_field_value_reads_a_dotted_path():
         "metadata.tags.9",
     ):
         assert field_value(rec, path) is None
+
+
+def test_analyze_isolates_by_tenant_as_simulate_does(qwen3_path):
+    """analyze --isolate-by: the record's simulation.isolation is simulate's at the same capacity."""
+    from prefixplan.api import analyze
+
+    records = _log(9)
+    tok = f"hf:{qwen3_path}"
+    rec = analyze(records, tokenizer=tok, configured_capacity=3000, isolate_by="tenant", rag_whatif=False).to_json()
+    iso = rec["simulation"]["isolation"]
+    sim = simulate(records, simulation_config(capacity="3000", isolate_by="tenant"), tokenizer=tok, workers=1)
+    assert iso == sim.result.isolation
+    assert iso["tenants"] == 4 and iso["isolation_cost_tokens"] > 0
+    with pytest.raises(UsageError, match="analyze salts by the log.s tenant id"):
+        analyze(records, tokenizer=tok, isolate_by="metadata.org_id")

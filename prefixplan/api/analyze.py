@@ -21,6 +21,7 @@ class HeadlineOptions:
 
     capacities: tuple[float, ...] | None = None  # None: 10 per decade up to the log's footprint
     configured_capacity: float | None = None
+    isolate_by: str | None = None  # user | tenant: what per-tenant cache_salt costs (simulation.isolation)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,11 @@ def run_analyze(request: AnalyzeRequest, progress: Progress = NO_PROGRESS) -> An
         from prefixplan.simulation.headline import headline_simulation
 
         sim = headline_simulation(
-            options.engine, options.granularity, headline.capacities, headline.configured_capacity
+            options.engine,
+            options.granularity,
+            headline.capacities,
+            headline.configured_capacity,
+            isolate_by=headline.isolate_by,
         )
         # the analysis's block trace is the headline's: replayed as is, not built twice
         shared = sim.can_share(engine_granularity(options.engine, options.block_size))
@@ -174,6 +179,7 @@ def analyze(
     simulate: bool = True,
     capacities: Sequence[float] | None = None,
     configured_capacity: float | None = None,
+    isolate_by: str | None = None,
     store: bool = False,
     db: str | None = None,
 ) -> Analysis:
@@ -195,6 +201,8 @@ def analyze(
         simulate: also replay the requests (in-batch vs persistent cache, LRU capacity curve).
         capacities: capacities (tokens) of that curve (default: 10 per decade from 1e4 up to the
             log's block footprint); ``configured_capacity`` is marked on it.
+        isolate_by: ``"tenant"`` (or ``"user"``): also the hit rate with per-tenant ``cache_salt``
+            (the record's ``simulation.isolation``).
         store: record the analysis (and lineage-named keys) in the SQLite store at ``db``.
 
     Returns:
@@ -228,5 +236,5 @@ def analyze(
         rag_whatif=rag_whatif,
     )
     caps = tuple(capacities) if capacities is not None else None
-    headline = HeadlineOptions(caps, configured_capacity) if simulate else None
+    headline = HeadlineOptions(caps, configured_capacity, isolate_by) if simulate else None
     return run_analyze(AnalyzeRequest(options, headline, AnalyzeOutputs(store=store, db=db))).analysis

@@ -67,6 +67,7 @@ def analyze(
     rag_whatif: RagWhatif = True,
     simulate: SimulateToo = True,
     capacity: o.Capacity = None,
+    isolate_by: o.IsolateBy = None,
     json_out: o.Json = None,
     trace_out: o.TraceOut = None,
     html_out: o.Html = None,
@@ -99,7 +100,9 @@ def analyze(
         show_user_text=show_user_text,
         rag_whatif=rag_whatif,
     )
-    headline = HeadlineOptions(configured_capacity=headline_capacity(capacity)) if simulate else None
+    headline = (
+        HeadlineOptions(configured_capacity=headline_capacity(capacity), isolate_by=isolate_by) if simulate else None
+    )
     outputs = AnalyzeOutputs(
         store=store,
         db=str(db) if db else None,

@@ -91,16 +91,6 @@ WaterfallOpt = Annotated[
         help="Where the hits go: prompt tokens down to the prediction, each step the difference of two runs.",
     ),
 ]
-IsolateBy = Annotated[
-    Optional[str],
-    typer.Option(
-        "--isolate-by",
-        metavar="user|tenant|FIELD",
-        help="Hit rate with the engines' cache_salt per tenant, and what a salt after the shared system/tool prefix "
-        "returns; FIELD: the log record's field holding the tenant (dotted, e.g. metadata.org_id).",
-    ),
-]
-
 AchievedFromStatus = Annotated[
     Optional[str],
     typer.Option(
@@ -162,7 +152,7 @@ def simulate(
     max_num_batched_tokens: o.MaxBatchedTokens = None,
     max_num_seqs: o.MaxSeqs = None,
     waterfall: WaterfallOpt = True,
-    isolate_by: IsolateBy = None,
+    isolate_by: o.IsolateBy = None,
     achieved_from_status: AchievedFromStatus = None,
     json_out: o.Json = None,
     trace_out: o.TraceOut = None,

@@ -404,3 +404,12 @@ Quiet = Annotated[
     bool,
     typer.Option("--quiet", "-q", metavar="", help="No console report and no progress (errors still go to stderr)."),
 ]
+IsolateBy = Annotated[
+    Optional[str],
+    typer.Option(
+        "--isolate-by",
+        metavar="user|tenant|FIELD",
+        help="Hit rate with the engines' cache_salt per tenant, and what a salt after the shared system/tool prefix "
+        "returns; FIELD (simulate): the log record's field holding the tenant (dotted, e.g. metadata.org_id).",
+    ),
+]

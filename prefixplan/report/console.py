@@ -107,6 +107,10 @@ def render_analysis(record: dict[str, Any], console: Console, *, top: int | None
         from prefixplan.report.waterfall import render_waterfall
 
         render_waterfall(sim["waterfall"], console)
+    if sim and sim.get("isolation"):
+        from prefixplan.report.isolation import render_isolation
+
+        render_isolation(sim["isolation"], console)
 
     kinds = record.get("kinds") or {}
     if kinds:

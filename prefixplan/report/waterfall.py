@@ -63,6 +63,17 @@ def waterfall_bars(doc: Mapping[str, Any]) -> list[Bar]:
     for name in ("unique", "breakers"):
         label = SHORT[name] if name != "unique" or token["hit_tokens"] is not None else UNIQUE_IN_BLOCKS
         bars.append(Bar("-", label, steps[name]["tokens"], share(steps[name]["tokens"]), _source(doc, steps[name])))
+    bound = doc.get("token_level_bound")
+    if token["hit_tokens"] is None and bound:
+        bars.append(
+            Bar(
+                "",
+                "shared at token level: a bound (keys per block)",
+                None,
+                None,
+                f"{bound['low']:,} to {bound['high']:,} tokens ({_pct(share(bound['low']))}-{_pct(share(bound['high']))})",
+            )
+        )
     if token["hit_tokens"] is not None:
         bars.append(
             Bar(

@@ -51,6 +51,7 @@ class Waterfall:
     achieved_source: str | None = None  # the log's cached_tokens, or the engines' counters
     requests: int = 0
     notes: tuple[str, ...] = ()
+    token_bound: tuple[int, int] | None = None  # (low, high) token-level hits when not computed exactly
 
     def run(self, name: str) -> Run:
         return next(r for r in self.runs if r.name == name)
@@ -83,5 +84,8 @@ class Waterfall:
             "achieved_source": self.achieved_source,
             "requests": self.requests,
             "unexplained_tokens": self.unexplained_tokens,
+            "token_level_bound": None
+            if self.token_bound is None
+            else {"low": self.token_bound[0], "high": self.token_bound[1]},
             "notes": list(self.notes),
         }

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from prefixplan.errors import UsageError
 from prefixplan.savings.prefill import PrefillProfile, load_profile, profile_json
-from prefixplan.simulation.config import CacheModel, SimConfig
+from prefixplan.simulation.config import CacheModel, IsolationModel, SimConfig
 from prefixplan.simulation.models import run_model
 from prefixplan.simulation.replay import replay
 from prefixplan.simulation.result import CacheRun, SimResult, to_json
@@ -82,7 +83,12 @@ class HeadlineSimulation(Simulation):
         """Whether the analysis's block trace at ``granularity`` is this simulation's block trace
         (the same blocks and replay order; no breakpoint model, no fleet), so that
         :meth:`use_trace` can replace adding every row again."""
-        return self._anthropic is None and self.config.fleet is None and self._builder.granularity == granularity
+        return (
+            self._anthropic is None
+            and self.config.fleet is None
+            and self._isolation is None  # the salted traces are built from the rows
+            and self._builder.granularity == granularity
+        )
 
     def use_trace(self, trace: BlockTrace) -> None:
         """Replay ``trace`` (built by the analysis from the same rows) instead of rows added here."""
@@ -104,8 +110,11 @@ class HeadlineSimulation(Simulation):
             config = replace(config, cache=replace(config.cache, capacities=tuple(sorted(caps))))
             self.config = config
         self._trace = trace
-        self._result = replay(trace, config, self._anthropic)
-        return self._result
+        result = replay(trace, config, self._anthropic)
+        if self._isolation is not None and config.isolation is not None:
+            result = replace(result, isolation=self._isolation.result(config, result, config.isolation.by))
+        self._result = result
+        return result
 
     def section(self, configured_capacity: float | None, candidates: Sequence[CandidateRecord] = ()) -> dict[str, Any]:
         """The record's ``simulation`` section: :func:`headline_json` plus the fields of this module."""
@@ -257,20 +266,37 @@ def headline_simulation(
     block_size: int | None = None,
     capacities: Sequence[float] | None = None,
     configured_capacity: float | None = None,
+    *,
+    isolate_by: str | None = None,
 ) -> HeadlineSimulation:
     """The simulation ``analyze`` runs beside its candidates: in-batch vs persistent cache and an
     LRU capacity curve at the analysis granularity (savings at ``configured_capacity`` when
     given, else at the unbounded cache). Without ``capacities`` the curve is the fine sweep of
-    :func:`sweep_capacities`."""
+    :func:`sweep_capacities`. ``isolate_by`` (``tenant`` or ``user``) adds what per-tenant
+    ``cache_salt`` costs (:mod:`prefixplan.simulation.isolation`)."""
     caps = set(capacities or ()) | ({configured_capacity} if configured_capacity else set())
     return HeadlineSimulation(
         SimConfig(
             cache=CacheModel(engine=engine, block_size=block_size, capacities=tuple(sorted(caps))),
             headline_capacity=configured_capacity,
             headline_unbounded=configured_capacity is None,
+            isolation=_isolation(isolate_by),
         ),
         auto_sweep=capacities is None,
     )
+
+
+def _isolation(by: str | None) -> IsolationModel | None:
+    """analyze's ``--isolate-by``: the log's tenant id only (a field of the record would change
+    the tenants analyze counts before it shows a prefix's text)."""
+    if by is None:
+        return None
+    if IsolationModel(by).field is not None:
+        raise UsageError(
+            f"analyze --isolate-by {by}: analyze salts by the log's tenant id (tenant or user)",
+            hint="another field of the record: prefixplan simulate --isolate-by FIELD",
+        )
+    return IsolationModel(by)
 
 
 def headline_json(result: SimResult, configured_capacity: float | None) -> dict[str, Any]:

@@ -139,6 +139,13 @@ def attribute(
     for name, a, b in (("capacity", "block", "capacity"), ("ttl", "capacity", "ttl"), ("replicas", "ttl", "fleet")):
         steps.append(Step(name, int(hits[a] or 0) - int(hits[b] or 0), a, b, asked=asked[name]))
     tokens, n_logged, source = _achieved(achieved, model.engine, trace, notes)
+    bound = None
+    if hits["token"] is None and trace.n_requests:
+        bound = token_bound(trace)
+        notes.append(
+            f"token level: between {bound[0]:,} and {bound[1]:,} tokens (a bound: each request shares at most "
+            "one block less a token beyond its whole-block hits, and never its last token)"
+        )
     return Waterfall(
         prompt_tokens=prompt,
         runs=tuple(runs),
@@ -149,7 +156,21 @@ def attribute(
         achieved_source=source,
         requests=trace.n_requests,
         notes=tuple(notes),
+        token_bound=bound,
     )
+
+
+def token_bound(trace: BlockTrace) -> tuple[int, int]:
+    """(low, high) of the token-level hits when the rows carry keys per block: a request whose
+    first ``h`` tokens are hits of whole blocks (unbounded cache) shares at least ``h`` and at most
+    ``h + block - 1`` tokens with earlier requests at token level (the next block differs), and
+    never its last token."""
+    out = run_model(trace, CacheSpec("lru"))
+    block = trace.block_tokens.astype(np.int64)
+    hits = out.hit_blocks.astype(np.int64) * block
+    last = np.maximum(trace.prompt_tokens.astype(np.int64) - 1, 0)
+    high = np.maximum(hits, np.minimum(last, hits + block - 1))
+    return int(hits.sum()), int(high.sum())
 
 
 def _achieved(
