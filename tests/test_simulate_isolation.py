@@ -204,3 +204,28 @@ def test_analyze_isolates_by_tenant_as_simulate_does(qwen3_path):
     assert iso["tenants"] == 4 and iso["isolation_cost_tokens"] > 0
     with pytest.raises(UsageError, match="analyze salts by the log.s tenant id"):
         analyze(records, tokenizer=tok, isolate_by="metadata.org_id")
+
+
+def test_isolate_by_field_reads_the_same_with_workers_and_refuses_a_trace_file(qwen3_path, tmp_path):
+    """The field is read where the lines are parsed: two processes give what one does; a trace
+    file's rows keep the tenant read when it was written, so a field is refused there."""
+    records = _log(11)
+    _orgs(records)
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = simulation_config(block_size=16, isolate_by="metadata.org_id")
+    tok = f"hf:{qwen3_path}"
+    one = simulate([str(path)], config, tokenizer=tok, workers=1).result.isolation
+    two = simulate([str(path)], config, tokenizer=tok, workers=2).result.isolation
+    assert one == two and one["tenants"] == 4
+    trace = tmp_path / "rows.parquet"
+    from prefixplan.api import SimulateRequest, run_simulate
+    from prefixplan.api.source import source_options
+
+    run_simulate(
+        SimulateRequest(
+            source_options([str(path)], tokenizer=tok), simulation_config(block_size=16), trace_out=str(trace)
+        )
+    )
+    with pytest.raises(UsageError, match="a trace file's rows carry the tenant id"):
+        simulate([str(trace)], config)
