@@ -229,3 +229,26 @@ def test_isolate_by_field_reads_the_same_with_workers_and_refuses_a_trace_file(q
     )
     with pytest.raises(UsageError, match="a trace file's rows carry the tenant id"):
         simulate([str(trace)], config)
+
+
+def test_isolation_on_a_fleet_equals_a_fleet_replay_with_the_salt_prepended(qwen3_path):
+    """--replicas N: each replica's cache salted per tenant; under round-robin (routing that does
+    not read the prompt) that is a fleet replay of the tokens with the salt block in front."""
+    from prefixplan.simulation.fleet import FleetModel
+
+    records, block = _log(13), 16
+    config = simulation_config(block_size=block, isolate_by="tenant", replicas=2, router="round-robin")
+    res = simulate(records, config, tokenizer=f"hf:{qwen3_path}", workers=1).result
+    iso = res.isolation["fleet"]
+    assert iso["router"] == "round-robin" and iso["replicas"] == 2
+    assert iso["hit_tokens"]["shared"] == res.fleet[0].cached_tokens
+    rendered = _rendered(records, qwen3_path)
+    ns = rendered[0][0].namespace
+    prepended = [
+        SimRequest(req.time, ns, np.concatenate([_salt(req.tenant, block), toks]), index=i)
+        for i, (req, toks, _) in enumerate(rendered)
+    ]
+    fleet = FleetModel(replicas=2, routers=("round-robin",))
+    replay = replay_requests(prepended, SimConfig(cache=CacheModel(block_size=block), fleet=fleet)).fleet[0]
+    assert iso["hit_tokens"]["salted"] == int(np.maximum(replay.cached - block, 0).sum())
+    assert iso["hit_tokens"]["shared"] > iso["hit_tokens"]["salt_after_shared_prefix"] >= iso["hit_tokens"]["salted"]

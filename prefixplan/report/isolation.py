@@ -11,6 +11,15 @@ from rich.console import Console
 def isolation_lines(doc: Mapping[str, Any]) -> list[str]:
     """The three hit rates and the two differences, one line each (plain text)."""
     hits, rate = doc["hit_tokens"], doc["hit_rate_tokens"]
+    fleet = doc.get("fleet")
+    on_fleet = []
+    if fleet:
+        f = fleet["hit_tokens"]
+        on_fleet = [
+            f"  on {fleet['replicas']} replicas ({fleet['router']}; the router does not see the salt): "
+            f"{f['shared']:,} shared, {f['salted']:,} salted, {f['salt_after_shared_prefix']:,} with the salt "
+            "after the prefix"
+        ]
     return [
         f"salted by {doc['by']} ({doc['tenants']:,} tenants; {doc['field']}), at {doc['run']}:",
         f"  shared across tenants (no salt)       {hits['shared']:>14,} hit tokens  {100 * rate['shared']:5.1f}%",
@@ -20,6 +29,7 @@ def isolation_lines(doc: Mapping[str, Any]) -> list[str]:
         f"  isolation costs {doc['isolation_cost_tokens']:,} tokens; a salt boundary after the shared prefix "
         f"returns {doc['salt_boundary_returns_tokens']:,}; {doc['cross_tenant_beyond_prefix_tokens']:,} were "
         "shared across tenants beyond it (user-authored or later turns)",
+        *on_fleet,
     ]
 
 

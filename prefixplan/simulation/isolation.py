@@ -30,6 +30,7 @@ import numpy as np
 
 from prefixplan.core.types import SEGMENT_KINDS
 from prefixplan.simulation.batch import service_times
+from prefixplan.simulation.fleet import simulate_fleet
 from prefixplan.simulation.models import run_model
 from prefixplan.simulation.replay import default_priorities, policy_spec
 from prefixplan.simulation.spec import CacheSpec, parse_ttl
@@ -37,8 +38,11 @@ from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.requests import request_of_row
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from prefixplan.core.granularity import Granularity
     from prefixplan.simulation.config import SimConfig
+    from prefixplan.simulation.fleet import FleetModel, FleetRequest
     from prefixplan.simulation.result import SimResult
     from prefixplan.trace.blocks import BlockTrace
     from prefixplan.trace.rows import TraceRow
@@ -82,6 +86,16 @@ def safe_prefix(row: TraceRow) -> tuple[int, tuple[int, ...], str]:
     return end * max(1, int(row.token_scale)), tuple(ids), " + ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class FleetInputs:
+    """What the fleet run of a simulation took: its model, the routing input of every request in
+    input order, and the service times (trace order)."""
+
+    model: FleetModel
+    requests: Sequence[FleetRequest]
+    service_s: np.ndarray | None
+
+
 @dataclass
 class _Prefix:
     label: str
@@ -120,7 +134,7 @@ class IsolationTraces:
             entry.requests += 1
             entry.tenants.add(row.tenant)
 
-    def result(self, config: SimConfig, result: SimResult, by: str) -> dict[str, Any]:
+    def result(self, config: SimConfig, result: SimResult, by: str, fleet: FleetInputs | None = None) -> dict[str, Any]:
         """The isolation section of the result (module docstring)."""
         head = result.run(result.headline)
         ttl = parse_ttl(config.cache.ttl)
@@ -128,8 +142,9 @@ class IsolationTraces:
             spec = CacheSpec("lru", ttl_s=ttl)
         else:
             spec = replace(policy_spec(config, head.policy, head.capacity_tokens, ttl), pins=())
-        salted = _hits(self.salted.finish(), spec, config, head.policy)
-        boundary = _hits(self.boundary.finish(), spec, config, head.policy)
+        salted_trace, boundary_trace = self.salted.finish(), self.boundary.finish()
+        salted = _hits(salted_trace, spec, config, head.policy)
+        boundary = _hits(boundary_trace, spec, config, head.policy)
         shared = head.hit_tokens
         total = head.prompt_tokens
 
@@ -168,7 +183,30 @@ class IsolationTraces:
                 for p in prefixes[:TOP_PREFIXES]
             ],
             "shared_prefixes_total": len(prefixes),
+            **({"fleet": _fleet(result, fleet, salted_trace, boundary_trace)} if fleet and result.fleet else {}),
         }
+
+
+def _fleet(result: SimResult, fleet: FleetInputs, salted: BlockTrace, boundary: BlockTrace) -> dict[str, Any]:
+    """The three hit counts on the fleet under its first router: each replica's cache keyed with
+    the salt; the router routes on the prompt as logged (it does not see the salt)."""
+    first = result.fleet[0]
+    model = replace(fleet.model, routers=(first.policy,))
+
+    def hits(trace: BlockTrace) -> int:
+        rows = [fleet.requests[i] for i in trace.order.tolist()]
+        service = fleet.service_s if fleet.service_s is not None else np.zeros(trace.n_requests)
+        return int(simulate_fleet(trace, rows, model, service)[0].cached_tokens)
+
+    return {
+        "router": first.policy,
+        "replicas": first.replicas,
+        "hit_tokens": {
+            "shared": first.cached_tokens,
+            "salted": hits(salted),
+            "salt_after_shared_prefix": hits(boundary),
+        },
+    }
 
 
 def _ident(hashes: tuple[int, ...]) -> str:

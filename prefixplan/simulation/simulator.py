@@ -18,7 +18,7 @@ from prefixplan.simulation.batch import service_times
 from prefixplan.simulation.config import SimConfig
 from prefixplan.simulation.fleet import FleetModel, FleetRequest, fleet_request, fleet_unsupported, simulate_fleet
 from prefixplan.simulation.hosted import AnthropicCache
-from prefixplan.simulation.isolation import IsolationTraces
+from prefixplan.simulation.isolation import FleetInputs, IsolationTraces
 from prefixplan.simulation.load import LoadInputs, replay_load
 from prefixplan.simulation.replay import replay
 from prefixplan.simulation.result import SimResult
@@ -174,7 +174,8 @@ class Simulation:
             inputs = replace(inputs, fleet=fleet, fleet_requests=in_rows, service_s=service)
         result = self._with_waterfall(trace, self._with_load(trace, result, inputs))
         if self._isolation is not None and self.config.isolation is not None:
-            isolation = self._isolation.result(self.config, result, self.config.isolation.by)
+            fleet_in = FleetInputs(fleet, self._fleet, inputs.service_s) if fleet is not None else None
+            isolation = self._isolation.result(self.config, result, self.config.isolation.by, fleet_in)
             result = replace(result, isolation=isolation)
         return result
 
