@@ -24,7 +24,11 @@ tokens per CPU second: how far rendering still is from only reading.
 ``--analyze``: the whole one-process command instead (``prefixplan.api.analyze(..., workers=1)``
 with its defaults: the documents-first what-if pass and the simulation headline), old and new
 alternating (``PREFIXPLAN_INCREMENTAL=0``/``1``), after one unmeasured warm-up run (imports):
-prompt tokens per CPU second of the process and its children. Not run in CI.
+prompt tokens per CPU second of the process and its children. With ``--profile``, one more
+new-path run under cProfile prints where the command's time goes (shares of the profiled
+time, which inflates Python-heavy parts): chat template, encoding, spans, reading and parsing,
+loading the tokenizer, and the documents-first what-if pass (its own rendering included).
+Not run in CI.
 """
 
 from __future__ import annotations
@@ -196,12 +200,41 @@ def bench_analyze(label: str, log: Path, tokenizer: str, rounds: int) -> dict[st
     return {"ratio": old / new, "same": True}
 
 
+PROFILE_PARTS = {
+    "chat template": ("hf.py", "_render_texts"),
+    "encoding": ("hf_encode.py", "encode"),
+    "spans": (("spans.py", "locate"), ("spans.py", "assign")),
+    "read+parse": ("read.py", "parse_batch"),
+    "tokenizer load": ("render/__init__.py", "load_renderer"),
+    "what-if pass (all of it)": ("rag.py", "rag_whatif"),
+}
+
+
+def profile_analyze(log: Path, tokenizer: str) -> None:
+    """Shares of one profiled new-path analyze of ``log`` (module docstring)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(analyze_once, log, tokenizer, True)
+    stats: dict[Any, Any] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    total = max(ct for *_, ct, _ in stats.values())
+    print(f"  profile (new path, {total:.1f} s profiled):")
+    for label, where in PROFILE_PARTS.items():
+        pairs = where if isinstance(where[0], tuple) else (where,)
+        seconds = sum(
+            v[3] for (path, _, name), v in stats.items() for file, func in pairs if path.endswith(file) and name == func
+        )
+        print(f"    {label:26s} {seconds:6.2f} s ({100 * seconds / total:4.1f}%)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000, help="requests taken from the pinned 100k log")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokenizers", default="mistral:nemo,qwen3")
     ap.add_argument("--analyze", action="store_true", help="time the whole one-process analyze command")
+    ap.add_argument("--profile", action="store_true", help="with --analyze: where a new-path run's time goes")
     args = ap.parse_args()
     os.environ["RAYON_NUM_THREADS"] = "1"  # one core: set before the tokenizers library loads
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -216,6 +249,8 @@ def main() -> int:
     for label, log in (("bundled example", EXAMPLE), (f"pinned bench log, first {args.requests:,}", bench_log)):
         for tokenizer in tokenizers:
             results.append(run(label, log, tokenizer, args.rounds))
+            if args.analyze and args.profile:
+                profile_analyze(log, tokenizer)
     print(f"\ntarget >= 2x per core: {'met' if all(r['ratio'] >= 2 for r in results) else 'not met'} on every pair")
     return 0 if all(r["same"] for r in results) else 1
 
