@@ -271,7 +271,9 @@ def rag_whatif(
 ) -> dict[str, Any]:
     """Second pass: rewrite requests documents-first and measure the reuse on a fresh block
     trace (same granularity and replay order as the first pass), rendered like the first pass
-    (in this process, local workers or Ray actors) with the first pass's renderers here."""
+    (in this process, local workers or Ray actors) with the first pass's renderers here. The
+    renderers here leave the segment spans out (:meth:`RenderSet.without_spans`): the reusable
+    blocks read from this trace follow from the ids alone (block keys, the last-token cap)."""
     from prefixplan.trace.blocks import TraceBuilder
     from prefixplan.trace.intake import Intake, IntakePlan
 
@@ -285,9 +287,10 @@ def rag_whatif(
     )
     intake = Intake(plan, progress, renderers=renderers)
     try:
-        for cols in intake.batches(columns=True):
-            assert isinstance(cols, RowColumns)
-            builder.add_columns(cols)
+        with renderers.without_spans():  # the counts read below depend on the ids alone
+            for cols in intake.batches(columns=True):
+                assert isinstance(cols, RowColumns)
+                builder.add_columns(cols)
         trace = builder.finish()
     except TokenizerError:
         return {"whatif": None}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -227,6 +228,7 @@ class RenderSet:
     encoded_elsewhere: dict[str, int] = field(default_factory=dict)  # workers' encode_stats, summed
     _facts: dict[str, RendererFacts] = field(default_factory=dict)
     _preloads: dict[str, Future[Renderer]] = field(default_factory=dict)
+    spans: bool = True  # False: renderers that can leave Prompt.segments/chunks empty do
 
     def __post_init__(self) -> None:
         if self.default_spec:
@@ -363,7 +365,12 @@ class RenderSet:
         for rid, idxs in groups.items():
             r = renderers[rid]
             try:
-                results: list[Prompt | TokenizerError] = list(r.render_many([batch[i] for i in idxs]))
+                part = [batch[i] for i in idxs]
+                results: list[Prompt | TokenizerError] = list(
+                    r.render_many(part)
+                    if self.spans or not getattr(r, "spans_optional", False)
+                    else r.render_many(part, spans=False)  # type: ignore[call-arg]
+                )
             except TokenizerError:
                 results = []
                 for i in idxs:
@@ -386,6 +393,16 @@ class RenderSet:
                 out[i] = p
                 self.prompts_by_spec[r.spec] = self.prompts_by_spec.get(r.spec, 0) + 1
         return out  # type: ignore[return-value]
+
+    @contextmanager
+    def without_spans(self) -> Iterator[None]:
+        """Render without segment spans where the renderer can (``spans_optional``): the same
+        ids, empty ``segments`` and ``chunks``; for passes that read only ids and counts."""
+        before, self.spans = self.spans, False
+        try:
+            yield
+        finally:
+            self.spans = before
 
     def render_stream(
         self,

@@ -193,8 +193,12 @@ class HFRenderer:
     def render(self, request: Request) -> Prompt:
         return self.render_many([request])[0]
 
-    def render_many(self, requests: Sequence[Request]) -> list[Prompt]:
-        """Render a batch of requests (chat, raw text or token-id prompts)."""
+    spans_optional = True
+    """:meth:`render_many` can leave the spans out (``spans=False``)."""
+
+    def render_many(self, requests: Sequence[Request], *, spans: bool = True) -> list[Prompt]:
+        """Render a batch of requests (chat, raw text or token-id prompts); ``spans=False``:
+        the same ids, with no segment spans or chunks (not located in the text)."""
         chat = [i for i, req in enumerate(requests) if req.messages is not None]
         keys: dict[int, bytes] = {}
         texts = self._render_texts(requests, chat, keys)
@@ -203,15 +207,17 @@ class HFRenderer:
         for i, req in enumerate(requests):
             if i in encoded:
                 ids, starts = encoded[i]
-                text = texts[i]
-                spans = locate(text, req.messages, req.tools, tools_key=keys.get(i))
-                segments, chunks = assign(text, starts, spans)
+                segments, chunks = self._spans(texts[i], starts, req, keys.get(i)) if spans else ((), ())
                 prompts.append(Prompt(req, as_token_ids(ids), segments, chunks, exact=True))
             elif req.prompt is not None:
                 prompts.append(self._raw_prompt(req))
             else:
                 prompts.append(raw_ids_prompt(req))
         return prompts
+
+    @staticmethod
+    def _spans(text: str, starts: np.ndarray, req: Request, tools_key: bytes | None) -> tuple[Any, Any]:
+        return assign(text, starts, locate(text, req.messages, req.tools, tools_key=tools_key))
 
     def _raw_prompt(self, req: Request) -> Prompt:
         # A text prompt sent to /v1/completions is encoded with the tokenizer's special tokens
