@@ -76,6 +76,25 @@ def test_a_late_render_failure_takes_its_place_among_the_samples() -> None:
     assert len(errors.samples) == MAX_SAMPLES and errors.samples[-1].line_no == MAX_SAMPLES - 1
 
 
+def test_inputs_keep_the_order_they_were_opened_in_whatever_order_their_parts_merge() -> None:
+    """Ray: a file read in ranges is noted when its jobs are made, a whole file when its result
+    merges; noting each file as its jobs are made keeps the inputs and samples in listed order."""
+    from prefixplan.logs.textlog import SourceInfo
+
+    merged = LineErrors()
+    for name in ("a.jsonl.gz", "b.jsonl", "c.jsonl.gz"):
+        merged.opened(name)
+    merged.sources["b.jsonl"] = SourceInfo("jsonl", "ranges")
+    for name in ("b.jsonl", "c.jsonl.gz", "a.jsonl.gz"):  # results in another order
+        part = LineErrors()
+        part.sources[name] = SourceInfo("jsonl", "whole")
+        part.saw(name, 1, b"{}")
+        part.add(name, 1, "bad JSON: x")
+        merged.merge(part)
+    assert merged.in_order() == ["a.jsonl.gz", "b.jsonl", "c.jsonl.gz"]
+    assert [s.source for s in merged.samples] == ["a.jsonl.gz", "b.jsonl", "c.jsonl.gz"]
+
+
 def _request(i: int, system: str, tools: list[str], tenant: str | None) -> tuple[Request, list[Segment]]:
     tool_defs = tuple({"type": "function", "function": {"name": t, "parameters": {}}} for t in tools)
     req = Request(

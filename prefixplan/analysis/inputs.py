@@ -41,7 +41,7 @@ def files_json(store: RowStore, errors: LineErrors) -> list[dict[str, Any]]:
             src, fmt = divmod(pair, n_formats)
             counts[store.sources.names[src]][store.formats.names[fmt]] += int(n[pair])
     out = []
-    for source in dict.fromkeys([*errors.sources, *store.sources.names]):
+    for source in dict.fromkeys([*errors.in_order(), *store.sources.names]):
         info = errors.sources.get(source)
         entry: dict[str, Any] = {"path": source, "formats": dict(counts.get(source, {}))}
         if info is not None:

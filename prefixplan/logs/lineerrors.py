@@ -59,6 +59,12 @@ class LineErrors:
         """Note that reading ``source`` began (inputs rank by when they were opened)."""
         self._rank_of(source)
 
+    def in_order(self) -> list[str]:
+        """The inputs with a :attr:`sources` entry, in the order they were opened (those never
+        noted as opened last), whatever order their entries arrived in (a worker's merge)."""
+        last = len(self._rank)
+        return sorted(self.sources, key=lambda source: self._rank.get(source, last))
+
     def saw(self, source: str, line_no: int, data: bytes | Any) -> None:
         """Count one non-blank line; remember the shape of the first few."""
         self.lines_read += 1

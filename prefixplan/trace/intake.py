@@ -279,6 +279,7 @@ class Intake:
 
         from prefixplan.logs import ranges
         from prefixplan.logs.read import check_columns
+        from prefixplan.logs.remote import shown
 
         files = _shardable(source, run, self._inputs())
         if files is not None:
@@ -286,6 +287,7 @@ class Intake:
             for path in files:
                 how = ranges.splittable(path, source.read) if run.kind == "ray" else None
                 if how is None:
+                    self.errors.opened(shown(path))  # ranks as listed, beside files read in ranges
                     yield job(path)
                 else:  # actors on other nodes read the same path (a shared file system): in ranges
                     yield from self._range_jobs(path, how, run.executor.workers or RAY_RANGE_ACTORS, job)
