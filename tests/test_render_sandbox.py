@@ -56,7 +56,7 @@ def _addressless(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3", "deepseek_v3"])
-def test_generated_conversations_render_the_same(name: str):
+def test_generated_conversations_render_the_same(name: str) -> None:
     tok = _tokenizer(name)
     template = tok.chat_template
     assert isinstance(template, str)
@@ -103,16 +103,16 @@ UNSAFE = [
 
 
 @pytest.mark.parametrize("template", UNSAFE)
-def test_unsafe_attributes_refused_alike(template: str):
+def test_unsafe_attributes_refused_alike(template: str) -> None:
     """Mutating methods, dunder and private attributes (through dicts, strings, the loop, a
     namespace, str.format and functions) are refused with the same error, and allowed ones give
     the same text, with the shortcuts as without."""
-    from transformers.utils.chat_template_utils import render_jinja_template
+    from transformers.utils import chat_template_utils
 
-    conversation = [{"role": "user", "content": "hi {0}", "items": "shadowed"}]
-
-    def render() -> Any:
-        return render_jinja_template(conversations=[conversation], chat_template=template)[0]
+    def render() -> Any:  # the compiled template apply_chat_template renders (every supported version)
+        conversation = [{"role": "user", "content": "hi {0}", "items": "shadowed"}]  # fresh: some jinja2
+        compiled = chat_template_utils._compile_jinja_template(template)  # versions let pop() run
+        return compiled.render(messages=conversation, add_generation_prompt=True)
 
     fast, sandbox = _both(template, render)
     assert fast == sandbox
