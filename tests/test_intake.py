@@ -14,7 +14,8 @@ from prefixplan.errors import UsageError
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Executor, Run, session
-from prefixplan.trace.intake import BATCH, INLINE_BATCH, Intake, IntakePlan
+from prefixplan.trace.intake import Intake, IntakePlan
+from prefixplan.trace.jobplan import BATCH, INLINE_BATCH
 
 
 def _log(path: Path, n: int, bad: tuple[int, ...] = ()) -> Path:

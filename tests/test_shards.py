@@ -23,7 +23,8 @@ from prefixplan.logs.lineerrors import MAX_SAMPLES
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Executor, Run
-from prefixplan.trace.intake import Intake, IntakePlan, _shardable
+from prefixplan.trace.intake import Intake, IntakePlan
+from prefixplan.trace.jobplan import shardable
 from prefixplan.trace.shards import ShardJob, render_shard
 from tests.shard_logs import EXAMPLE, clean, split_example
 
@@ -181,7 +182,7 @@ def test_a_log_split_into_files_gives_one_record_in_process_and_by_file(tmp_path
     one = _record(tmp_path, [str(tmp_path / "log")], "--workers", "1")  # one reader, in this process
     source = SourceOptions(paths=(str(tmp_path / "log"),))
     files = expand_paths(source.paths)
-    assert _shardable(source, Run(Executor(), RenderSet(), 2), files) == files  # 24 files, 2 workers
+    assert shardable(source, Run(Executor(), RenderSet(), 2), files) == files  # 24 files, 2 workers
     by_file = _record(tmp_path, [str(tmp_path / "log")], "--workers", "2")
     assert by_file == one
     errors = one["errors"]

@@ -5,7 +5,8 @@ Every command that reads logs (``analyze`` and its documents-first what-if, ``si
 
 * a trace file written earlier is read as it is (no tokenizer; its block size is checked, its
   line errors are the run's);
-* logs are cut into :class:`~prefixplan.trace.shards.ShardJob` values — whole files (at least
+* logs are cut into :class:`~prefixplan.trace.shards.ShardJob` values
+  (:mod:`prefixplan.trace.jobplan`) — whole files (at least
   two per worker, or with Ray), else byte ranges of plain JSON-lines files and line-aligned
   pieces of compressed or remote ones (decompressed here into temporary files; both read and
   parsed by the worker), else batches of requests parsed here (in-memory records, server logs,
@@ -21,7 +22,7 @@ Every command that reads logs (``analyze`` and its documents-first what-if, ``si
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,29 +30,20 @@ import numpy as np
 
 from prefixplan.core.progress import NO_PROGRESS, Progress
 from prefixplan.core.types import Request
-from prefixplan.errors import PrefixplanError, UsageError
+from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter
-from prefixplan.logs.detect import JSONL
 from prefixplan.logs.noinput import no_requests_error, nothing_left_error
 from prefixplan.render import RenderSet
-from prefixplan.render.stream import RenderFailure, SourceOptions, iter_source_requests, source_meter
+from prefixplan.render.stream import RenderFailure, SourceOptions, source_meter
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.executors import Executor, Run, run_jobs
 from prefixplan.trace.gcpolicy import relaxed_gc
+from prefixplan.trace.jobplan import JobPlanner
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of, renderers_json
 from prefixplan.trace.parquet import TraceFile, trace_input
 from prefixplan.trace.rows import TraceRow
 from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, merge_stats
 from prefixplan.trace.writer import TraceWriter, base_meta
-
-BATCH = 64
-"""Lines (or parsed requests) per job when a file is shared by several workers."""
-INLINE_BATCH = 1024
-"""Lines (or requests) per job rendered in this process (fewer, larger parts to merge)."""
-SPILL_RATIO = 4
-"""Decompressed bytes per compressed byte assumed when sizing a compressed log's pieces."""
-RAY_RANGE_ACTORS = 16
-"""Actors a plain file's byte ranges are sized for when ``--workers`` does not say (Ray)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +105,7 @@ class Intake:
         """``host:pid`` -> jobs, peak RSS (MB), busy and CPU seconds of each process that rendered."""
         self.writer: TraceWriter | None = None
         self._expanded: list[str] | None = None
-        self._spilled: str | None = None  # the folder of decompressed pieces, while a pass runs
+        self._planner: JobPlanner | None = None  # the pass's jobs (and pieces on disk), while it runs
         if self.trace is not None:
             if not plan.accept_trace:
                 raise UsageError("the input is a trace already", hint="pass the log to write a trace from it")
@@ -226,11 +218,9 @@ class Intake:
             close = getattr(results, "close", None)
             if close is not None:
                 close()
-            if self._spilled is not None:
-                import shutil
-
-                shutil.rmtree(self._spilled, ignore_errors=True)
-                self._spilled = None
+            if self._planner is not None:
+                self._planner.remove_pieces()
+                self._planner = None
 
     def _merge(self, result: ShardResult, meter: ReadMeter | None) -> None:
         assert self.renderers is not None
@@ -251,152 +241,11 @@ class Intake:
             self.on_shard(result)
 
     # -- the jobs ------------------------------------------------------------------------------
-
     def _jobs(self, run: Run, meter: ReadMeter | None, columns: bool = False) -> Iterator[ShardJob]:
-        """Whole files (at least two per worker, or Ray: there byte ranges of plain JSON-lines
-        files); else, with local workers, byte ranges of each plain JSON-lines file, pieces of
-        compressed or remote ones (both read by the workers themselves) and batches of the other
-        inputs' requests; in this process, batches. Each job carries only its own part."""
-        plan = self.plan
-        source = plan.source
-        # a job carries the options, never the run's in-memory records (each its own part)
-        job_source = replace(source, objects=None) if source.objects is not None else source
-        batch = INLINE_BATCH if run.kind == "inline" else BATCH
-        counter = iter(range(2**62))
-
-        def job(path: str, **part: Any) -> ShardJob:
-            return ShardJob(
-                next(counter),
-                path,
-                job_source,
-                plan.block_size,
-                plan.routing,
-                plan.text,
-                plan.transform,
-                columns=columns,
-                **part,
-            )
-
-        from prefixplan.logs import ranges
-        from prefixplan.logs.read import check_columns
-        from prefixplan.logs.remote import shown
-
-        files = _shardable(source, run, self._inputs())
-        if files is not None:
-            check_columns(files, source.read)
-            for path in files:
-                how = ranges.splittable(path, source.read) if run.kind == "ray" else None
-                if how is None:
-                    self.errors.opened(shown(path))  # ranks as listed, beside files read in ranges
-                    yield job(path)
-                else:  # actors on other nodes read the same path (a shared file system): in ranges
-                    yield from self._range_jobs(path, how, run.executor.workers or RAY_RANGE_ACTORS, job)
-            return
-        if run.kind == "inline" or source.objects is not None or "-" in source.paths:
-            yield from self._batch_jobs(None, meter, batch, job)
-            return
-        expanded = self._inputs() or []
-        check_columns(expanded, source.read)
-        for path in expanded:
-            how = ranges.splittable(path, source.read)
-            if how is not None:
-                yield from self._range_jobs(path, how, run.processes, job)
-            elif not (yield from self._piece_jobs(path, run, meter, job)):
-                yield from self._batch_jobs([path], meter, batch, job)
-
-    def _range_jobs(self, path: str, how: str, readers: int, job: Callable[..., ShardJob]) -> Iterator[ShardJob]:
-        """Jobs of byte ranges of the plain JSON-lines file ``path``, about four per reader."""
-        from prefixplan.logs import ranges
-        from prefixplan.logs.remote import shown
-        from prefixplan.logs.textlog import SourceInfo
-
-        name = shown(path)
-        self.errors.opened(name)
-        self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
-        size = ranges.range_size(os.path.getsize(path), readers)
-        for rng in ranges.line_ranges(path, range_bytes=size):
-            yield job(path, range=rng)
-
-    def _piece_jobs(
-        self, path: str, run: Run, meter: ReadMeter | None, job: Callable[..., ShardJob]
-    ) -> Generator[ShardJob, None, bool]:
-        """Jobs of the pieces of a compressed or remote JSON-lines file, decompressed here into
-        temporary files the workers read (:mod:`prefixplan.logs.pieces`); False (no job) for a
-        table or another format, read as batches instead."""
-        from prefixplan.logs import pieces, ranges
-        from prefixplan.logs.open import open_log
-        from prefixplan.logs.paths import input_size
-        from prefixplan.logs.remote import shown
-        from prefixplan.logs.tables import table_format
-        from prefixplan.logs.textlog import SourceInfo
-
-        read = self.plan.source.read
-        if table_format(path, read.format) is not None:
-            return False
-        with open_log(path, on_open=meter.opened if meter is not None else None) as stream:
-            found = pieces.sniffed_jsonl(stream, read.format, read.max_line_bytes)
-            if found is None:
-                return False
-            how, head = found
-            name = shown(path)
-            self.errors.opened(name)
-            self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
-            size = input_size(path)
-            per_range = ranges.range_size(SPILL_RATIO * size, run.processes) if size else ranges.RANGE_BYTES
-            for rng in pieces.spill(stream, head, self._spill_dir(), per_range):
-                yield job(path, range=rng)
-        if meter is not None:
-            meter.closed()
-        return True
-
-    def _spill_dir(self) -> str:
-        """This pass's folder for decompressed pieces (removed when the pass ends)."""
-        if self._spilled is None:
-            import tempfile
-
-            self._spilled = tempfile.mkdtemp(prefix="prefixplan-pieces-")
-        return self._spilled
-
-    def _batch_jobs(
-        self, paths: list[str] | None, meter: ReadMeter | None, batch: int, job: Callable[..., ShardJob]
-    ) -> Iterator[ShardJob]:
-        """Jobs of consecutive lines (JSON-lines files: read here, parsed where the job runs) or of
-        requests (in-memory records, server logs, tables: parsed here), in input order, from
-        ``paths`` (None: the whole source)."""
-        import uuid
-
-        from prefixplan.logs.read import LineBatch, iter_read_items
-        from prefixplan.logs.tables import table_format
-
-        source = self.plan.source
-        items: Iterator[Request | LineBatch]
-        if paths is None and source.objects is not None:
-            items = iter_source_requests(source, self.errors, meter)
-        else:
-            read = source.read
-            if paths is not None and read.columns and all(table_format(p, read.format) is None for p in paths):
-                read = replace(read, columns=())  # checked against the run's inputs: for its tables
-            expanded = (self._inputs() or []) if paths is None else paths
-            items = iter_read_items(expanded, read, self.errors, meter, batch_lines=batch)
-        run_id = uuid.uuid4().hex  # jobs are handed out in order: a worker leaves out what it sent
-        pending: list[Request] = []
-        try:
-            for item in items:
-                if isinstance(item, LineBatch):
-                    if pending:
-                        yield job("", requests=tuple(pending), run=run_id)
-                        pending = []
-                    yield job("", lines=item, run=run_id)
-                    continue
-                pending.append(item)
-                if len(pending) >= batch:
-                    yield job("", requests=tuple(pending), run=run_id)
-                    pending = []
-        except PrefixplanError as exc:  # strict mode: raised after what was read before it
-            yield job("", requests=tuple(pending), run=run_id, error=exc)
-            return
-        if pending:
-            yield job("", requests=tuple(pending), run=run_id)
+        """The pass's jobs (:class:`~prefixplan.trace.jobplan.JobPlanner`); its pieces of
+        compressed logs are removed when the pass ends."""
+        self._planner = JobPlanner(self.plan, self.errors, self._inputs)
+        return self._planner.jobs(run, meter, columns)
 
     def _check_something_read(self) -> None:
         errors, source = self.errors, self.plan.source
@@ -462,21 +311,3 @@ def _processes(plan: IntakePlan, meter: ReadMeter | None) -> int:
 
 def _done(meter: ReadMeter | None) -> int | None:
     return meter.done() if meter is not None else None
-
-
-def _shardable(source: SourceOptions, run: Run, files: list[str] | None) -> list[str] | None:
-    """The input ``files`` (expanded) when each is one job (at least two per worker, or Ray),
-    else None."""
-    ray = run.kind == "ray"
-    if source.objects is not None or "-" in source.paths:
-        if ray:
-            raise UsageError(
-                "--executor ray reads files or URLs, not stdin or in-memory records",
-                hint="give the log's path (local or s3://, gs://, az://, https://)",
-            )
-        return None
-    if run.kind == "inline" or files is None:
-        return None
-    if ray or len(files) >= 2 * run.processes:
-        return files
-    return None
