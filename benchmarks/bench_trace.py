@@ -83,7 +83,8 @@ def child_analyze(log: Path, workers: int, trace: Path | None) -> dict:
         )
     )
     s = outcome.analysis.record.summary
-    workers = outcome.analysis.workers or {}
+    me = f":{os.getpid()}"  # this process renders too: its entry is the parent's, not a worker's
+    workers = {k: w for k, w in (outcome.analysis.workers or {}).items() if not k.endswith(me)}
     return {
         # each worker's own peak (RUSAGE_CHILDREN would also count a child forked at the
         # parent's peak, e.g. the git call that stamps the record)
