@@ -74,7 +74,10 @@ class GzipReader(io.BufferedIOBase):
                 self._in = self._raw.read(self._in_chunk)
                 if not self._in:
                     mid_member = self._d is not None
-                    out = self._drain(limit)  # what the member's decompressor still holds
+                    # what the member's decompressor still holds (a call limited to ``limit``
+                    # can leave some inside): returned before the stream is found truncated,
+                    # whatever sizes the reads asked for
+                    out = self._step(limit) if mid_member else b""
                     if out:
                         return out
                     if mid_member and self._d is None:
@@ -91,34 +94,25 @@ class GzipReader(io.BufferedIOBase):
                     continue
                 self._d = self._engine.decompressobj(31)
                 self._members += 1
-            try:
-                out = self._d.decompress(self._in, limit)
-            except self._error as exc:
-                self._done = True
-                raise gzip.BadGzipFile(f"invalid gzip data ({exc})") from None
-            if self._d.eof:
-                self._in = self._d.unused_data
-                self._d = None
-            else:
-                self._in = self._d.unconsumed_tail
+            out = self._step(limit)
             if out:
-                return bytes(out)
+                return out
         return b""
 
-    def _drain(self, limit: int) -> bytes:
-        """Output the current member's decompressor still holds once its input is used up (a
-        call limited to ``limit`` bytes can leave some inside): returned before the stream is
-        found truncated, whatever sizes the reads asked for."""
-        if self._d is None:
-            return b""
+    def _step(self, limit: int) -> bytes:
+        """One call of the current member's decompressor on the pending input (at most
+        ``limit`` bytes out); at the member's end, what follows it becomes the pending input."""
+        assert self._d is not None
         try:
-            out = self._d.decompress(b"", limit)
+            out = self._d.decompress(self._in, limit)
         except self._error as exc:
             self._done = True
             raise gzip.BadGzipFile(f"invalid gzip data ({exc})") from None
         if self._d.eof:
             self._in = self._d.unused_data
             self._d = None
+        else:
+            self._in = self._d.unconsumed_tail
         return bytes(out)
 
     def read(self, size: int | None = -1) -> bytes:
