@@ -23,7 +23,7 @@ from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Executor
 from prefixplan.trace.intake import Intake, IntakePlan
 from tests.shard_logs import EXAMPLE, clean
-from tests.test_ranges import _file, _whole
+from tests.test_ranges import _file, _whole, assert_same_errors
 
 
 def _packed(tmp: Path, members: int, cut: int | None, reps: int = 1) -> Path:
@@ -98,14 +98,7 @@ def test_pieces_read_as_one_reader_reads_the_whole_log(
         return
     got, errors = spilled
     assert got == want
-    assert (errors.count, errors.by_reason, errors.lines_read) == (
-        want_errors.count,
-        want_errors.by_reason,
-        want_errors.lines_read,
-    )
-    assert [(s.source, s.line_no, s.reason) for s in errors.samples] == [
-        (s.source, s.line_no, s.reason) for s in want_errors.samples
-    ]
+    assert_same_errors(errors, want_errors)
 
 
 def test_a_truncated_log_reports_its_damage_at_the_line_a_whole_reader_does(tmp_path: Path) -> None:

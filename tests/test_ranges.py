@@ -48,6 +48,14 @@ def _whole(path: Path, read: ReadOptions) -> tuple[list[tuple[int, str]], LineEr
     return [(r.line_no, r.id) for r in iter_requests([str(path)], read, errors)], errors
 
 
+def assert_same_errors(errors: LineErrors, want: LineErrors) -> None:
+    """The counts, categories, lines read and samples of ``errors`` are ``want``'s."""
+    assert (errors.count, errors.by_reason, errors.lines_read) == (want.count, want.by_reason, want.lines_read)
+    assert [(s.source, s.line_no, s.reason) for s in errors.samples] == [
+        (s.source, s.line_no, s.reason) for s in want.samples
+    ]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(0, 20_000), max_size=12), sample=st.sampled_from([None, 0.6]))
 def test_ranges_cut_anywhere_read_every_line_once(
@@ -65,14 +73,7 @@ def test_ranges_cut_anywhere_read_every_line_once(
         got += [(r.line_no, r.id) for r in read_range(rng, read, part, str(path))]
         errors.merge(part)
     assert got == want
-    assert (errors.count, errors.by_reason, errors.lines_read) == (
-        want_errors.count,
-        want_errors.by_reason,
-        want_errors.lines_read,
-    )
-    assert [(s.source, s.line_no, s.reason) for s in errors.samples] == [
-        (s.source, s.line_no, s.reason) for s in want_errors.samples
-    ]
+    assert_same_errors(errors, want_errors)
 
 
 def test_only_local_plain_json_lines_files_split(tmp_path: Path) -> None:
