@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors, ReadOptions
 from prefixplan.logs.open import open_log
 from prefixplan.logs.pieces import sniffed_jsonl, spill
@@ -22,8 +21,8 @@ from prefixplan.logs.ranges import ByteRange, read_range
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Executor
 from prefixplan.trace.intake import Intake, IntakePlan
-from tests.shard_logs import EXAMPLE, clean
-from tests.test_ranges import _file, _whole, assert_same_errors
+from tests.shard_logs import EXAMPLE
+from tests.test_ranges import _file, _whole, assert_one_and_two_workers_agree, assert_same_errors
 
 
 def _packed(tmp: Path, members: int, cut: int | None, reps: int = 1) -> Path:
@@ -157,9 +156,4 @@ def test_workers_reading_pieces_of_one_gzip_log_make_the_record_of_one_reader(
     rows_one = [(r.line, r.block_keys.tobytes()) for r in one.rows()]
     assert rows_two == rows_one and len(rows_one) == len(lines) - one.errors.count
     assert [(s.line_no, s.reason) for s in two.errors.samples] == [(s.line_no, s.reason) for s in one.errors.samples]
-    records = {}
-    for w in ("1", "2"):
-        out = tmp_path / f"r{w}.json"
-        assert main(["analyze", str(log), "--workers", w, "--no-store", "-q", "--json", str(out)]) == 0
-        records[w] = clean(json.loads(out.read_text()))
-    assert records["1"] == records["2"]
+    assert_one_and_two_workers_agree(log, tmp_path)

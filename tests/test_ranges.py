@@ -105,6 +105,11 @@ def test_workers_reading_ranges_of_one_file_make_the_record_of_one_reader(tmp_pa
     assert log.stat().st_size > 8 * MIN_RANGE_BYTES and sum(w["jobs"] for w in two.workers.values()) >= 8
     assert two.errors.count == one.errors.count >= 2  # the example's planted lines and these two
     assert [(s.line_no, s.reason) for s in two.errors.samples] == [(s.line_no, s.reason) for s in one.errors.samples]
+    assert_one_and_two_workers_agree(log, tmp_path)
+
+
+def assert_one_and_two_workers_agree(log: Path, tmp_path: Path) -> None:
+    """`analyze LOG` writes the same record (less run metadata) with one process and with two."""
     records = {}
     for w in ("1", "2"):
         out = tmp_path / f"r{w}.json"
