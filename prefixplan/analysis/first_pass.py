@@ -3,14 +3,17 @@ the text-level facts (previews, breakers) taken on the way (:class:`FirstPass`, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prefixplan.analysis.breakers import BreakerFinder
+from prefixplan.analysis.earlier import EarlierRows
 from prefixplan.analysis.options import AnalyzeOptions
 from prefixplan.analysis.previews import Previews
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.granularity import engine_granularity
 from prefixplan.core.types import Request, Segment
+from prefixplan.render.stream import RenderFailure
 from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.requests import request_of_row
@@ -55,8 +58,13 @@ class FirstPass:
 
     def __init__(self, options: AnalyzeOptions) -> None:
         self.granularity = engine_granularity(options.engine, options.block_size)
-        # candidates need at least two requests: blocks of one request are not indexed
-        self.builder = TraceBuilder(self.granularity, index_singletons=options.min_hits < 2)
+        # candidates need at least two requests: blocks of one request are not indexed; the
+        # documents-first what-if takes the keys of the requests it leaves as they are from here
+        self.builder = TraceBuilder(
+            self.granularity,
+            index_singletons=options.min_hits < 2,
+            keep_keys=options.rag_whatif,
+        )
         self.store = RowStore()
         self.text = TextPass(options.min_tenants, options.show_user_text)
         self.total = 0
@@ -68,6 +76,18 @@ class FirstPass:
     @property
     def finder(self) -> BreakerFinder:
         return self.text.finder
+
+    def earlier_rows(self, failures: Iterable[RenderFailure]) -> EarlierRows | None:
+        """The rows a second pass may take instead of rendering again (after the block trace is
+        finished; None when the keys were not kept)."""
+        if not self.builder.keep_keys:
+            return None
+        return EarlierRows(self.store, self.builder.kept_keys, self.granularity.block_size, failures)
+
+    def release_keys(self) -> None:
+        """Drop the kept block keys (no further pass needs them)."""
+        if self.builder.keep_keys:
+            self.builder.release_keys()
 
     def add_shard(self, result: ShardResult) -> None:
         """A job's text partial (its rows come through :meth:`add_row` or :meth:`add_columns`)."""

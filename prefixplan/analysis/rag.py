@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from prefixplan.analysis.earlier import EarlierRows
 from prefixplan.analysis.rowstore import RowStore
 from prefixplan.core.granularity import Granularity
 from prefixplan.core.hashes import segment_hash
@@ -32,6 +33,7 @@ from prefixplan.render.spans import CHUNK_KINDS, MIN_CHUNK_CHARS, ROLE_KIND, spl
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.executors import Executor
+from prefixplan.trace.inprocess import Unrendered
 from prefixplan.trace.storage.u64index import key_parts, sorted_lookup
 
 
@@ -245,16 +247,25 @@ def _distinct_starts(store: RowStore, uniq: np.ndarray, chunks: np.ndarray, rows
 
 class DocumentsFirst:
     """The what-if rewrite: each request's recurring documents moved before its question
-    (:func:`reorder_request`); ``moved`` counts the requests it rewrote. Picklable, so the files
-    of a log can be rewritten where they are rendered (each copy counts its own)."""
+    (:func:`reorder_request`); ``moved`` counts the requests it rewrote. With ``reuse``, a request
+    it leaves as it is comes back :class:`~prefixplan.trace.inprocess.Unrendered` (its first-pass
+    row stands for it: :mod:`prefixplan.analysis.earlier`), except at the places (source, line)
+    in ``render_again``. Picklable, so the files of a log can be rewritten where they are
+    rendered (each copy counts its own)."""
 
-    def __init__(self, counts: Mapping[str, int]) -> None:
+    def __init__(
+        self, counts: Mapping[str, int], reuse: bool = False, render_again: frozenset[tuple[str, int]] = frozenset()
+    ) -> None:
         self.counts = dict(counts)
+        self.reuse = reuse
+        self.render_again = render_again
         self.moved = 0
 
-    def __call__(self, req: Request) -> Request:
+    def __call__(self, req: Request) -> Request | Unrendered:
         new = reorder_request(req, self.counts)
         if new is None:
+            if self.reuse and (req.source, req.line_no) not in self.render_again:
+                return Unrendered(req)
             return req
         self.moved += 1
         return new
@@ -268,12 +279,15 @@ def rag_whatif(
     granularity: Granularity,
     reused_now: int,
     progress: Progress = NO_PROGRESS,
+    earlier: EarlierRows | None = None,
 ) -> dict[str, Any]:
     """Second pass: rewrite requests documents-first and measure the reuse on a fresh block
     trace (same granularity and replay order as the first pass), rendered like the first pass
     (in this process, local workers or Ray actors) with the first pass's renderers here. The
     renderers here leave the segment spans out (:meth:`RenderSet.without_spans`): the reusable
-    blocks read from this trace follow from the ids alone (block keys, the last-token cap)."""
+    blocks read from this trace follow from the ids alone (block keys, the last-token cap).
+    With ``earlier`` (the first pass's rows), the requests the rewrite leaves as they are are not
+    rendered again: their first-pass rows stand for them (:mod:`prefixplan.analysis.earlier`)."""
     from prefixplan.trace.blocks import TraceBuilder
     from prefixplan.trace.intake import Intake, IntakePlan
 
@@ -282,7 +296,11 @@ def rag_whatif(
         source,
         executor,
         granularity.block_size,
-        transform=DocumentsFirst(counts),
+        transform=DocumentsFirst(
+            counts,
+            reuse=earlier is not None and earlier.usable,
+            render_again=earlier.render_again if earlier is not None else frozenset(),
+        ),
         label="documents-first what-if (a second pass)",
     )
     intake = Intake(plan, progress, renderers=renderers)
@@ -290,7 +308,7 @@ def rag_whatif(
         with renderers.without_spans():  # the counts read below depend on the ids alone
             for cols in intake.batches(columns=True):
                 assert isinstance(cols, RowColumns)
-                builder.add_columns(cols)
+                builder.add_columns(earlier.fill(cols) if earlier is not None else cols)
         trace = builder.finish()
     except TokenizerError:
         return {"whatif": None}

@@ -64,6 +64,8 @@ def rank_and_record(
     store = first.store
     release_free_memory()  # what reading freed (a trace file's batches, parsed lines)
     trace = first.builder.finish()
+    if facts is not None:
+        first.release_keys()  # a trace file: no second pass
     release_free_memory()  # what building the block trace freed (key batches, the twice filter)
 
     def between_passes() -> None:
@@ -128,11 +130,20 @@ def rank_and_record(
         spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
         engine_used = bool(renderers.engine_ids.get("used"))
         if options.rag_whatif and recurring.shape[0] and source.rereadable:
+            earlier = first.earlier_rows(failures)
             rag.update(
                 rag_whatif(
-                    source, options.executor, renderers, chunk_counts(store), first.granularity, reused_total, progress
+                    source,
+                    options.executor,
+                    renderers,
+                    chunk_counts(store),
+                    first.granularity,
+                    reused_total,
+                    progress,
+                    earlier,
                 )
             )
+        first.release_keys()
         breakers: list[Any] = list(first.finder.results())
         previews = first.previews
         rag_whatif_json = rag.get("whatif")

@@ -197,6 +197,9 @@ class TraceBuilder:
         spill_bytes: memory for waiting block keys before they go to a temporary file.
         index_singletons: index blocks seen in one request only (module docstring); without
             them :meth:`resolve` finds only blocks of at least two requests.
+        keep_keys: keep each request's block keys after :meth:`finish` (:attr:`kept_keys`, in
+            the order requests were added) until :meth:`release_keys`: a later pass takes the
+            keys of the requests it does not render again from here.
     """
 
     def __init__(
@@ -206,8 +209,10 @@ class TraceBuilder:
         *,
         spill_bytes: int = DEFAULT_BUDGET,
         index_singletons: bool = True,
+        keep_keys: bool = False,
     ) -> None:
         self.granularity = granularity
+        self.keep_keys = keep_keys
         self.hasher = BlockHasher()
         self.observer = observer
         self.index_singletons = index_singletons
@@ -371,6 +376,19 @@ class TraceBuilder:
         known = int(missing[0]) if missing.shape[0] else int(ids.shape[0])
         return [int(i) for i in ids[:known]]
 
+    @property
+    def kept_keys(self) -> RaggedU64:
+        """Each request's block keys at this granularity, in the order the requests were added
+        (``keep_keys``; read after :meth:`finish`, before :meth:`release_keys`)."""
+        if not self.keep_keys:
+            raise RuntimeError("TraceBuilder.kept_keys without keep_keys, or after release_keys")
+        return self._keys
+
+    def release_keys(self) -> None:
+        """Drop the kept keys (their temporary file too)."""
+        self.keep_keys = False
+        self._keys.close()
+
     def finish(self) -> BlockTrace:
         """Sort by arrival and assign block ids (the builder stays usable for :meth:`resolve`)."""
         if self._finished:
@@ -402,7 +420,8 @@ class TraceBuilder:
                 req, at = self._observed[i]
                 self.observer(req, at)
             self._observed.clear()
-        self._keys.close()
+        if not self.keep_keys:
+            self._keys.close()
         # each column sorted into its own file-backed array, one column at a time
         sorted_times = mapped_gather(times, order)
         del times

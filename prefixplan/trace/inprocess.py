@@ -1,7 +1,10 @@
 """Rendering in the calling process: requests in, :class:`Rendered` rows out, in input order.
 
 The one renderer every executor ends in (a worker process or a Ray actor runs it on its shard; with
-one worker it runs here), with what happens to a request the tokenizer rejects.
+one worker it runs here), with what happens to a request the tokenizer rejects. A pass that knows
+a request's row from an earlier pass (the documents-first what-if, for the requests it leaves as
+they are) hands it over as :class:`Unrendered`: its row is a reference
+(:meth:`~prefixplan.trace.rows.RowMaker.reference`), made without the tokenizer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,14 @@ from prefixplan.logs import LineErrors
 from prefixplan.render import RenderSet
 from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.rows import RowMaker, TraceRow
+
+
+@dataclass(frozen=True, slots=True)
+class Unrendered:
+    """A request not to render: an earlier pass rendered it as it is, and its row there is found
+    by its source and line (:data:`~prefixplan.trace.rows.REFERENCE_UNITS`)."""
+
+    request: Request
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +56,29 @@ def failure_handler(
 
 
 def render_in_process(
-    requests: Iterator[Request],
+    requests: Iterator[Request | Unrendered],
     renderers: RenderSet,
     maker: RowMaker,
     batch_size: int,
     failed: Callable[[Request, str], None],
 ) -> Iterator[Rendered]:
-    """Render ``requests`` here in batches of ``batch_size``. A reading error (strict mode) is
-    raised after the requests read before it are rendered, so that the first bad line in input
-    order is the one reported, whether it failed to parse or to render."""
+    """Render ``requests`` here in batches of ``batch_size`` (an :class:`Unrendered` one becomes
+    a reference row in its place). A reading error (strict mode) is raised after the requests
+    read before it are rendered, so that the first bad line in input order is the one reported,
+    whether it failed to parse or to render."""
     index = 0
-    pending: list[Request] = []
+    pending: list[Request | Unrendered] = []
 
     def flush() -> Iterator[Rendered]:
         nonlocal index
-        for req, result in zip(pending, renderers.render_batch(pending), strict=True):
+        todo = [r for r in pending if not isinstance(r, Unrendered)]
+        results = iter(renderers.render_batch(todo) if todo else ())
+        for req in pending:
+            if isinstance(req, Unrendered):
+                yield Rendered(None, maker.reference(req.request, index))
+                index += 1
+                continue
+            result = next(results)
             if isinstance(result, Prompt):
                 yield Rendered(req, maker.row(result, index), result.segments)
                 index += 1

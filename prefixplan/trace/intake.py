@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from prefixplan.core.progress import NO_PROGRESS, Progress
-from prefixplan.core.types import Request
 from prefixplan.errors import UsageError
 from prefixplan.logs import LineErrors, ReadMeter
 from prefixplan.logs.noinput import no_requests_error, nothing_left_error
@@ -42,7 +41,7 @@ from prefixplan.trace.jobplan import JobPlanner
 from prefixplan.trace.meta import check_block_size, line_errors_json, line_errors_of, renderers_json
 from prefixplan.trace.parquet import TraceFile, trace_input
 from prefixplan.trace.rows import TraceRow
-from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, merge_stats
+from prefixplan.trace.shards import ShardJob, ShardResult, TextPartial, Transform, merge_stats
 from prefixplan.trace.writer import TraceWriter, base_meta
 
 
@@ -57,8 +56,9 @@ class IntakePlan:
         describe: the granularity's description, kept in a written trace file.
         routing: rows carry the gateway's routing keys.
         text: makes a job's text partial (analyze); each reaches ``on_shard``.
-        transform: rewrites each request before rendering (picklable; may count what it did in
-            an attribute ``moved``, summed in :attr:`Intake.moved`).
+        transform: rewrites each request before rendering, or leaves it unrendered (a reference
+            row: :class:`~prefixplan.trace.inprocess.Unrendered`); picklable; may count what it
+            did in an attribute ``moved``, summed in :attr:`Intake.moved`.
         trace_out: also write the rows to this trace file.
         accept_trace: a trace file is a valid input (else a usage error).
         preload: with workers, load the first row's renderer here meanwhile (the caller renders
@@ -72,7 +72,7 @@ class IntakePlan:
     describe: str = ""
     routing: bool = False
     text: Callable[[], TextPartial] | None = None
-    transform: Callable[[Request], Request] | None = None
+    transform: Transform | None = None
     trace_out: str | os.PathLike[str] | None = None
     accept_trace: bool = True
     preload: bool = False

@@ -18,7 +18,7 @@ from prefixplan.logs import LineErrors, ReadMeter
 from prefixplan.logs.detect import JSONL
 from prefixplan.render.stream import SourceOptions, iter_source_requests
 from prefixplan.trace.executors import Run
-from prefixplan.trace.shards import ShardJob, TextPartial
+from prefixplan.trace.shards import ShardJob, TextPartial, Transform
 
 BATCH = 64
 """Lines (or parsed requests) per job when a file is shared by several workers."""
@@ -42,7 +42,7 @@ class PassPlan(Protocol):
     @property
     def text(self) -> Callable[[], TextPartial] | None: ...
     @property
-    def transform(self) -> Callable[[Request], Request] | None: ...
+    def transform(self) -> Transform | None: ...
 
 
 class JobPlanner:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.types import SEGMENT_KINDS, Prompt, Segment, SegmentHash
+from prefixplan.core.types import SEGMENT_KINDS, Prompt, Request, Segment, SegmentHash
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.routing.content import request_route_bytes, route_units
 from prefixplan.trace.blockhash import BlockHasher, namespace_seed
@@ -88,6 +88,11 @@ class TraceRow:
     exact: bool
     logged_cached_tokens: int | None
 
+
+REFERENCE_UNITS = -1
+"""``units`` of a reference row: a request not rendered in this pass because an earlier pass
+rendered it as it is (:meth:`RowMaker.reference`); its tokens and keys are that pass's row of the
+same source and line (:mod:`prefixplan.analysis.earlier`)."""
 
 _ROW_FIELDS = tuple(f.name for f in fields(TraceRow))
 _ARRAY_FIELDS = frozenset(f.name for f in fields(TraceRow) if f.type in ("np.ndarray", np.ndarray))
@@ -218,6 +223,46 @@ class RowMaker:
             gw_key=gw_key,
             gw_key_tokens=int(gw_tokens),
             exact=bool(prompt.exact) and req.format not in RECONSTRUCTED_FORMATS,
+            logged_cached_tokens=req.logged_cached_tokens,
+        )
+
+    def reference(self, req: Request, index: int) -> TraceRow:
+        """The row of ``req`` as the ``index``-th request without rendering it: what the request
+        itself says (time, source and line, namespace, lengths it logs) and no tokens, keys or
+        spans; ``units`` is :data:`REFERENCE_UNITS`."""
+        return TraceRow(
+            index=index,
+            time=req.time,
+            source=req.source,
+            line=req.line_no,
+            namespace=req.namespace,
+            model=req.model,
+            format=req.format,
+            tenant=req.tenant,
+            prompt_tokens=0,
+            output_tokens=int(req.output_length or 0),
+            token_scale=1,
+            units=REFERENCE_UNITS,
+            keys_units=self.block_size,
+            block_keys=_EMPTY_U64,
+            seg_kind=_EMPTY_I8,
+            seg_start=_EMPTY_I32,
+            seg_end=_EMPTY_I32,
+            seg_index=_EMPTY_I32,
+            seg_hash=_EMPTY_U64,
+            seg_names=(),
+            chunk_start=_EMPTY_I32,
+            chunk_end=_EMPTY_I32,
+            chunk_msg=_EMPTY_I32,
+            chunk_hash=_EMPTY_U64,
+            chunk_chars=_EMPTY_I32,
+            breakpoints=(),
+            boundaries=(),
+            boundary_keys=(),
+            route_units=None,
+            gw_key=None,
+            gw_key_tokens=0,
+            exact=True,
             logged_cached_tokens=req.logged_cached_tokens,
         )
 

@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prefixplan.core.types import Request, Segment
 from prefixplan.errors import PrefixplanError
@@ -31,6 +31,13 @@ from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.gcpolicy import relax_for_process
 from prefixplan.trace.rows import TraceRow, pack_rows, unpack_rows
+
+if TYPE_CHECKING:
+    from prefixplan.trace.inprocess import Unrendered
+
+Transform = Callable[[Request], "Request | Unrendered"]
+"""Rewrites a request before rendering, or says it need not be rendered (the row of an earlier
+pass stands for it: :class:`~prefixplan.trace.inprocess.Unrendered`)."""
 
 IN_FLIGHT_PER_WORKER = 3
 """Jobs handed to each local worker ahead of the one being merged (bounds parent memory)."""
@@ -62,8 +69,9 @@ class ShardJob:
         block_size: trace block size in tokens.
         routing: rows carry the gateway's routing keys.
         text: makes the text partial of a shard (None: rows only, e.g. simulate).
-        transform: rewrites each request before rendering (picklable; may count what it did in
-            an attribute ``moved``, summed over shards).
+        transform: rewrites each request before rendering, or leaves it unrendered
+            (:data:`Transform`); picklable; may count what it did in an attribute ``moved``,
+            summed over shards.
         lines: a batch of the file's lines, read by the parent and parsed here (one big file
             shared by several workers); ``requests``: requests the parent parsed.
     """
@@ -74,7 +82,7 @@ class ShardJob:
     block_size: int
     routing: bool = False
     text: Callable[[], TextPartial] | None = None
-    transform: Callable[[Request], Request] | None = None
+    transform: Transform | None = None
     lines: LineBatch | None = None  # instead of the whole file: these lines of it, read, not parsed
     requests: tuple[Request, ...] | None = None  # or these requests (server logs, tables)
     range: ByteRange | None = None  # or these bytes of the file, read here (a plain JSON-lines file)
@@ -216,7 +224,7 @@ def _render(job: ShardJob, renderers: RenderSet, result: ShardResult) -> Iterato
     from prefixplan.logs.tables import table_format
     from prefixplan.trace.inprocess import failure_handler, render_in_process
 
-    requests: Iterator[Request]
+    requests: Iterator[Request] | Iterator[Request | Unrendered]
     if job.range is not None:
         from prefixplan.logs.ranges import read_range
         from prefixplan.logs.remote import shown
