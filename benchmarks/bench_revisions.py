@@ -11,8 +11,8 @@ checkout's code and with REV's (same interpreter and packages, the order alterna
 rounds). Log: the first ``--requests`` requests of the pinned generated log
 (`scripts/make_logs.py bench`, seed 7), or the bundled example with ``--example``. Printed: per
 code, the CPU seconds of the child (its own and its threads', from getrusage) and prompt
-tokens per CPU second (median round), and their ratio; the prompt tokens and candidates of both
-records must agree. Not run in CI.
+tokens per CPU second (median round), and their ratio; whether the prompt tokens, the
+candidates' token ids and the documents-first what-if of both records agree. Not run in CI.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def main() -> int:
     same = (
         len(set(tokens.values())) == 1
         and len({json.dumps([c.get("token_ids") for c in rec["candidates"]]) for rec in records.values()}) == 1
+        and len({json.dumps(rec["rag"].get("whatif"), sort_keys=True) for rec in records.values()}) == 1
     )
     print(f"log: {log.name}, {next(iter(tokens.values())):,} prompt tokens; {args.rounds} round(s), alternating")
     rates = {}
@@ -89,7 +90,7 @@ def main() -> int:
         print(
             f"  {name:<16} {rates[name] / 1e6:6.2f} M tokens per CPU s  (CPU s {' / '.join(f'{s:.1f}' for s in cpu[name])})"
         )
-    print(f"  ratio            {rates['this checkout'] / rates[args.rev]:.2f} x; same tokens and candidates: {same}")
+    print(f"  ratio            {rates['this checkout'] / rates[args.rev]:.2f} x; same tokens, candidates, what-if: {same}")
     return 0
 
 
