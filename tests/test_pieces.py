@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def _packed(tmp: Path, members: int, cut: int | None, reps: int = 1) -> Path:
 
 
 def _spilled(
-    path: Path, read: ReadOptions, folder: Path, range_bytes: int, read_bytes: int
+    path: Path, read: ReadOptions, folder: Path, range_bytes: int | Callable[[int], int], read_bytes: int
 ) -> tuple[list, LineErrors] | None:
     got, errors = [], LineErrors()
     with open_log(str(path)) as stream:
@@ -71,6 +71,7 @@ def _spilled(
     range_bytes=st.sampled_from([1, 300, 2_000, 10**6]),
     read_bytes=st.sampled_from([7, 64, 1_000, 1 << 20]),
     sample=st.sampled_from([None, 0.6]),
+    shrinking=st.booleans(),
 )
 def test_pieces_read_as_one_reader_reads_the_whole_log(
     tmp_path_factory: pytest.TempPathFactory,
@@ -80,9 +81,11 @@ def test_pieces_read_as_one_reader_reads_the_whole_log(
     range_bytes: int,
     read_bytes: int,
     sample: float | None,
+    shrinking: bool,
 ) -> None:
     """``reps`` 170: 1.2 MB, longer than the head the format is sniffed from (damage there
-    leaves the log to the whole-log reader)."""
+    leaves the log to the whole-log reader). ``shrinking``: each piece's size is asked as it
+    starts, and shrinks with what was spilled (as the pieces near a log's end do)."""
     tmp = tmp_path_factory.mktemp("s")
     path = _packed(tmp, members, None if cut is None else cut * reps, reps)
     if reps > 1:
@@ -91,7 +94,15 @@ def test_pieces_read_as_one_reader_reads_the_whole_log(
     want, want_errors = _whole(path, read)
     folder = tmp / "pieces"
     folder.mkdir()
-    spilled = _spilled(path, read, folder, range_bytes, read_bytes)
+    asked: list[int] = []
+
+    def shrink(done: int) -> int:
+        asked.append(done)
+        return max(1, range_bytes - done // 3)
+
+    spilled = _spilled(path, read, folder, shrink if shrinking else range_bytes, read_bytes)
+    if shrinking and spilled is not None:
+        assert asked[0] == 0 and asked == sorted(asked)  # at each piece's start, with the bytes before it
     if spilled is None:
         assert cut is not None and any("corrupt input" in s.reason for s in want_errors.samples)
         return

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from prefixplan.cli.app import main
 from prefixplan.logs import LineErrors, ReadOptions, iter_requests
-from prefixplan.logs.ranges import MIN_RANGE_BYTES, line_ranges, read_range, splittable
+from prefixplan.logs.ranges import MIN_RANGE_BYTES, TAPER, line_ranges, read_range, splittable, tapered_cuts
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Executor
 from prefixplan.trace.intake import Intake, IntakePlan
@@ -74,6 +74,27 @@ def test_ranges_cut_anywhere_read_every_line_once(
         errors.merge(part)
     assert got == want
     assert_same_errors(errors, want_errors)
+
+
+@given(
+    size=st.integers(0, 10**10),
+    range_bytes=st.integers(MIN_RANGE_BYTES, 64 * 2**20),
+    readers=st.integers(1, 64),
+)
+def test_tapered_ranges_cover_the_file_and_shrink_towards_its_end(size: int, range_bytes: int, readers: int) -> None:
+    cuts = tapered_cuts(size, range_bytes, readers)
+    if size == 0:
+        assert cuts == []
+        return
+    bounds = [0, *cuts, size]
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
+    assert all(n > 0 for n in sizes) and sum(sizes) == size
+    assert all(MIN_RANGE_BYTES <= n <= range_bytes for n in sizes[:-1])
+    assert all(a >= b for a, b in itertools.pairwise(sizes[:-1]))  # the last is what is left
+    for pos, n in zip(bounds, sizes[:-1], strict=False):  # near the end, a share of what is left
+        assert n <= max(MIN_RANGE_BYTES, (size - pos) // (TAPER * readers))
+    if size > 8 * TAPER * readers * MIN_RANGE_BYTES:
+        assert sizes[-1] <= MIN_RANGE_BYTES  # the readers run out of work together
 
 
 def test_only_local_plain_json_lines_files_split(tmp_path: Path) -> None:

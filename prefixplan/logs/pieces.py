@@ -23,7 +23,7 @@ import contextlib
 import os
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from prefixplan.logs.detect import JSONL, sniff
@@ -67,22 +67,33 @@ def sniffed_jsonl(stream: BinaryIO, forced: str, max_line_bytes: int) -> tuple[s
 
 
 def spill(
-    stream: BinaryIO, head: bytes, directory: str, range_bytes: int, *, read_bytes: int = READ_BYTES
+    stream: BinaryIO,
+    head: bytes,
+    directory: str,
+    range_bytes: int | Callable[[int], int],
+    *,
+    read_bytes: int = READ_BYTES,
 ) -> Iterator[ByteRange]:
     """The lines of ``head`` + the rest of ``stream`` as pieces of about ``range_bytes`` in files
-    under ``directory`` (see the module docstring), in order."""
+    under ``directory`` (see the module docstring), in order. ``range_bytes`` may be a function
+    of the bytes spilled so far, asked as each piece starts (pieces that shrink towards the end)."""
     read = getattr(stream, "read1", stream.read)
+    size_of = range_bytes if callable(range_bytes) else lambda _spilled: range_bytes
     lines = 0  # newlines in the pieces before the current one
+    spilled = 0
     piece = _Piece(directory, b"", read_bytes)
+    target = size_of(spilled)
     try:
         buf = head
         while True:
             if buf:
                 piece.write(buf)
-                if piece.at_line_end and piece.size >= range_bytes:
+                if piece.at_line_end and piece.size >= target:
                     done, piece = piece, _Piece(directory, piece.partial, read_bytes)
                     yield done.close(lines + 1)
                     lines += done.newlines
+                    spilled += done.size
+                    target = size_of(spilled)
             try:
                 buf = read(read_bytes)
             except Exception as exc:

@@ -72,6 +72,31 @@ def range_size(size: int, workers: int) -> int:
     return max(MIN_RANGE_BYTES, min(RANGE_BYTES, size // max(1, 4 * workers)))
 
 
+TAPER = 4
+"""Near a file's end a range holds at most 1 / (``TAPER`` x readers) of what is left
+(:func:`tapered_cuts`)."""
+
+
+def taper(left: int, range_bytes: int, readers: int, min_bytes: int = MIN_RANGE_BYTES) -> int:
+    """The next range's bytes when ``left`` bytes are left: ``range_bytes``, or less near the end
+    (at most ``left`` / (:data:`TAPER` x ``readers``)), at least ``min_bytes``. The readers then
+    run out of work together: with ranges of one size, the queue a reader keeps ahead of it (a few
+    whole ranges) is what the others wait for at the end of the pass."""
+    return max(min_bytes, min(range_bytes, left // (TAPER * max(1, readers))))
+
+
+def tapered_cuts(size: int, range_bytes: int, readers: int, min_bytes: int = MIN_RANGE_BYTES) -> list[int]:
+    """Byte offsets cutting a file of ``size`` bytes into ranges of :func:`taper` sizes."""
+    cuts: list[int] = []
+    pos = 0
+    while True:
+        step = taper(size - pos, range_bytes, readers, min_bytes)
+        if pos + step >= size:
+            return cuts
+        pos += step
+        cuts.append(pos)
+
+
 def line_ranges(path: str, cuts: Sequence[int] | None = None, range_bytes: int = RANGE_BYTES) -> Iterator[ByteRange]:
     """The ranges of ``path`` between ``cuts`` (byte offsets, any; default every
     ``range_bytes``), each cut moved to the start of the line it falls in or the next line

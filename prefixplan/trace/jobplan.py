@@ -109,7 +109,8 @@ class JobPlanner:
                 yield from self._batch_jobs([path], meter, batch, job)
 
     def _range_jobs(self, path: str, how: str, readers: int, job: Callable[..., ShardJob]) -> Iterator[ShardJob]:
-        """Jobs of byte ranges of the plain JSON-lines file ``path``, about four per reader."""
+        """Jobs of byte ranges of the plain JSON-lines file ``path``, about four per reader and
+        smaller ones towards its end (:func:`~prefixplan.logs.ranges.tapered_cuts`)."""
         from prefixplan.logs import ranges
         from prefixplan.logs.remote import shown
         from prefixplan.logs.textlog import SourceInfo
@@ -117,8 +118,9 @@ class JobPlanner:
         name = shown(path)
         self.errors.opened(name)
         self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
-        size = ranges.range_size(os.path.getsize(path), readers)
-        for rng in ranges.line_ranges(path, range_bytes=size):
+        size = os.path.getsize(path)
+        cuts = ranges.tapered_cuts(size, ranges.range_size(size, readers), readers)
+        for rng in ranges.line_ranges(path, cuts):
             yield job(path, range=rng)
 
     def _piece_jobs(
@@ -137,7 +139,14 @@ class JobPlanner:
         read = self.plan.source.read
         if table_format(path, read.format) is not None:
             return False
-        with open_log(path, on_open=meter.opened if meter is not None else None) as stream:
+        raws: list[Any] = []
+
+        def opened(raw: Any) -> None:
+            raws.append(raw)
+            if meter is not None:
+                meter.opened(raw)
+
+        with open_log(path, on_open=opened) as stream:
             found = pieces.sniffed_jsonl(stream, read.format, read.max_line_bytes)
             if found is None:
                 return False
@@ -147,7 +156,15 @@ class JobPlanner:
             self.errors.sources.setdefault(name, SourceInfo(JSONL, how))
             size = input_size(path)
             per_range = ranges.range_size(SPILL_RATIO * size, run.processes) if size else ranges.RANGE_BYTES
-            for rng in pieces.spill(stream, head, self._spill_dir(), per_range):
+
+            def piece_bytes(spilled: int) -> int:
+                """Smaller pieces towards the end: what is left, at the ratio decompressed so far."""
+                at = _position(raws[0]) if raws else None
+                if not size or not at or not spilled:
+                    return per_range
+                return ranges.taper(spilled * max(0, size - at) // at, per_range, run.processes)
+
+            for rng in pieces.spill(stream, head, self._spill_dir(), piece_bytes):
                 yield job(path, range=rng)
         if meter is not None:
             meter.closed()
@@ -227,3 +244,11 @@ def shardable(source: SourceOptions, run: Run, files: list[str] | None) -> list[
     if ray or len(files) >= 2 * run.processes:
         return files
     return None
+
+
+def _position(raw: Any) -> int | None:
+    """How far into the compressed file ``raw`` reading got (None when it cannot say)."""
+    try:
+        return int(raw.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
