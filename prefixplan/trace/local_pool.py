@@ -5,7 +5,9 @@ server where the platform has one (else spawn), each with
 :func:`~prefixplan.trace.shards.start_worker`, and each first loads the run's tokenizer
 (:func:`~prefixplan.trace.shards.warm_worker`). Each ready worker is kept a few jobs ahead;
 whenever none can take another (all busy, or still starting), the calling process renders the
-next job itself with its own renderers. So starting workers never makes a run slower than
+next job itself with its own renderers; once every job is handed out, it takes back the latest
+ones no worker has started and renders them (the workers' queues would otherwise be the last
+thing left, this process idle). So starting workers never makes a run slower than
 rendering without them, and the calling process, which loads a tokenizer anyway (for the shown
 candidates' ids), works as the ``N``-th renderer between merging results instead of waiting:
 on two cores ``--workers 2`` loads two tokenizers, not three. Within a command's
@@ -92,6 +94,18 @@ def _forget(pool: Pool) -> None:
     pool.shutdown(wait=False)
 
 
+def take_back(
+    window: deque[Future[ShardResult]], handed: dict[Future[ShardResult], ShardJob]
+) -> tuple[int, ShardJob] | None:
+    """The latest job of ``window`` that a worker holds but has not started, cancelled there:
+    (its place in the window, the job); None when every handed job has started."""
+    for at in range(len(window) - 1, -1, -1):
+        future = window[at]
+        if future in handed and future.cancel():
+            return at, handed.pop(future)
+    return None
+
+
 def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
     """Shard results in job order from ``run.processes`` local processes, a bounded window ahead
     (module docstring: jobs no ready worker can take are rendered here)."""
@@ -102,6 +116,7 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
     workers = max(1, run.processes - 1)  # this process renders too
     window: deque[Future[ShardResult]] = deque()
     helped: set[Future[ShardResult]] = set()  # rendered here
+    handed: dict[Future[ShardResult], ShardJob] = {}  # handed to the workers, result not yet taken
     pool: Pool | None = None
     owned = False
     finished = False
@@ -110,6 +125,7 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
         def first() -> ShardResult:
             future = window.popleft()
             helped.discard(future)
+            handed.pop(future, None)
             try:
                 return future.result()
             except BrokenProcessPool as exc:
@@ -129,6 +145,7 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
             ready = pool.ready_workers()
             if queued < ready * IN_FLIGHT_PER_WORKER:
                 window.append(pool.executor.submit(render_shard, job))
+                handed[window[-1]] = job
                 queued += 1
             else:  # no ready worker would take it soon: this process renders it
                 here: Future[ShardResult] = Future()
@@ -139,6 +156,19 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
                 run.on_load(min(ready, queued) + 1, workers + 1)
             while len(window) >= WINDOW_PER_PROCESS * (workers + 1):  # results wait for an earlier job
                 yield first()
+        # every job is handed out: take back the latest one no worker has started and render it
+        # here, until none is left, so this process does not wait idle for the workers' queues
+        while window:
+            while window and window[0].done():
+                yield first()
+            taken = take_back(window, handed)
+            if taken is None:
+                break
+            at, job = taken
+            here = Future()
+            here.set_result(render_shard(job, run.renderers))
+            helped.add(here)
+            window[at] = here
         while window:
             yield first()
         finished = True
