@@ -27,6 +27,7 @@ from prefixplan.trace.blocks import TraceBuilder
 from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.inprocess import Unrendered, render_in_process
 from prefixplan.trace.rows import REFERENCE_UNITS, RowMaker
+from prefixplan.trace.storage.spill import RaggedU64
 from tests.shard_logs import EXAMPLE, clean, split_example
 
 _PROMPT = " ".join(f"step {i}: read the ticket, then answer it." for i in range(40))
@@ -87,11 +88,11 @@ def _rows(requests: list[Any], block_size: int = 16) -> RowColumns:
 def test_fill_puts_the_first_pass_keys_in_place_and_counts_a_line_it_never_saw() -> None:
     requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 12))
     first = _rows(requests)
-    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keep_keys=True)
+    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keys=(keys := RaggedU64()))
     store.add_columns(first)
     builder.add_columns(first)
     builder.finish()
-    earlier = EarlierRows(store, builder.kept_keys, 16, [])
+    earlier = EarlierRows(store, keys, 16, [])
     assert earlier.usable and not earlier.render_again
     grown = [*requests[:3], replace(requests[3], line_no=10**6)]
     mixed: list[Any] = [requests[0], Unrendered(requests[1]), Unrendered(requests[2]), Unrendered(grown[3])]
@@ -104,37 +105,37 @@ def test_fill_puts_the_first_pass_keys_in_place_and_counts_a_line_it_never_saw()
         assert filled.units[i] == first.units[i]
         assert filled.block_keys.row(i).tolist() == first.block_keys.row(i).tolist()
     assert filled.prompt_tokens[3] == 0 and filled.units[3] == 0 and filled.block_keys.row(3).shape[0] == 0
-    builder.release_keys()
+    keys.close()
 
 
 def test_places_two_rows_share_and_failures_are_rendered_again() -> None:
     requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 4))
     twin = replace(requests[2], line_no=requests[1].line_no)
     first = _rows([requests[0], requests[1], twin, requests[3]])
-    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keep_keys=True)
+    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keys=(keys := RaggedU64()))
     store.add_columns(first)
     builder.add_columns(first)
     builder.finish()
     failed = RenderFailure(requests[0].source, 99, "rejected")
-    earlier = EarlierRows(store, builder.kept_keys, 16, [failed])
+    earlier = EarlierRows(store, keys, 16, [failed])
     assert earlier.render_again == {(requests[0].source, 99), (requests[1].source, requests[1].line_no)}
     found = earlier.rows_of([requests[0].source], np.zeros(4, dtype=np.int64), first.line)
     assert found.tolist() == [0, -1, -1, 3]  # the shared place names no row
-    builder.release_keys()
+    keys.close()
 
 
 def test_too_many_places_to_render_again_turn_reuse_off(monkeypatch: pytest.MonkeyPatch) -> None:
     requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 2))
     first = _rows(requests)
-    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keep_keys=True)
+    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keys=(keys := RaggedU64()))
     store.add_columns(first)
     builder.add_columns(first)
     builder.finish()
     failures = [RenderFailure("x.jsonl", n, "rejected") for n in (1, 2)]
-    assert EarlierRows(store, builder.kept_keys, 16, failures).usable
+    assert EarlierRows(store, keys, 16, failures).usable
     monkeypatch.setattr(earlier_mod, "MAX_RENDER_AGAIN", 1)
-    assert not EarlierRows(store, builder.kept_keys, 16, failures).usable  # each job would carry them
-    builder.release_keys()
+    assert not EarlierRows(store, keys, 16, failures).usable  # each job would carry them
+    keys.close()
 
 
 def test_a_gzip_log_gives_the_same_whatif_with_one_process_as_with_two(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from prefixplan.trace.columns import RowColumns
 from prefixplan.trace.requests import request_of_row
 from prefixplan.trace.rows import TraceRow, row_segments
 from prefixplan.trace.shards import ShardResult
+from prefixplan.trace.storage.spill import RaggedU64
 
 
 @dataclass
@@ -60,11 +61,8 @@ class FirstPass:
         self.granularity = engine_granularity(options.engine, options.block_size)
         # candidates need at least two requests: blocks of one request are not indexed; the
         # documents-first what-if takes the keys of the requests it leaves as they are from here
-        self.builder = TraceBuilder(
-            self.granularity,
-            index_singletons=options.min_hits < 2,
-            keep_keys=options.rag_whatif,
-        )
+        self.keys: RaggedU64 | None = RaggedU64() if options.rag_whatif else None
+        self.builder = TraceBuilder(self.granularity, index_singletons=options.min_hits < 2, keys=self.keys)
         self.store = RowStore()
         self.text = TextPass(options.min_tenants, options.show_user_text)
         self.total = 0
@@ -80,14 +78,15 @@ class FirstPass:
     def earlier_rows(self, failures: Iterable[RenderFailure]) -> EarlierRows | None:
         """The rows a second pass may take instead of rendering again (after the block trace is
         finished; None when the keys were not kept)."""
-        if not self.builder.keep_keys:
+        if self.keys is None:
             return None
-        return EarlierRows(self.store, self.builder.kept_keys, self.granularity.block_size, failures)
+        return EarlierRows(self.store, self.keys, self.granularity.block_size, failures)
 
     def release_keys(self) -> None:
         """Drop the kept block keys (no further pass needs them)."""
-        if self.builder.keep_keys:
-            self.builder.release_keys()
+        if self.keys is not None:
+            self.keys.close()
+            self.keys = None
 
     def add_shard(self, result: ShardResult) -> None:
         """A job's text partial (its rows come through :meth:`add_row` or :meth:`add_columns`)."""

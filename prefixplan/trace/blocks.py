@@ -197,9 +197,9 @@ class TraceBuilder:
         spill_bytes: memory for waiting block keys before they go to a temporary file.
         index_singletons: index blocks seen in one request only (module docstring); without
             them :meth:`resolve` finds only blocks of at least two requests.
-        keep_keys: keep each request's block keys after :meth:`finish` (:attr:`kept_keys`, in
-            the order requests were added) until :meth:`release_keys`: a later pass takes the
-            keys of the requests it does not render again from here.
+        keys: where each request's block keys wait, in the order added (default: a store of
+            its own, dropped by :meth:`finish`; one passed in is left to its owner: a later pass
+            reads the keys of the requests it does not render again there).
     """
 
     def __init__(
@@ -209,10 +209,9 @@ class TraceBuilder:
         *,
         spill_bytes: int = DEFAULT_BUDGET,
         index_singletons: bool = True,
-        keep_keys: bool = False,
+        keys: RaggedU64 | None = None,
     ) -> None:
         self.granularity = granularity
-        self.keep_keys = keep_keys
         self.hasher = BlockHasher()
         self.observer = observer
         self.index_singletons = index_singletons
@@ -221,7 +220,8 @@ class TraceBuilder:
         self._seeds: dict[tuple[str, int], int] = {}
         self._ns_index: dict[str, int] = {}
         self._ns_scale: dict[str, int] = {}  # block scale of each namespace's first request
-        self._keys = RaggedU64(spill_bytes)
+        self._own_keys = keys is None
+        self._keys = RaggedU64(spill_bytes) if keys is None else keys
         self._observed: list[tuple[SimRequest, dict[int, int]]] = []
         # per-request columns in input order: to temporary files as they grow (trace.storage.mapped)
         self._times = ColumnWriter(np.float64)
@@ -376,19 +376,6 @@ class TraceBuilder:
         known = int(missing[0]) if missing.shape[0] else int(ids.shape[0])
         return [int(i) for i in ids[:known]]
 
-    @property
-    def kept_keys(self) -> RaggedU64:
-        """Each request's block keys at this granularity, in the order the requests were added
-        (``keep_keys``; read after :meth:`finish`, before :meth:`release_keys`)."""
-        if not self.keep_keys:
-            raise RuntimeError("TraceBuilder.kept_keys without keep_keys, or after release_keys")
-        return self._keys
-
-    def release_keys(self) -> None:
-        """Drop the kept keys (their temporary file too)."""
-        self.keep_keys = False
-        self._keys.close()
-
     def finish(self) -> BlockTrace:
         """Sort by arrival and assign block ids (the builder stays usable for :meth:`resolve`)."""
         if self._finished:
@@ -420,7 +407,7 @@ class TraceBuilder:
                 req, at = self._observed[i]
                 self.observer(req, at)
             self._observed.clear()
-        if not self.keep_keys:
+        if self._own_keys:
             self._keys.close()
         # each column sorted into its own file-backed array, one column at a time
         sorted_times = mapped_gather(times, order)
