@@ -49,6 +49,23 @@ def _distinct(values: np.ndarray) -> int:
     return 1 + int(np.count_nonzero(values[1:] != values[:-1]))
 
 
+def _documents_first(
+    options: AnalyzeOptions,
+    first: FirstPass,
+    renderers: RenderSet,
+    failures: Sequence[RenderFailure],
+    reused_now: int,
+    progress: Progress,
+) -> dict[str, Any]:
+    """The documents-first what-if (a second pass), taking the first pass's rows for the
+    requests it leaves as they are."""
+    counts = chunk_counts(first.store)
+    earlier = first.earlier_rows(failures)
+    return rag_whatif(
+        options.source, options.executor, renderers, counts, first.granularity, reused_now, progress, earlier
+    )
+
+
 def rank_and_record(
     options: AnalyzeOptions,
     first: FirstPass,
@@ -130,19 +147,7 @@ def rank_and_record(
         spec_of = {m: spec for spec, models in renderers.models_by_spec.items() for m in models}
         engine_used = bool(renderers.engine_ids.get("used"))
         if options.rag_whatif and recurring.shape[0] and source.rereadable:
-            earlier = first.earlier_rows(failures)
-            rag.update(
-                rag_whatif(
-                    source,
-                    options.executor,
-                    renderers,
-                    chunk_counts(store),
-                    first.granularity,
-                    reused_total,
-                    progress,
-                    earlier,
-                )
-            )
+            rag.update(_documents_first(options, first, renderers, failures, reused_total, progress))
         first.release_keys()
         breakers: list[Any] = list(first.finder.results())
         previews = first.previews

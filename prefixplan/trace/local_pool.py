@@ -26,6 +26,7 @@ from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Run, session_pools
 from prefixplan.trace.shards import (
     IN_FLIGHT_PER_WORKER,
+    WHOLE_FILE_IN_FLIGHT,
     ShardJob,
     ShardResult,
     render_shard,
@@ -94,6 +95,12 @@ def _forget(pool: Pool) -> None:
     pool.shutdown(wait=False)
 
 
+def in_flight(job: ShardJob) -> int:
+    """Jobs of ``job``'s kind a ready worker is kept ahead (whole files fewer: they are long)."""
+    whole = job.range is None and job.lines is None and job.requests is None
+    return WHOLE_FILE_IN_FLIGHT if whole else IN_FLIGHT_PER_WORKER
+
+
 def take_back(
     window: deque[Future[ShardResult]], handed: dict[Future[ShardResult], ShardJob]
 ) -> tuple[int, ShardJob] | None:
@@ -143,7 +150,7 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
                 yield first()
             queued = sum(1 for f in window if f not in helped and not f.done())  # jobs the workers hold
             ready = pool.ready_workers()
-            if queued < ready * IN_FLIGHT_PER_WORKER:
+            if queued < ready * in_flight(job):
                 window.append(pool.executor.submit(render_shard, job))
                 handed[window[-1]] = job
                 queued += 1
