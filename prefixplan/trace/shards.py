@@ -44,7 +44,7 @@ IN_FLIGHT_PER_WORKER = 3
 WHOLE_FILE_IN_FLIGHT = 2
 """The same for whole files: seconds of work each, so one queued behind the running one keeps a
 worker busy while the parent renders its own, and at the end of a pass the other processes wait
-for that one at most (the 100k benchmark log as 32 files on 2 cores: 74.5 s with 3, 71.2 s with 2)."""
+for that one at most, not two."""
 
 
 Stats = tuple[dict, dict, dict, dict, dict]
