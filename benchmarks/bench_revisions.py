@@ -90,7 +90,9 @@ def main() -> int:
         print(
             f"  {name:<16} {rates[name] / 1e6:6.2f} M tokens per CPU s  (CPU s {' / '.join(f'{s:.1f}' for s in cpu[name])})"
         )
-    print(f"  ratio            {rates['this checkout'] / rates[args.rev]:.2f} x; same tokens, candidates, what-if: {same}")
+    print(
+        f"  ratio            {rates['this checkout'] / rates[args.rev]:.2f} x; same tokens, candidates, what-if: {same}"
+    )
     return 0
 
 

@@ -85,13 +85,20 @@ def _rows(requests: list[Any], block_size: int = 16) -> RowColumns:
     return RowColumns.of_rows(rows)
 
 
-def test_fill_puts_the_first_pass_keys_in_place_and_counts_a_line_it_never_saw() -> None:
-    requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 12))
-    first = _rows(requests)
-    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keys=(keys := RaggedU64()))
+def _first_pass(first: RowColumns) -> tuple[RowStore, RaggedU64]:
+    """The row store and the kept block keys of a first pass over ``first``."""
+    store, keys = RowStore(), RaggedU64()
+    builder = TraceBuilder(engine_granularity("vllm", 16), keys=keys)
     store.add_columns(first)
     builder.add_columns(first)
     builder.finish()
+    return store, keys
+
+
+def test_fill_puts_the_first_pass_keys_in_place_and_counts_a_line_it_never_saw() -> None:
+    requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 12))
+    first = _rows(requests)
+    store, keys = _first_pass(first)
     earlier = EarlierRows(store, keys, 16, [])
     assert earlier.usable and not earlier.render_again
     grown = [*requests[:3], replace(requests[3], line_no=10**6)]
@@ -112,10 +119,7 @@ def test_places_two_rows_share_and_failures_are_rendered_again() -> None:
     requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 4))
     twin = replace(requests[2], line_no=requests[1].line_no)
     first = _rows([requests[0], requests[1], twin, requests[3]])
-    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keys=(keys := RaggedU64()))
-    store.add_columns(first)
-    builder.add_columns(first)
-    builder.finish()
+    store, keys = _first_pass(first)
     failed = RenderFailure(requests[0].source, 99, "rejected")
     earlier = EarlierRows(store, keys, 16, [failed])
     assert earlier.render_again == {(requests[0].source, 99), (requests[1].source, requests[1].line_no)}
@@ -127,10 +131,7 @@ def test_places_two_rows_share_and_failures_are_rendered_again() -> None:
 def test_too_many_places_to_render_again_turn_reuse_off(monkeypatch: pytest.MonkeyPatch) -> None:
     requests = list(islice(iter_requests([str(EXAMPLE)], ReadOptions(), LineErrors()), 2))
     first = _rows(requests)
-    store, builder = RowStore(), TraceBuilder(engine_granularity("vllm", 16), keys=(keys := RaggedU64()))
-    store.add_columns(first)
-    builder.add_columns(first)
-    builder.finish()
+    store, keys = _first_pass(first)
     failures = [RenderFailure("x.jsonl", n, "rejected") for n in (1, 2)]
     assert EarlierRows(store, keys, 16, failures).usable
     monkeypatch.setattr(earlier_mod, "MAX_RENDER_AGAIN", 1)

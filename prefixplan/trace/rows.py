@@ -10,12 +10,12 @@ send back, what ``--trace-out`` writes as Parquet (:mod:`prefixplan.trace.parque
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 
-from prefixplan.core.types import SEGMENT_KINDS, Prompt, Request, Segment, SegmentHash
+from prefixplan.core.types import SEGMENT_KINDS, Prompt, Request, Segment, SegmentHash, TokenIds
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.routing.content import request_route_bytes, route_units
 from prefixplan.trace.blockhash import BlockHasher, namespace_seed
@@ -25,6 +25,7 @@ KIND_CODE = {k: i for i, k in enumerate(SEGMENT_KINDS)}
 _EMPTY_U64 = np.zeros(0, dtype=np.uint64)
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)
 _EMPTY_I8 = np.zeros(0, dtype=np.int8)
+_EMPTY_IDS = TokenIds(np.zeros(0, dtype=np.uint32))
 
 
 @dataclass(slots=True)
@@ -230,41 +231,7 @@ class RowMaker:
         """The row of ``req`` as the ``index``-th request without rendering it: what the request
         itself says (time, source and line, namespace, lengths it logs) and no tokens, keys or
         spans; ``units`` is :data:`REFERENCE_UNITS`."""
-        return TraceRow(
-            index=index,
-            time=req.time,
-            source=req.source,
-            line=req.line_no,
-            namespace=req.namespace,
-            model=req.model,
-            format=req.format,
-            tenant=req.tenant,
-            prompt_tokens=0,
-            output_tokens=int(req.output_length or 0),
-            token_scale=1,
-            units=REFERENCE_UNITS,
-            keys_units=self.block_size,
-            block_keys=_EMPTY_U64,
-            seg_kind=_EMPTY_I8,
-            seg_start=_EMPTY_I32,
-            seg_end=_EMPTY_I32,
-            seg_index=_EMPTY_I32,
-            seg_hash=_EMPTY_U64,
-            seg_names=(),
-            chunk_start=_EMPTY_I32,
-            chunk_end=_EMPTY_I32,
-            chunk_msg=_EMPTY_I32,
-            chunk_hash=_EMPTY_U64,
-            chunk_chars=_EMPTY_I32,
-            breakpoints=(),
-            boundaries=(),
-            boundary_keys=(),
-            route_units=None,
-            gw_key=None,
-            gw_key_tokens=0,
-            exact=True,
-            logged_cached_tokens=req.logged_cached_tokens,
-        )
+        return replace(self.row(Prompt(req, _EMPTY_IDS, ()), index), units=REFERENCE_UNITS)
 
 
 def row_segments(row: TraceRow) -> tuple[Segment, ...]:
