@@ -86,7 +86,7 @@ def test_a_command_keeps_its_worker_pool_for_its_second_pass(tmp_path: Path) -> 
 
     from prefixplan.trace.executors import session_pools
 
-    log = _log(tmp_path / "log.jsonl", 600)
+    log = _log(tmp_path / "log.jsonl", 3000)  # seven byte ranges: more jobs than the workers hold
     plan = IntakePlan(SourceOptions(paths=(str(log),)), Executor(workers=3), 16)
     with session():
         first = Intake(plan)
@@ -98,10 +98,11 @@ def test_a_command_keeps_its_worker_pool_for_its_second_pass(tmp_path: Path) -> 
         second = Intake(plan)
         n_second = sum(1 for _ in second.rows())
         assert list((session_pools() or {}).values()) == [pool]
-    assert n_first == n_second == 600 and len(started) == 2
+    assert n_first == n_second == 3000 and len(started) == 2
     here = f"{socket.gethostname()}:{os.getpid()}"
-    # every job of the second pass went to those workers, or was rendered here while they were busy
-    assert set(second.workers) - {here} == started
+    # every job of the second pass went to those workers, or was rendered here (while they were
+    # busy, or taken back at the end before a worker started it)
+    assert set(second.workers) - {here} and set(second.workers) - {here} <= started
 
 
 def test_a_trace_input_is_refused_where_a_log_is_needed(tmp_path: Path) -> None:
