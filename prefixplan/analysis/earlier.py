@@ -3,8 +3,8 @@
 
 The what-if rewrites about three requests in four of a RAG log; the others render to exactly the
 tokens they had in the first pass. Their rows there already hold what the what-if's block trace
-reads (prompt tokens, tokens per unit, the block keys at the analysis's granularity: the first
-pass's :class:`~prefixplan.trace.blocks.TraceBuilder` keeps them with ``keep_keys``), so the
+reads (prompt tokens, tokens per unit, the block keys at the analysis's granularity, kept in a
+key store the first pass hands its :class:`~prefixplan.trace.blocks.TraceBuilder`), so the
 what-if's workers send a reference row for each (:meth:`~prefixplan.trace.rows.RowMaker.reference`)
 and :meth:`EarlierRows.fill` puts the first pass's values in its place, batch by batch, with array
 operations.
