@@ -10,10 +10,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache folder for the session (tokenizer snapshots are named by their content)."""
+    return tmp_path_factory.mktemp("prefixplan-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point the store at a temp file so no test touches ./prefixplan.db."""
+def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _session_cache: Path) -> None:
+    """Point the store at a temp file so no test touches ./prefixplan.db, and the cache at the
+    session's folder so no test touches the user's."""
     monkeypatch.setenv("PREFIXPLAN_DB", str(tmp_path / "prefixplan.db"))
+    monkeypatch.setenv("PREFIXPLAN_CACHE_DIR", str(_session_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     # pytest-xdist's workers inherit COLUMNS=80: every test sees the terminal a plain run sees

@@ -165,7 +165,12 @@ def test_tojson_memo_serialises_each_tool_once_per_batch(renderers, monkeypatch)
     from prefixplan.render import tojson_memo
 
     split, _ = renderers
-    filters = _compile_jinja_template(split.tokenizer.chat_template).environment.filters
+    env = (  # the environment the renderer renders with: its own, or transformers'
+        split.template.environment
+        if split.template is not None
+        else _compile_jinja_template(split.tokenizer.chat_template).environment
+    )
+    filters = env.filters
     assert getattr(filters["tojson"], "__prefixplan_memo__", False)
     original = filters["tojson"].__wrapped__
     calls: list[object] = []
@@ -190,10 +195,13 @@ def test_tojson_memo_serialises_each_tool_once_per_batch(renderers, monkeypatch)
         assert texts[i] == alone
 
     calls.clear()  # outside a memo scope every conversation serialises every tool again
-    split.tokenizer.apply_chat_template(
-        [list(r.messages or ()) for r in reqs],
-        tools=list(reqs[0].tools or ()),
-        add_generation_prompt=True,
-        tokenize=False,
-    )
+    if split.template is not None:
+        split.template.render_many([list(r.messages or ()) for r in reqs], list(reqs[0].tools or ()))
+    else:
+        split.tokenizer.apply_chat_template(
+            [list(r.messages or ()) for r in reqs],
+            tools=list(reqs[0].tools or ()),
+            add_generation_prompt=True,
+            tokenize=False,
+        )
     assert tool_calls() == len(tools) * len(reqs)

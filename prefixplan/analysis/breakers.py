@@ -40,9 +40,10 @@ def find_dynamic(text: str) -> list[tuple[str, int, int]]:
     return [(code, a, b) for a, b, code, _ in lint.find_dynamic(text)]
 
 
-def mask_dynamic(text: str) -> str:
+def mask_dynamic(text: str, spans: Sequence[tuple[str, int, int]] | None = None) -> str:
+    """``text`` with each dynamic span (``spans``, else found here) replaced by ``<code>``."""
     out, pos = [], 0
-    for kind, a, b in find_dynamic(text):
+    for kind, a, b in find_dynamic(text) if spans is None else spans:
         out.append(text[pos:a])
         out.append(f"<{kind}>")
         pos = b
@@ -56,7 +57,7 @@ def scan_system_text(text: str) -> tuple[tuple[tuple[str, int, int], ...], str |
     dynamic span); most system texts repeat, so the answers are kept, per process, for every
     finder (a render worker makes one per batch of lines)."""
     dyn = tuple(find_dynamic(text))
-    return dyn, segment_hash(mask_dynamic(text)) if dyn else None
+    return dyn, segment_hash(mask_dynamic(text, dyn)) if dyn else None
 
 
 @dataclass(frozen=True, slots=True)

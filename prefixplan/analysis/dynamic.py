@@ -89,16 +89,58 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
     return line, col
 
 
+_CROSSES_LINES = tuple(r"\s" in pat.pattern for _, pat, _ in _PATTERNS)
+"""Patterns with ``\\s`` can match a line feed; the others never can (their classes and
+literals exclude it, and ``\\b`` next to a line feed is what it is at either end of a string),
+so those find the same spans line by line as in the whole text."""
+_LINE_CACHE_CHARS = 4_000_000
+"""Characters of lines whose spans are kept (system texts repeat most of their lines from
+request to request); past it the cache starts over."""
+_line_cache: dict[str, tuple[tuple[int, int, int], ...]] = {}
+_line_cache_chars = [0]
+
+
+def _pattern_spans(k: int, text: str) -> list[tuple[int, int]]:
+    _code, pat, what = _PATTERNS[k]
+    out = []
+    for m in pat.finditer(text):
+        if what == "hex id" and (m.group(0).isdigit() or m.group(0).isalpha()):
+            continue
+        out.append(m.span())
+    return out
+
+
+def _line_spans(line: str) -> tuple[tuple[int, int, int], ...]:
+    """``(pattern, start, end)`` of the patterns that stay within a line, found in ``line``."""
+    found = _line_cache.get(line)
+    if found is None:
+        found = tuple(
+            (k, s, e) for k in range(len(_PATTERNS)) if not _CROSSES_LINES[k] for s, e in _pattern_spans(k, line)
+        )
+        if _line_cache_chars[0] + len(line) > _LINE_CACHE_CHARS:
+            _line_cache.clear()
+            _line_cache_chars[0] = 0
+        _line_cache[line] = found
+        _line_cache_chars[0] += len(line)
+    return found
+
+
 def find_dynamic(text: str) -> list[tuple[int, int, str, str]]:
     """Dynamic spans of ``text``: non-overlapping ``(start, end, code, what)``, in order;
-    earlier patterns win overlaps. Shared by recipe lint and the log breaker report."""
+    earlier patterns win overlaps. Shared by recipe lint and the log breaker report.
+
+    Each pattern's spans are those of ``finditer`` over the whole text; patterns that never
+    match a line feed are run line by line, each distinct line once."""
+    spans: list[list[tuple[int, int]]] = [[] for _ in _PATTERNS]
+    pos = 0
+    for line in text.split("\n"):
+        for k, s, e in _line_spans(line):
+            spans[k].append((pos + s, pos + e))
+        pos += len(line) + 1
     taken: list[tuple[int, int]] = []
     out = []
-    for code, pat, what in _PATTERNS:
-        for m in pat.finditer(text):
-            s, e = m.span()
-            if what == "hex id" and (m.group(0).isdigit() or m.group(0).isalpha()):
-                continue
+    for k, (code, _pat, what) in enumerate(_PATTERNS):
+        for s, e in _pattern_spans(k, text) if _CROSSES_LINES[k] else spans[k]:
             if any(s < te and ts < e for ts, te in taken):
                 continue
             taken.append((s, e))

@@ -5,7 +5,7 @@ add_generation_prompt=True, tokenize=True)``, which is what vLLM's chat endpoint
 ``/tokenize`` compute for the same tokenizer and template.
 
 Speed: the chat template renders the prompt text (one call per batch of requests that share
-their tools); :class:`~prefixplan.render.hf_encode.HFEncoder` encodes it piece by piece, each
+their tools; after a folder's first load without transformers, :mod:`prefixplan.render.hf_snapshot`); :class:`~prefixplan.render.hf_encode.HFEncoder` encodes it piece by piece, each
 distinct piece and line once, where that is provably the same as encoding the whole text
 (``incremental=False``: the earlier piece cache; a tokenizer the split is not equivalent for:
 whole prompts). Tests compare every path against ``apply_chat_template`` token for token.
@@ -26,12 +26,16 @@ import orjson
 from prefixplan.core.hashes import segment_hash
 from prefixplan.core.types import Prompt, Request, Segment, as_token_ids
 from prefixplan.errors import TokenizerError
+from prefixplan.render import hf_snapshot
 from prefixplan.render.chatnorm import engine_messages
 from prefixplan.render.engine_ids import raw_ids_prompt
 from prefixplan.render.hf_encode import HFEncoder
+from prefixplan.render.hf_template import ChatTemplate, plain, semantics_available
 from prefixplan.render.sandbox_memo import install as install_sandbox_memo
+from prefixplan.render.sandbox_memo import install_environment as install_sandbox_environment
 from prefixplan.render.spans import assign, locate
 from prefixplan.render.tojson_memo import install as install_tojson_memo
+from prefixplan.render.tojson_memo import install_filters as install_tojson_filters
 from prefixplan.render.tojson_memo import tojson_memo
 
 
@@ -59,29 +63,34 @@ class HFRenderer:
             )
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        try:
-            from transformers import AutoTokenizer
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.set_verbosity_error()
-            self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        except Exception as exc:  # transformers raises many types here
-            raise TokenizerError(f"hf:{path}: cannot load tokenizer: {exc}") from exc
-        if chat_template is not None:
-            self.tokenizer.chat_template = chat_template
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise TokenizerError(
-                f"hf:{path}: the tokenizer has no chat template",
-                hint="pass --chat-template FILE",
-            )
-        backend: Any = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is None:
-            raise TokenizerError(f"hf:{path}: only fast (tokenizer.json) tokenizers are supported")
-        self.backend = backend
         self.path = path
+        self._chat_template = chat_template
+        self._tokenizer: Any = None
+        self.template_kwargs = dict(template_kwargs or {})
+        snap = hf_snapshot.read(path, chat_template) if semantics_available() else None
+        if snap is None or not snap.agrees:
+            tokenizer = self.tokenizer  # through transformers
+            if not getattr(tokenizer, "chat_template", None):
+                raise TokenizerError(
+                    f"hf:{path}: the tokenizer has no chat template",
+                    hint="pass --chat-template FILE",
+                )
+            backend: Any = getattr(tokenizer, "backend_tokenizer", None)
+            if backend is None:
+                raise TokenizerError(f"hf:{path}: only fast (tokenizer.json) tokenizers are supported")
+            if snap is None and semantics_available():
+                snap = hf_snapshot.make(path, tokenizer, chat_template)
+            serialised = snap.backend if snap is not None else backend.to_str()
+            templates: Any = tokenizer.chat_template
+        else:
+            backend = snap.tokenizer()
+            serialised, templates = snap.backend, snap.chat_template
+        self.template: ChatTemplate | None = None
+        if snap is not None and snap.agrees and snap.chat_template is not None and plain(self.template_kwargs):
+            self.template = ChatTemplate(snap.chat_template, {**snap.special_tokens, **self.template_kwargs})
+        self.backend = backend
         self.spec = f"hf:{path}"
         self.label = f"hf:{path.name}"
-        self.template_kwargs = dict(template_kwargs or {})
         if incremental is None:
             incremental = os.environ.get("PREFIXPLAN_INCREMENTAL", "1") != "0"
         self.encoder = HFEncoder(
@@ -90,15 +99,37 @@ class HFRenderer:
             split_pieces=split_pieces,
             paragraph_split=paragraph_split,
             incremental=incremental,
+            byte_len=snap.byte_length_table() if snap is not None else None,
         )
         self.cache = self.encoder.cache
         self.split_pieces = self.encoder.split_pieces
-        self.fingerprint = self._fingerprint()
-        templates = self.tokenizer.chat_template
-        for template in templates.values() if isinstance(templates, dict) else (templates,):
-            if isinstance(template, str):
-                install_tojson_memo(template)
-                install_sandbox_memo(template)
+        self.fingerprint = self._fingerprint(serialised, templates)
+        if self.template is not None:
+            install_tojson_filters(self.template.environment.filters)
+            install_sandbox_environment(self.template.environment)
+        else:
+            for template in templates.values() if isinstance(templates, dict) else (templates,):
+                if isinstance(template, str):
+                    install_tojson_memo(template)
+                    install_sandbox_memo(template)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer as transformers loads it (imported on first use: a renderer made from
+        a snapshot renders without it)."""
+        if self._tokenizer is None:
+            try:
+                from transformers import AutoTokenizer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.set_verbosity_error()
+                tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+            except Exception as exc:  # transformers raises many types here
+                raise TokenizerError(f"hf:{self.path}: cannot load tokenizer: {exc}") from exc
+            if self._chat_template is not None:
+                tokenizer.chat_template = self._chat_template
+            self._tokenizer = tokenizer
+        return self._tokenizer
 
     @property
     def _paragraph_split(self) -> bool:
@@ -111,11 +142,11 @@ class HFRenderer:
         return self.encoder.stats.as_dict()
 
     # -- identity -------------------------------------------------------------------------
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, serialised: str, templates: Any) -> str:
         h = hashlib.sha256()
-        h.update(self.backend.to_str().encode())
+        h.update(serialised.encode())
         h.update(b"\0template\0")
-        h.update(str(self.tokenizer.chat_template).encode())
+        h.update(str(templates).encode())
         h.update(b"\0kwargs\0")
         h.update(json.dumps(self.template_kwargs, sort_keys=True, default=str).encode())
         return "tok1:" + h.hexdigest()[:32]
@@ -124,29 +155,46 @@ class HFRenderer:
     def render_text(self, request: Request) -> str:
         if request.messages is None:
             raise TokenizerError(f"{request.source}:{request.line_no}: not a chat request")
+        messages = engine_messages(request.messages)
+        tools = list(request.tools) if request.tools else None
+        template = self.template if self.template is not None and plain(messages) and plain(tools) else None
+        tokenizer: Any = self.tokenizer if template is None else None
         try:
+            if template is not None:
+                return template.render(messages, tools)
             return str(
-                self.tokenizer.apply_chat_template(
-                    engine_messages(request.messages),
-                    tools=list(request.tools) if request.tools else None,
-                    add_generation_prompt=True,
-                    tokenize=False,
-                    **self.template_kwargs,
+                tokenizer.apply_chat_template(
+                    messages, tools=tools, add_generation_prompt=True, tokenize=False, **self.template_kwargs
                 )
             )
         except Exception as exc:  # jinja errors, template exceptions (raise_exception)
             raise TokenizerError(f"{request.source}:{request.line_no}: chat template failed: {exc}") from exc
 
+    def _render_group(self, requests: Sequence[Request], idxs: list[int]) -> list[str] | None:
+        """The texts of requests that share their tools, rendered together; None when that
+        fails (each is then rendered alone, so the failure names its request)."""
+        tools = requests[idxs[0]].tools
+        tool_list = list(tools) if tools else None
+        conversations = [engine_messages(requests[i].messages or ()) for i in idxs]
+        try:
+            with tojson_memo():  # each tool serialised once for the batch, not per conversation
+                if self.template is not None and plain(tool_list) and all(plain(c) for c in conversations):
+                    return self.template.render_many(conversations, tool_list)
+                texts = self.tokenizer.apply_chat_template(
+                    conversations, tools=tool_list, add_generation_prompt=True, tokenize=False, **self.template_kwargs
+                )
+        except Exception:  # the failing request is found (and named) alone
+            return None
+        return [str(t) for t in texts] if isinstance(texts, list) and len(texts) == len(idxs) else None
+
     def _render_texts(
         self, requests: Sequence[Request], chat: Sequence[int], keys: dict[int, bytes] | None = None
     ) -> dict[int, str]:
         """Chat-template texts of ``requests[i]`` for ``i`` in ``chat``. Requests with the same
-        tools are rendered in one ``apply_chat_template`` call (a batch of conversations shares
-        its ``tools``), so the template input is prepared once per tool set, not per request
-        (a long tool list made that a third of the template time); the text of each
-        conversation is what a call of its own returns. If a batch fails, each request is
-        rendered alone so the failure names its request. ``keys`` receives each request's
-        tool-set key (the tools' JSON bytes)."""
+        tools are rendered together (a batch of conversations shares its ``tools``), so the
+        template input is prepared once per tool set, not per request (a long tool list made
+        that a third of the template time); the text of each conversation is what a call of its
+        own returns. ``keys`` receives each request's tool-set key (the tools' JSON bytes)."""
         groups: dict[bytes, list[int]] = {}
         for i in chat:
             tools = requests[i].tools
@@ -160,27 +208,12 @@ class HFRenderer:
             groups.setdefault(key, []).append(i)
         out: dict[int, str] = {}
         for idxs in groups.values():
-            if len(idxs) == 1:
-                out[idxs[0]] = self.render_text(requests[idxs[0]])
-                continue
-            tools = requests[idxs[0]].tools
-            try:
-                with tojson_memo():  # each tool serialised once for the batch, not per conversation
-                    texts = self.tokenizer.apply_chat_template(
-                        [engine_messages(requests[i].messages or ()) for i in idxs],
-                        tools=list(tools) if tools else None,
-                        add_generation_prompt=True,
-                        tokenize=False,
-                        **self.template_kwargs,
-                    )
-            except Exception:  # the failing request is found (and named) alone below
-                texts = None
-            if not isinstance(texts, list) or len(texts) != len(idxs):
+            texts = self._render_group(requests, idxs) if len(idxs) > 1 else None
+            if texts is None:
                 for i in idxs:
                     out[i] = self.render_text(requests[i])
                 continue
-            for i, text in zip(idxs, texts, strict=True):
-                out[i] = str(text)
+            out.update(zip(idxs, texts, strict=True))
         return out
 
     def encode_text(self, text: str, *, add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:

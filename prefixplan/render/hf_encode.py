@@ -40,6 +40,29 @@ PARAGRAPH_SPLIT_MIN_CHARS = 1024
 _PARAGRAPH_BOUNDARY = re.compile(r"\n\n(?=\S)")
 
 
+def byte_lengths(backend: Any) -> np.ndarray | None:
+    """Bytes of text per token id for byte-level BPE vocabularies (each character of a
+    byte-level token string stands for one byte; added tokens are literal text), or None.
+
+    With it, token start offsets come from a cumulative sum instead of the tokenizer's
+    per-token offset tuples, which are slow to fetch from Python (a snapshot keeps the table:
+    :mod:`prefixplan.render.hf_snapshot`)."""
+    from tokenizers.decoders import ByteLevel
+
+    if not isinstance(backend.decoder, ByteLevel):
+        return None
+    vocab = backend.get_vocab(with_added_tokens=False)
+    ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+    top = int(ids.max()) + 1 if ids.shape[0] else 0
+    size = max(backend.get_vocab_size(with_added_tokens=True), top)
+    lengths = np.zeros(size, dtype=np.int64)
+    lengths[ids] = np.fromiter(map(len, vocab), dtype=np.int64, count=len(vocab))
+    for tid, added in backend.get_added_tokens_decoder().items():
+        if tid < size:
+            lengths[tid] = len(added.content.encode("utf-8"))
+    return lengths
+
+
 class HFEncoder:
     """Encode rendered prompts with a ``tokenizers.Tokenizer`` (module docstring)."""
 
@@ -51,6 +74,7 @@ class HFEncoder:
         split_pieces: bool = True,
         paragraph_split: bool = True,
         incremental: bool = True,
+        byte_len: np.ndarray | None = None,
     ) -> None:
         self.backend = backend
         self.cache = PieceCache(piece_cache_tokens)
@@ -61,7 +85,7 @@ class HFEncoder:
             for tid in self.added_ids.values()
         }
         self.split_pieces = split_pieces and safe and self._pieces_are_safe()
-        self.byte_len = self._byte_lengths()
+        self.byte_len = byte_lengths(backend) if byte_len is None else byte_len
         self.incremental = incremental and self.split_pieces and self.split_re is not None
         self.paragraph_split = (
             not self.incremental and paragraph_split and self.split_pieces and self._paragraph_boundaries_are_safe()
@@ -72,27 +96,6 @@ class HFEncoder:
         self.words = WordEncoder.for_backend(backend, patterns) if patterns else None
 
     # -- what the tokenizer gives ---------------------------------------------------------
-    def _byte_lengths(self) -> np.ndarray | None:
-        """Bytes of text per token id for byte-level BPE vocabularies (each character of a
-        byte-level token string stands for one byte; added tokens are literal text), or None.
-
-        With it, token start offsets come from a cumulative sum instead of the tokenizer's
-        per-token offset tuples, which are slow to fetch from Python."""
-        from tokenizers.decoders import ByteLevel
-
-        if not isinstance(self.backend.decoder, ByteLevel):
-            return None
-        vocab = self.backend.get_vocab(with_added_tokens=False)
-        ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
-        top = int(ids.max()) + 1 if ids.shape[0] else 0
-        size = max(self.backend.get_vocab_size(with_added_tokens=True), top)
-        lengths = np.zeros(size, dtype=np.int64)
-        lengths[ids] = np.fromiter(map(len, vocab), dtype=np.int64, count=len(vocab))
-        for tid, added in self.backend.get_added_tokens_decoder().items():
-            if tid < size:
-                lengths[tid] = len(added.content.encode("utf-8"))
-        return lengths
-
     def encode_one(self, enc: Any, text: str) -> Item:
         """(ids, first-char offsets) of an Encoding of ``text``."""
         ids = as_token_ids(enc.ids)

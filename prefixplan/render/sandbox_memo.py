@@ -8,7 +8,9 @@ or ``message.content`` on a plain dict (a raised and caught ``AttributeError`` b
 lookup) or a string method (a safety check that walks a table of types). About a third of
 the template time on agent logs.
 
-:func:`install` sets two instance attributes on the compiled template's environment:
+:func:`install` sets two instance attributes on the compiled template's environment
+(:func:`install_environment`: on an environment of prefixplan's own,
+:class:`~prefixplan.render.hf_template.ChatTemplate`'s):
 
 - ``getattr``: for an exact ``dict`` and a string name that is not an attribute of ``dict``
   (``dir(dict)``: a dict instance has no attributes of its own), Python's ``getattr`` would
@@ -42,7 +44,6 @@ _MARK = "__prefixplan_sandbox_memo__"
 def _environment(template: str) -> Any | None:
     """The sandboxed environment of transformers' compiled ``template``, or None."""
     try:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
         from transformers.utils import chat_template_utils
     except Exception:  # pragma: no cover - both are dependencies
         return None
@@ -53,13 +54,18 @@ def _environment(template: str) -> Any | None:
         env = compile_template(template).environment
     except Exception:  # a template that does not compile: rendering reports it
         return None
+    return env if _jinja_own(env) else None
+
+
+def _jinja_own(env: Any) -> bool:
+    """Whether ``env`` is an immutable sandbox whose two methods are Jinja's own."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
+
     kind = type(env)
-    if not isinstance(env, ImmutableSandboxedEnvironment) or (
-        kind.getattr is not SandboxedEnvironment.getattr
-        or kind.is_safe_attribute is not ImmutableSandboxedEnvironment.is_safe_attribute
-    ):
-        return None
-    return env
+    return isinstance(env, ImmutableSandboxedEnvironment) and (
+        kind.getattr is SandboxedEnvironment.getattr
+        and kind.is_safe_attribute is ImmutableSandboxedEnvironment.is_safe_attribute
+    )
 
 
 def _getattr(env: Any) -> Callable[[Any, Any], Any]:
@@ -111,7 +117,12 @@ def install(template: str) -> bool:
     """Put the two shortcuts (module docstring) on the environment of the compiled
     ``template``; True when they are in place (already, or now)."""
     env = _environment(template)
-    if env is None:
+    return env is not None and install_environment(env)
+
+
+def install_environment(env: Any) -> bool:
+    """Put the two shortcuts on a sandboxed environment (one whose methods are Jinja's own)."""
+    if not _jinja_own(env):
         return False
     if not env.__dict__.get(_MARK):
         env.getattr = _getattr(env)

@@ -13,8 +13,9 @@ sandbox, which cannot change a dict or list; and the scope covers one batched
 computes every first answer, so the text is what the template gives without the memo (tested).
 
 The filter is found through transformers' compiled-template cache (``_compile_jinja_template``,
-present from 4.45 to 5.x); where it is missing or has another shape the memo is simply not
-installed and rendering runs as before.
+present from 4.45 to 5.x), or is that of :class:`~prefixplan.render.hf_template.ChatTemplate`;
+where it is missing or has another shape the memo is simply not installed and rendering runs as
+before.
 """
 
 from __future__ import annotations
@@ -63,10 +64,16 @@ def install(template: str) -> bool:
     if compile_template is None:
         return False
     try:
-        compiled = compile_template(template)
-        filters = compiled.environment.filters
-        original = filters["tojson"]
+        filters = compile_template(template).environment.filters
     except Exception:  # another shape of the internals, or a template that does not compile
+        return False
+    return install_filters(filters)
+
+
+def install_filters(filters: Any) -> bool:
+    """Wrap the ``tojson`` filter of a Jinja environment's ``filters``; True when in place."""
+    original = filters.get("tojson") if hasattr(filters, "get") else None
+    if original is None:
         return False
     if getattr(original, "__prefixplan_memo__", False):
         return True
