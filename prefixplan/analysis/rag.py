@@ -68,21 +68,22 @@ def reorder_content(
 ) -> str | None:
     """Documents-first rewrite of one message text, or None when nothing would move."""
     paras = split_paragraphs(content, min_chars)
-    docs = [(p, counts.get(segment_hash(p), 0)) for _, _, p in paras]
-    docs = [(p, n) for p, n in docs if n >= min_requests]
-    if not docs:
+    hashes = [segment_hash(p) for _, _, p in paras]  # each paragraph hashed once
+    found = [(h, counts.get(h, 0)) for h in hashes]
+    if not any(n >= min_requests for _, n in found):
         return None
-    doc_hashes = {segment_hash(p) for p, _ in docs}
+    docs: dict[str, tuple[str, str, int]] = {}  # paragraph -> (paragraph, hash, requests), first seen
     rest: list[str] = []
     pos = 0
-    for a, b, p in paras:
-        if segment_hash(p) in doc_hashes:
+    for (a, b, p), (h, n) in zip(paras, found, strict=True):
+        if n >= min_requests:
+            docs.setdefault(p, (p, h, n))
             rest.append(content[pos:a])
             pos = b
     rest.append(content[pos:])
     remainder = "".join(rest).strip()
-    ordered = sorted(dict(docs).items(), key=lambda item: (-item[1], segment_hash(item[0])))
-    new = "\n\n".join(p for p, _ in ordered)
+    ordered = sorted(docs.values(), key=lambda item: (-item[2], item[1]))
+    new = "\n\n".join(p for p, _, _ in ordered)
     if remainder:
         new += "\n\n" + remainder
     return None if new == content else new

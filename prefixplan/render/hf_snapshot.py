@@ -15,8 +15,9 @@ agrees with transformers': when it is made, a few probe conversations (tools, to
 reasoning fields, keys set to null) are rendered both ways, and any difference keeps that
 folder on transformers.
 
-A snapshot is named by a digest of the folder's tokenizer files and the versions of
-transformers, tokenizers and jinja2, so a changed file or an upgrade makes a new one. The
+A snapshot is named by the folder, its tokenizer files' names, sizes, modification times and
+inodes, and the versions of transformers, tokenizers and jinja2, so a changed file or an upgrade
+makes a new one. The
 files live in ``$PREFIXPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/prefixplan``, else
 ``~/.cache/prefixplan`` (folder ``tokenizers/``); they hold tokenizer data only, are written
 whole (a temporary file, then a rename), and one that cannot be read is made again. Where the
@@ -123,16 +124,18 @@ def _version(package: str) -> str:
 
 
 def folder_digest(folder: Path) -> str:
-    """A digest of the tokenizer files of ``folder`` (names and bytes)."""
+    """A digest of the tokenizer files of ``folder``: the folder, and each file's name, size,
+    modification time and inode (as Python's own bytecode cache tells a changed source, without
+    reading it: a file written or replaced changes them)."""
     h = hashlib.sha256()
+    h.update(str(folder.resolve()).encode("utf-8", "surrogatepass") + b"\0")
     names = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
     extra = folder / "additional_chat_templates"
     if extra.is_dir():
         names += sorted(f"additional_chat_templates/{p.name}" for p in extra.iterdir() if p.is_file())
     for name in names:
-        data = (folder / name).read_bytes()
-        h.update(f"{name}\0{len(data)}\0".encode())
-        h.update(data)
+        st = (folder / name).stat()
+        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0".encode())
     return h.hexdigest()
 
 

@@ -416,10 +416,10 @@ def join_pieces(
     """Concatenate pieces' (ids, char starts), the starts of piece k shifted by ``offsets[k]``."""
     if not items:
         return as_token_ids(np.zeros(0, np.uint32)), np.zeros(0, np.int64)
-    ids = np.concatenate([it[0] for it in items])
-    starts = np.concatenate([it[1] for it in items])
-    lengths = [it[0].shape[0] for it in items]
-    starts += np.repeat(np.asarray(offsets, dtype=np.int64), lengths)
+    id_parts, start_parts = zip(*items, strict=True)
+    ids = np.concatenate(id_parts)
+    starts = np.concatenate(start_parts)
+    starts += np.repeat(np.asarray(offsets, dtype=np.int64), [len(part) for part in id_parts])
     return as_token_ids(ids), starts
 
 
