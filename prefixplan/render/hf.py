@@ -68,7 +68,7 @@ class HFRenderer:
         self._tokenizer: Any = None
         self.template_kwargs = dict(template_kwargs or {})
         snap = hf_snapshot.read(path, chat_template) if semantics_available() else None
-        if snap is None or not snap.agrees:
+        if snap is None or snap.semantics is None:
             tokenizer = self.tokenizer  # through transformers
             if not getattr(tokenizer, "chat_template", None):
                 raise TokenizerError(
@@ -86,8 +86,14 @@ class HFRenderer:
             backend = snap.tokenizer()
             serialised, templates = snap.backend, snap.chat_template
         self.template: ChatTemplate | None = None
-        if snap is not None and snap.agrees and snap.chat_template is not None and plain(self.template_kwargs):
-            self.template = ChatTemplate(snap.chat_template, {**snap.special_tokens, **self.template_kwargs})
+        if (
+            snap is not None
+            and snap.semantics is not None
+            and snap.chat_template is not None
+            and plain(self.template_kwargs)
+        ):
+            variables = {**snap.special_tokens, **self.template_kwargs}
+            self.template = ChatTemplate(snap.chat_template, variables, snap.semantics)
         self.backend = backend
         self.spec = f"hf:{path}"
         self.label = f"hf:{path.name}"

@@ -12,8 +12,9 @@ the special tokens the template sees and the encoder's table of bytes per token.
 tokenizer with ``tokenizers`` alone; the template is rendered by
 :mod:`prefixplan.render.hf_template`. A snapshot is only used where its template rendering
 agrees with transformers': when it is made, a few probe conversations (tools, tool calls,
-reasoning fields, keys set to null) are rendered both ways, and any difference keeps that
-folder on transformers.
+reasoning fields, keys set to null) are rendered both ways, with each of the message handlings
+transformers versions differ in (:class:`~prefixplan.render.hf_template.Semantics`), and the
+first that agrees on every probe is kept; when none does, the folder stays on transformers.
 
 A snapshot is named by the folder, its tokenizer files' names, sizes, modification times and
 inodes, and the versions of transformers, tokenizers and jinja2, so a changed file or an upgrade
@@ -31,7 +32,7 @@ import binascii
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,9 @@ import numpy as np
 import orjson
 
 from prefixplan.render.hf_encode import byte_lengths
-from prefixplan.render.hf_template import ChatTemplate, plain, semantics_available
+from prefixplan.render.hf_template import ChatTemplate, Semantics, plain, semantics_available, variants
 
-FORMAT = 1
+FORMAT = 2
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -158,7 +159,7 @@ class Snapshot:
     backend: str  # the tokenizer's JSON, as transformers serialises it
     chat_template: str | dict[str, str] | None
     special_tokens: dict[str, Any]  # variables the template sees (bos_token, eos_token ...)
-    agrees: bool  # the probes rendered the same with transformers and ChatTemplate
+    semantics: Semantics | None  # what renders the probes as transformers does; None: nothing does
     byte_lengths: bytes | None = None  # the encoder's table of bytes per token id (int32), if any
 
     def tokenizer(self) -> Any:
@@ -184,11 +185,12 @@ def read(folder: Path, chat_template: str | None = None) -> Snapshot | None:
         if template is not None and not isinstance(template, (str, dict)):
             return None
         table = data.get("byte_lengths")
+        found = data["semantics"]
         return Snapshot(
             str(data["backend"]),
             template,
             dict(data["special_tokens"]),
-            bool(data["agrees"]),
+            Semantics(*(bool(x) for x in found)) if found is not None else None,
             base64.b64decode(table, validate=True) if table is not None else None,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error):
@@ -202,24 +204,31 @@ def _outcome(render: Any) -> tuple[str, str]:
         return "error", type(exc).__name__
 
 
-def agrees(tokenizer: Any, template: str | dict[str, str], special_tokens: dict[str, Any]) -> bool:
-    """Whether :class:`ChatTemplate` renders the probe conversations as ``tokenizer``'s
-    ``apply_chat_template`` does (with ``template``)."""
+def agreeing(tokenizer: Any, template: str | dict[str, str], special_tokens: dict[str, Any]) -> Semantics | None:
+    """The first of :func:`~prefixplan.render.hf_template.variants` with which
+    :class:`ChatTemplate` renders every probe conversation as ``tokenizer``'s
+    ``apply_chat_template`` does (the same text, or an error both ways), or None."""
     if not semantics_available() or not plain(special_tokens):
-        return False
-    try:
-        ours = ChatTemplate(template, special_tokens)
-    except Exception:  # a template that does not compile here
-        return False
-    for messages, tools in PROBES:
-        theirs = _outcome(
+        return None
+    theirs = [
+        _outcome(
             lambda m=messages, t=tools: tokenizer.apply_chat_template(
                 m, tools=t, add_generation_prompt=True, tokenize=False
             )
         )
-        if theirs != _outcome(lambda m=messages, t=tools: ours.render(m, t)):
-            return False
-    return True
+        for messages, tools in PROBES
+    ]
+    for semantics in variants():
+        try:
+            ours = ChatTemplate(template, special_tokens, semantics)
+        except Exception:  # a template that does not compile here
+            return None
+        if all(
+            _outcome(lambda m=messages, t=tools, r=ours: r.render(m, t)) == outcome
+            for (messages, tools), outcome in zip(PROBES, theirs, strict=True)
+        ):
+            return semantics
+    return None
 
 
 def make(folder: Path, tokenizer: Any, chat_template: str | None = None) -> Snapshot:
@@ -233,7 +242,7 @@ def make(folder: Path, tokenizer: Any, chat_template: str | None = None) -> Snap
         tokenizer.backend_tokenizer.to_str(),
         template if fits else None,
         special,
-        bool(fits and template is not None and agrees(tokenizer, template, special)),
+        agreeing(tokenizer, template, special) if fits and template is not None else None,
         table.astype("<i4").tobytes() if table is not None and int(table.max(initial=0)) < 2**31 else None,
     )
     write(snapshot_path(folder, chat_template), snap, folder)
@@ -249,7 +258,7 @@ def write(path: Path, snap: Snapshot, folder: Path) -> bool:
             "backend": snap.backend,
             "chat_template": snap.chat_template,
             "special_tokens": snap.special_tokens,
-            "agrees": snap.agrees,
+            "semantics": list(astuple(snap.semantics)) if snap.semantics is not None else None,
             "byte_lengths": base64.b64encode(snap.byte_lengths).decode() if snap.byte_lengths is not None else None,
         }
     )

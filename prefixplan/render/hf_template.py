@@ -1,54 +1,77 @@
-"""A chat template rendered the way transformers 5 renders it, without importing transformers.
+"""A chat template rendered the way transformers renders it, without importing transformers.
 
-``apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)`` in
-transformers 5 does, for conversations of plain JSON values (what a log holds):
+``apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)`` does,
+for conversations of plain JSON values (what a log holds):
 
 1. picks the template: a single one, or from named templates ``tool_use`` when tools are
    given and it exists, else ``default``;
-2. drops the keys of each message whose value is ``None``;
-3. copies every input into plain JSON types (a copy equal to the input for plain data);
-4. gives a message with reasoning (``reasoning_content``, ``thinking`` or ``reasoning``, the
-   first one set) the same text under ``thinking`` (first) and ``reasoning_content`` (last);
+2. (transformers 5, at least 5.25) drops the keys of each message whose value is ``None``;
+3. (transformers 5, at least 5.25) gives a message with reasoning (``reasoning_content``,
+   ``thinking`` or ``reasoning``, the first one set) the same text under ``thinking`` (first)
+   and ``reasoning_content`` (last);
+4. (transformers 5) copies every input into plain JSON types, a copy equal to the input;
 5. renders the template compiled in Jinja's immutable sandbox (``trim_blocks``,
    ``lstrip_blocks``, loop controls, a ``{% generation %}`` block that renders its body) with
    ``tojson`` as ``json.dumps`` (no ASCII escaping; ``indent``, ``separators``, ``sort_keys``),
-   ``raise_exception``, ``strftime_now``, a ``dict`` constructor and a ``namespace`` that
-   refuses names starting with ``_``; the variables are ``messages``, ``tools``,
-   ``documents`` (None), ``add_generation_prompt`` and the tokenizer's special tokens
+   ``raise_exception`` and ``strftime_now`` (transformers 5 also: a ``dict`` constructor and a
+   ``namespace`` that refuses names starting with ``_``); the variables are ``messages``,
+   ``tools``, ``documents`` (None), ``add_generation_prompt`` and the tokenizer's special tokens
    (``bos_token`` ...) overridden by the caller's template arguments.
 
-:class:`ChatTemplate` does the same. It is used only where transformers 5 is installed
-(:func:`semantics_available`) and only for requests made of plain JSON values (:func:`plain`);
-anything else is rendered by transformers itself. Whether both agree for a tokenizer folder is
-checked when its snapshot is made (:mod:`prefixplan.render.hf_snapshot`), and tests compare
-the two on generated conversations for every tokenizer family the project ships.
+Versions differ in steps 2 and 3, so :class:`Semantics` says which a renderer does; the variant
+that agrees with the installed transformers is found when a folder's snapshot is made
+(:mod:`prefixplan.render.hf_snapshot`: probe conversations rendered both ways, the installed
+major version's own behaviour tried first). Only requests made of plain JSON values
+(:func:`plain`) are rendered here; anything else goes to transformers itself. Tests compare the
+two on generated conversations for every tokenizer family the project ships, with transformers
+5 and with the lowest supported 4.x.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-TRANSFORMERS_MAJOR = 5
-"""The transformers major version whose ``apply_chat_template`` this module reproduces."""
-
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def semantics_available() -> bool:
-    """Whether the installed transformers is the major version reproduced here (read from the
-    package metadata: transformers is not imported)."""
+@dataclass(frozen=True, slots=True)
+class Semantics:
+    """What a transformers version does to messages and offers the template (module docstring)."""
+
+    drop_none: bool = True  # step 2
+    alias_reasoning: bool = True  # step 3
+    hardened_helpers: bool = True  # the dict and namespace helpers of transformers 5
+
+
+def transformers_major() -> int | None:
+    """The installed transformers' major version, from its package metadata (not imported)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         found = version("transformers")
     except PackageNotFoundError:
-        return False
+        return None
     major = found.split(".", 1)[0]
-    return major.isdigit() and int(major) == TRANSFORMERS_MAJOR
+    return int(major) if major.isdigit() else None
+
+
+def semantics_available() -> bool:
+    """Whether the installed transformers is a version this module can render for (4 or 5)."""
+    return transformers_major() in (4, 5)
+
+
+def variants() -> list[Semantics]:
+    """The semantics to try, the installed major version's own behaviour first."""
+    helpers = transformers_major() != 4
+    order = [(True, True), (True, False), (False, True), (False, False)]
+    if not helpers:
+        order.reverse()
+    return [Semantics(drop, alias, helpers) for drop, alias in order]
 
 
 def plain(value: Any) -> bool:
@@ -64,17 +87,18 @@ def plain(value: Any) -> bool:
     return False
 
 
-def template_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A message as the template sees it (steps 2 and 4 of the module docstring)."""
-    if any(v is None for v in message.values()):
+def template_message(message: dict[str, Any], semantics: Semantics = Semantics()) -> dict[str, Any]:
+    """A message as the template sees it (steps 2 and 3 of the module docstring)."""
+    if semantics.drop_none and any(v is None for v in message.values()):
         message = {k: v for k, v in message.items() if v is not None}
-    reasoning = next((message[k] for k in REASONING_FIELDS if message.get(k) is not None), None)
-    if reasoning is not None:
-        message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+    if semantics.alias_reasoning:
+        reasoning = next((message[k] for k in REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
     return message
 
 
-def _environment() -> Any:
+def _environment(hardened_helpers: bool) -> Any:
     import jinja2
     from jinja2 import nodes
     from jinja2.ext import Extension
@@ -136,19 +160,23 @@ def _environment() -> Any:
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    env.globals["dict"] = TemplateDict()
-    env.globals["namespace"] = TemplateNamespace
+    if hardened_helpers:
+        env.globals["dict"] = TemplateDict()
+        env.globals["namespace"] = TemplateNamespace
     return env
 
 
 class ChatTemplate:
     """A tokenizer's chat template(s), compiled once, rendered as the module docstring says."""
 
-    def __init__(self, template: str | Mapping[str, str], variables: Mapping[str, Any]) -> None:
+    def __init__(
+        self, template: str | Mapping[str, str], variables: Mapping[str, Any], semantics: Semantics = Semantics()
+    ) -> None:
         if not plain(dict(variables)):
             raise ValueError("template variables must be plain JSON values")
         self.variables = dict(variables)
-        self.environment = _environment()
+        self.semantics = semantics
+        self.environment = _environment(semantics.hardened_helpers)
         self._source = template
         self._compiled: dict[str, Any] = {}
 
@@ -186,7 +214,7 @@ class ChatTemplate:
         for messages in conversations:
             if not messages:
                 raise ValueError("Cannot apply chat template to an empty conversation.")
-            chat = [template_message(m) for m in messages]
+            chat = [template_message(m, self.semantics) for m in messages]
             out.append(
                 compiled.render(
                     messages=chat, tools=tools, documents=None, add_generation_prompt=True, **self.variables
