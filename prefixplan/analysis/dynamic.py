@@ -96,8 +96,15 @@ so those find the same spans line by line as in the whole text."""
 _LINE_CACHE_CHARS = 4_000_000
 """Characters of lines whose spans are kept (system texts repeat most of their lines from
 request to request); past it the cache starts over."""
-_line_cache: dict[str, tuple[tuple[int, int, int], ...]] = {}
-_line_cache_chars = [0]
+
+
+class _LineCache:
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[tuple[int, int, int], ...]] = {}
+        self.chars = 0
+
+
+_lines = _LineCache()
 
 
 def _pattern_spans(k: int, text: str) -> list[tuple[int, int]]:
@@ -112,16 +119,16 @@ def _pattern_spans(k: int, text: str) -> list[tuple[int, int]]:
 
 def _line_spans(line: str) -> tuple[tuple[int, int, int], ...]:
     """``(pattern, start, end)`` of the patterns that stay within a line, found in ``line``."""
-    found = _line_cache.get(line)
+    found = _lines.spans.get(line)
     if found is None:
         found = tuple(
             (k, s, e) for k in range(len(_PATTERNS)) if not _CROSSES_LINES[k] for s, e in _pattern_spans(k, line)
         )
-        if _line_cache_chars[0] + len(line) > _LINE_CACHE_CHARS:
-            _line_cache.clear()
-            _line_cache_chars[0] = 0
-        _line_cache[line] = found
-        _line_cache_chars[0] += len(line)
+        if _lines.chars + len(line) > _LINE_CACHE_CHARS:
+            _lines.spans.clear()
+            _lines.chars = 0
+        _lines.spans[line] = found
+        _lines.chars += len(line)
     return found
 
 

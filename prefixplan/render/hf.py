@@ -4,8 +4,9 @@ Exactness: the token ids equal ``tokenizer.apply_chat_template(messages, tools=t
 add_generation_prompt=True, tokenize=True)``, which is what vLLM's chat endpoints and
 ``/tokenize`` compute for the same tokenizer and template.
 
-Speed: the chat template renders the prompt text (one call per batch of requests that share
-their tools; after a folder's first load without transformers, :mod:`prefixplan.render.hf_snapshot`); :class:`~prefixplan.render.hf_encode.HFEncoder` encodes it piece by piece, each
+Speed: the chat template renders the prompt text (once per batch of requests that share their
+tools; from a folder's second load on without transformers, :mod:`prefixplan.render.hf_snapshot`);
+:class:`~prefixplan.render.hf_encode.HFEncoder` encodes it piece by piece, each
 distinct piece and line once, where that is provably the same as encoding the whole text
 (``incremental=False``: the earlier piece cache; a tokenizer the split is not equivalent for:
 whole prompts). Tests compare every path against ``apply_chat_template`` token for token.
@@ -86,12 +87,8 @@ class HFRenderer:
             backend = snap.tokenizer()
             serialised, templates = snap.backend, snap.chat_template
         self.template: ChatTemplate | None = None
-        if (
-            snap is not None
-            and snap.semantics is not None
-            and snap.chat_template is not None
-            and plain(self.template_kwargs)
-        ):
+        if snap is not None and snap.semantics is not None and plain(self.template_kwargs):
+            assert snap.chat_template is not None  # a snapshot only agrees for a template
             variables = {**snap.special_tokens, **self.template_kwargs}
             self.template = ChatTemplate(snap.chat_template, variables, snap.semantics)
         self.backend = backend

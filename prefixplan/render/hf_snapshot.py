@@ -21,8 +21,9 @@ inodes, and the versions of transformers, tokenizers and jinja2, so a changed fi
 makes a new one. The
 files live in ``$PREFIXPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/prefixplan``, else
 ``~/.cache/prefixplan`` (folder ``tokenizers/``); they hold tokenizer data only, are written
-whole (a temporary file, then a rename), and one that cannot be read is made again. Where the
-folder cannot be written, nothing is kept and each run loads through transformers.
+whole (:func:`~prefixplan.core.fileio.atomic_write_bytes`), and one that cannot be read is made
+again. Where the folder cannot be written, nothing is kept and each run loads through
+transformers.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import base64
 import binascii
 import hashlib
 import os
-import tempfile
 from dataclasses import astuple, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from prefixplan.core.fileio import atomic_write_bytes
+from prefixplan.errors import UsageError
 from prefixplan.render.hf_encode import byte_lengths
 from prefixplan.render.hf_template import ChatTemplate, Semantics, plain, semantics_available, variants
 
@@ -245,16 +247,15 @@ def make(folder: Path, tokenizer: Any, chat_template: str | None = None) -> Snap
         agreeing(tokenizer, template, special) if fits and template is not None else None,
         table.astype("<i4").tobytes() if table is not None and int(table.max(initial=0)) < 2**31 else None,
     )
-    write(snapshot_path(folder, chat_template), snap, folder)
+    write(snapshot_path(folder, chat_template), snap)
     return snap
 
 
-def write(path: Path, snap: Snapshot, folder: Path) -> bool:
-    """Write ``snap`` whole to ``path`` (a temporary file, then a rename); False where it cannot be."""
+def write(path: Path, snap: Snapshot) -> bool:
+    """Write ``snap`` whole to ``path``; False where it cannot be."""
     data = orjson.dumps(
         {
             "format": FORMAT,
-            "folder": str(folder),
             "backend": snap.backend,
             "chat_template": snap.chat_template,
             "special_tokens": snap.special_tokens,
@@ -263,15 +264,7 @@ def write(path: Path, snap: Snapshot, folder: Path) -> bool:
         }
     )
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".snapshot-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
+        atomic_write_bytes(path, data)
+    except UsageError:  # a cache folder that cannot be written: nothing is kept
         return False
     return True

@@ -30,7 +30,7 @@ two on generated conversations for every tokenizer family the project ships, wit
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -197,11 +197,6 @@ class ChatTemplate:
         if found is None:
             found = self._compiled[source] = self.environment.from_string(source)
         return found
-
-    def templates(self) -> Iterable[str]:
-        """Every template source (a single one, or each named one)."""
-        source = self._source
-        return list(source.values()) if isinstance(source, Mapping) else [source]
 
     def render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         """The text of one conversation (``tools``: None when the request has none)."""
