@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -16,8 +14,6 @@ from prefixplan.logs import LineErrors
 from prefixplan.render.stream import RenderFailure, SourceOptions
 from prefixplan.trace.executors import Executor, default_workers
 from prefixplan.trace.intake import Intake, IntakePlan
-from prefixplan.trace.local_pool import take_back
-from prefixplan.trace.shards import ShardJob
 from tests.shard_logs import REJECTED, split_example
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,24 +57,9 @@ def test_rows_are_the_same_on_any_number_of_workers(tmp_path: Path) -> None:
     assert one[3]["described"] and one[3]["loaded_here"] == ["mistral:nemo"]
 
 
-def test_the_last_jobs_no_worker_started_are_taken_back_latest_first() -> None:
-    source = SourceOptions(paths=("log.jsonl",))
-    jobs = [ShardJob(i, f"part-{i}", source, 16) for i in range(5)]
-    futures: list[Future] = [Future() for _ in jobs]
-    futures[0].set_result(None)  # rendered here
-    futures[2].set_running_or_notify_cancel()  # a worker started it
-    window = deque(futures)
-    handed = {f: job for f, job in zip(futures, jobs, strict=True) if f is not futures[0]}
-    assert take_back(window, handed) == (4, jobs[4])
-    assert take_back(window, handed) == (3, jobs[3])
-    assert take_back(window, handed) == (1, jobs[1])
-    assert take_back(window, handed) is None  # the started one stays with its worker
-    assert futures[4].cancelled() and not futures[2].cancelled() and list(handed) == [futures[2]]
-
-
 def test_a_log_of_many_files_gives_the_same_rows_with_three_processes(tmp_path: Path) -> None:
-    """Two workers and this process, whole files as jobs: the last ones no worker started are
-    rendered here (:func:`take_back`), in their place."""
+    """Two workers and this process, whole files as jobs: the jobs no worker has taken are
+    rendered here (:mod:`prefixplan.trace.dispatch`), and the results merge in job order."""
     split_example(tmp_path / "log")
     source = SourceOptions(paths=(str(tmp_path / "log"),))
     one, three = _rows(source, 1), _rows(source, 3)

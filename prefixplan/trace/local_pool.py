@@ -3,15 +3,17 @@
 ``N`` render processes are this one and ``N - 1`` workers. The workers start from a fork
 server where the platform has one (else spawn), each with
 :func:`~prefixplan.trace.shards.start_worker`, and each first loads the run's tokenizer
-(:func:`~prefixplan.trace.shards.warm_worker`). Each ready worker is kept a few jobs ahead;
-whenever none can take another (all busy, or still starting), the calling process renders the
-next job itself with its own renderers; once every job is handed out, it takes back the latest
-ones no worker has started and renders them (the workers' queues would otherwise be the last
-thing left, this process idle). So starting workers never makes a run slower than
-rendering without them, and the calling process, which loads a tokenizer anyway (for the shown
-candidates' ids), works as the ``N``-th renderer between merging results instead of waiting:
-on two cores ``--workers 2`` loads two tokenizers, not three. Within a command's
-:func:`~prefixplan.trace.executors.session` the pool, workers loaded, is kept for the next pass.
+(:func:`~prefixplan.trace.shards.warm_worker`). Jobs wait in this process
+(:class:`~prefixplan.trace.dispatch.Dispatcher`) and a worker is handed the next the moment its
+last one finishes; this process keeps as many waiting as the ready workers would take next and
+renders the oldest waiting job itself whenever there are more (all workers busy, or still
+starting), and at the end of a pass renders what is left while the workers finish theirs. No
+job sits queued at a busy worker while another process is free, so starting workers never makes
+a run slower than rendering without them, and the calling process, which loads a tokenizer
+anyway (for the shown candidates' ids), works as the ``N``-th renderer between merging results
+instead of waiting: on two cores ``--workers 2`` loads two tokenizers, not three. Within a
+command's :func:`~prefixplan.trace.executors.session` the pool, workers loaded, is kept for the
+next pass.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from prefixplan.render.stream import SourceOptions
 from prefixplan.trace.executors import Run, session_pools
 from prefixplan.trace.shards import (
     IN_FLIGHT_PER_WORKER,
-    WHOLE_FILE_IN_FLIGHT,
     ShardJob,
     ShardResult,
     render_shard,
@@ -95,22 +97,12 @@ def _forget(pool: Pool) -> None:
     pool.shutdown(wait=False)
 
 
-def in_flight(job: ShardJob) -> int:
-    """Jobs of ``job``'s kind a ready worker is kept ahead (whole files fewer: they are long)."""
+def depth(job: ShardJob) -> int:
+    """Jobs like ``job`` a ready worker holds at once, the running one included: whole files
+    one (seconds each: a second would wait there while another process could take it), others
+    :data:`~prefixplan.trace.shards.IN_FLIGHT_PER_WORKER`."""
     whole = job.range is None and job.lines is None and job.requests is None
-    return WHOLE_FILE_IN_FLIGHT if whole else IN_FLIGHT_PER_WORKER
-
-
-def take_back(
-    window: deque[Future[ShardResult]], handed: dict[Future[ShardResult], ShardJob]
-) -> tuple[int, ShardJob] | None:
-    """The latest job of ``window`` that a worker holds but has not started, cancelled there:
-    (its place in the window, the job); None when every handed job has started."""
-    for at in range(len(window) - 1, -1, -1):
-        future = window[at]
-        if future in handed and future.cancel():
-            return at, handed.pop(future)
-    return None
+    return 1 if whole else IN_FLIGHT_PER_WORKER
 
 
 def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
@@ -119,24 +111,36 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
     from concurrent.futures.process import BrokenProcessPool
 
     from prefixplan.errors import TokenizerError
+    from prefixplan.trace.dispatch import Dispatcher
 
     workers = max(1, run.processes - 1)  # this process renders too
-    window: deque[Future[ShardResult]] = deque()
-    helped: set[Future[ShardResult]] = set()  # rendered here
-    handed: dict[Future[ShardResult], ShardJob] = {}  # handed to the workers, result not yet taken
+    window: deque[Future[ShardResult]] = deque()  # each job's slot, in job order
     pool: Pool | None = None
+    dispatch: Dispatcher[ShardJob, ShardResult] | None = None
     owned = False
     finished = False
+
+    def render_here(taken: tuple[Future[ShardResult], ShardJob] | None) -> bool:
+        if taken is None:
+            return False
+        slot, job = taken
+        slot.set_result(render_shard(job, run.renderers))
+        return True
+
     try:
 
         def first() -> ShardResult:
-            future = window.popleft()
-            helped.discard(future)
-            handed.pop(future, None)
+            """The oldest slot's result: its job rendered here if no worker has taken it, else
+            waiting jobs rendered here while a worker renders it."""
+            assert dispatch is not None and pool is not None
+            head = window[0]
+            if not render_here(dispatch.take(head)):
+                while not head.done() and render_here(dispatch.take()):
+                    pass
+            window.popleft()
             try:
-                return future.result()
+                return head.result()
             except BrokenProcessPool as exc:
-                assert pool is not None
                 _forget(pool)
                 raise TokenizerError(
                     f"a render worker stopped unexpectedly ({exc or 'killed, or out of memory'})",
@@ -146,45 +150,31 @@ def run_local(jobs: Iterable[ShardJob], run: Run) -> Iterator[ShardResult]:
         for job in jobs:
             if pool is None:
                 pool, owned = _pool(workers, job.source, run.processes)
+                dispatch = Dispatcher(partial(pool.executor.submit, render_shard), pool.ready_workers, depth)
+                for started in pool.ready:  # a worker that becomes ready takes waiting jobs
+                    started.add_done_callback(dispatch.fill)
+            assert dispatch is not None
+            window.append(dispatch.add(job))
             while window and window[0].done():  # hand back what is done, in job order
                 yield first()
-            queued = sum(1 for f in window if f not in helped and not f.done())  # jobs the workers hold
             ready = pool.ready_workers()
-            if queued < ready * in_flight(job):
-                window.append(pool.executor.submit(render_shard, job))
-                handed[window[-1]] = job
-                queued += 1
-            else:  # no ready worker would take it soon: this process renders it
-                here: Future[ShardResult] = Future()
-                here.set_result(render_shard(job, run.renderers))
-                helped.add(here)
-                window.append(here)
+            # keep as many jobs waiting as the workers would take next; past that, render one here
+            if dispatch.waiting() > ready * depth(job):
+                render_here(dispatch.take())
             if run.on_load is not None:  # this process counts as busy: it renders when they all are
-                run.on_load(min(ready, queued) + 1, workers + 1)
+                run.on_load(min(ready, dispatch.held()) + 1, workers + 1)
             while len(window) >= WINDOW_PER_PROCESS * (workers + 1):  # results wait for an earlier job
                 yield first()
-        # every job is handed out: take back the latest one no worker has started and render it
-        # here, until none is left, so this process does not wait idle for the workers' queues
-        while window:
-            while window and window[0].done():
-                yield first()
-            taken = take_back(window, handed)
-            if taken is None:
-                break
-            at, job = taken
-            here = Future()
-            here.set_result(render_shard(job, run.renderers))
-            helped.add(here)
-            window[at] = here
+        # every job is handed out: render what no worker has taken, oldest first, then wait
         while window:
             yield first()
         finished = True
     finally:
-        # Stopped early (an error, a consumer that left): queued jobs are cancelled and nothing
-        # waits for the running ones. A generator left suspended may also be closed by the
-        # garbage collector on any thread, the pool's manager thread included, which cannot
-        # join itself. Workers still starting when the run ends are not waited for.
-        for future in window:
-            future.cancel()
+        # Stopped early (an error, a consumer that left): waiting and queued jobs are cancelled
+        # and nothing waits for the running ones. A generator left suspended may also be closed
+        # by the garbage collector on any thread, the pool's manager thread included, which
+        # cannot join itself. Workers still starting when the run ends are not waited for.
+        if dispatch is not None:
+            dispatch.close()
         if pool is not None and owned:
             pool.shutdown(wait=finished)

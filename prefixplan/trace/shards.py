@@ -41,10 +41,6 @@ pass stands for it: :class:`~prefixplan.trace.inprocess.Unrendered`)."""
 
 IN_FLIGHT_PER_WORKER = 3
 """Jobs handed to each local worker ahead of the one being merged (bounds parent memory)."""
-WHOLE_FILE_IN_FLIGHT = 2
-"""The same for whole files: seconds of work each, so one queued behind the running one keeps a
-worker busy while the parent renders its own, and at the end of a pass the other processes wait
-for that one at most, not two."""
 
 
 Stats = tuple[dict, dict, dict, dict, dict]
