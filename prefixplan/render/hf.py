@@ -238,7 +238,7 @@ class HFRenderer:
         chat = [i for i, req in enumerate(requests) if req.messages is not None]
         keys: dict[int, bytes] = {}
         texts = self._render_texts(requests, chat, keys)
-        encoded = dict(zip(chat, self.encoder.encode([texts[i] for i in chat]), strict=True))
+        encoded = dict(zip(chat, self.encoder.encode([texts[i] for i in chat], starts=spans), strict=True))
         prompts = []
         for i, req in enumerate(requests):
             if i in encoded:

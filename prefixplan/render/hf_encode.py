@@ -30,7 +30,7 @@ import numpy as np
 
 from prefixplan.core.types import as_token_ids
 from prefixplan.render.boundaries import hf_split_patterns, rule_for_hf
-from prefixplan.render.incremental import EncodeStats, Item, SegmentEncoder
+from prefixplan.render.incremental import EncodeStats, Item, SegmentEncoder, join_ids
 from prefixplan.render.pieces import PieceCache
 from prefixplan.render.spans import byte_starts_to_char_starts, join_pieces, offset_starts
 from prefixplan.render.words import WordEncoder
@@ -196,12 +196,13 @@ class HFEncoder:
         return all(j.ids == a.ids + b.ids for j, a, b in zip(joint, left, right, strict=False))
 
     # -- prompts --------------------------------------------------------------------------
-    def encode(self, texts: Sequence[str], *, count: bool = True) -> list[Item]:
+    def encode(self, texts: Sequence[str], *, count: bool = True, starts: bool = True) -> list[Item]:
         """(ids, first-char offsets) of each rendered prompt; with ``count``, each is counted
-        in :attr:`stats`."""
+        in :attr:`stats`; ``starts=False``: the offsets may be left empty (a caller that locates
+        no spans)."""
         stats = self.stats if count else EncodeStats()
         if self.incremental:
-            return self._encode_incremental(texts, stats)
+            return self._encode_incremental(texts, stats, starts)
         if self.split_pieces and self.split_re is not None:
             return self._encode_pieces(texts, stats)
         out: list[Item] = []
@@ -225,7 +226,7 @@ class HFEncoder:
             layout.append((text[pos:], pos, None))
         return layout
 
-    def _encode_incremental(self, texts: Sequence[str], stats: EncodeStats) -> list[Item]:
+    def _encode_incremental(self, texts: Sequence[str], stats: EncodeStats, starts: bool = True) -> list[Item]:
         layouts = [self._layout(text) for text in texts]
         pieces = list(dict.fromkeys(piece for layout in layouts for piece, _, special in layout if special is None))
         encoded = dict(zip(pieces, self.segments.encode_many(pieces), strict=True))
@@ -247,7 +248,7 @@ class HFEncoder:
                     items.append(item)
                     offsets.append(offset + at)
             stats.count(reused)
-            out.append(join_pieces(items, offsets))
+            out.append(join_pieces(items, offsets) if starts else join_ids(items, offsets))
         return out
 
     @staticmethod

@@ -77,7 +77,7 @@ class SegmentEncoder:
         starts: bool = True,
     ) -> None:
         self.encode_batch = encode_batch
-        self._join = join_pieces if starts else _join_ids
+        self._join = join_pieces if starts else join_ids
         self.rule = rule
         self.cache = cache
         self._finder: re.Pattern[str] | None = rule.pattern() if rule is not None else None
@@ -261,6 +261,6 @@ class SegmentEncoder:
 _NO_STARTS = np.zeros(0, dtype=np.int64)
 
 
-def _join_ids(items: Sequence[Item], offsets: Sequence[int]) -> Item:
+def join_ids(items: Sequence[Item], offsets: Sequence[int]) -> Item:
     """Concatenate the ids of ``items`` (encoders that keep no offsets)."""
     return as_token_ids(np.concatenate([item[0] for item in items])), _NO_STARTS

@@ -82,9 +82,15 @@ class BlockHasher:
             p |= _ONE
         return p
 
+    def prefix_sums(self, tokens: np.ndarray) -> np.ndarray:
+        """``P_i`` of ``tokens[:i+1]`` at index ``i``; :meth:`finalise` of the ones a caller
+        needs gives their keys (the mixing is elementwise: finalising a few equals taking those
+        few of every key)."""
+        return np.cumsum(self.mixed(tokens), dtype=np.uint64)
+
     def prefix_keys(self, tokens: np.ndarray, seed: int) -> np.ndarray:
         """Key of ``tokens[:i+1]`` at index ``i`` (uint64 array, same length)."""
-        return self.finalise(np.cumsum(self.mixed(tokens), dtype=np.uint64), seed)
+        return self.finalise(self.prefix_sums(tokens), seed)
 
     def block_keys(self, tokens: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
         """Keys of the full blocks of ``tokens`` (``units_per_block`` entries each)."""

@@ -162,7 +162,8 @@ class RowMaker:
         ku = max(1, self.block_size // scale)
         tokens = prompt.tokens
         n = int(tokens.shape[0])
-        keys = self.hasher.prefix_keys(np.asarray(tokens, dtype=np.uint32), self._seed(req.namespace, scale))
+        seed = self._seed(req.namespace, scale)
+        sums = self.hasher.prefix_sums(np.asarray(tokens, dtype=np.uint32))  # keys made only where read
         nb = n // ku
         segs = prompt.segments
         breakpoints = breakpoint_offsets(prompt)
@@ -193,7 +194,7 @@ class RowMaker:
             token_scale=scale,
             units=n,
             keys_units=ku,
-            block_keys=keys[ku - 1 : nb * ku : ku].copy() if nb else _EMPTY_U64,
+            block_keys=self.hasher.finalise(sums[ku - 1 : nb * ku : ku], seed) if nb else _EMPTY_U64,
             seg_kind=np.fromiter((KIND_CODE[s.kind] for s in segs), dtype=np.int8, count=len(segs))
             if segs
             else _EMPTY_I8,
@@ -219,7 +220,7 @@ class RowMaker:
             else _EMPTY_I32,
             breakpoints=breakpoints,
             boundaries=boundaries,
-            boundary_keys=tuple(int(keys[b - 1]) for b in boundaries),
+            boundary_keys=tuple(self.hasher.finalise(sums[np.asarray(boundaries, dtype=np.int64) - 1], seed).tolist()),
             route_units=units,
             gw_key=gw_key,
             gw_key_tokens=int(gw_tokens),
