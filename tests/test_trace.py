@@ -383,3 +383,31 @@ def test_analyze_is_the_same_with_the_row_store_on_disk(
     assert main(["analyze", str(trace), "--no-store", "-q", "--json", str(b)]) == 0
     assert _record_without_clock(a) == _record_without_clock(b)
     assert sum(dropped) > 0  # the columns were mapped files, and were handed back
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_rows_keys_are_the_prefix_keys_at_its_block_ends_and_boundaries(seed: int) -> None:
+    """A row's block keys and boundary keys are the chained prefix keys of its tokens at the
+    last token of each full block and of each boundary (made only where they are read)."""
+    from prefixplan.core.types import Prompt, Request, Segment
+    from prefixplan.trace.blockhash import BlockHasher, namespace_seed
+
+    rng = random.Random(seed)
+    n = rng.choice([0, 1, 15, 16, 17, 100, 1000])
+    tokens = np.array([rng.randrange(200_000) for _ in range(n)], dtype=np.uint32)
+    cuts = sorted(rng.sample(range(1, n + 1), min(n, rng.randrange(4)))) if n else []
+    segments, start = [], 0
+    for end in cuts:
+        segments.append(Segment("user", start, end, f"{end:016x}"))
+        start = end
+    block = rng.choice([1, 4, 16, 64])
+    row = RowMaker(block).row(
+        Prompt(
+            Request("log", 1, "r1", "openai", messages=({"role": "user", "content": "x"},)), tokens, tuple(segments), ()
+        ),
+        0,
+    )
+    keys = BlockHasher().prefix_keys(tokens, namespace_seed(row.namespace, 1))
+    assert row.block_keys.tolist() == keys[block - 1 : (n // block) * block : block].tolist()
+    assert list(row.boundaries) == sorted({*cuts, n} - {0})
+    assert list(row.boundary_keys) == [int(keys[b - 1]) for b in row.boundaries]
