@@ -137,3 +137,25 @@ def test_at_the_end_of_a_pass_no_whole_file_waits_behind_a_busy_worker(monkeypat
     results = list(local_pool.run_local(jobs, Run(Executor(workers=2), source.renderers(), 2)))
     assert [index for index, _ in at_worker] == [0]
     assert here == [1, 2, 3, 4, 5] and results == [0, 1, 2, 3, 4, 5]
+
+
+def test_closing_from_inside_fill_on_the_same_thread_does_not_wait_on_itself() -> None:
+    """A run's generator closed by the garbage collector on the pool's thread, while that thread
+    is handing out jobs, closes the dispatcher there: it returns, and nothing more is handed out."""
+    import threading
+
+    pool = Pool(ready=3)
+    d: Dispatcher[str, str] = Dispatcher(lambda job: closing(job), lambda: pool.ready, lambda _job: 1)
+
+    def closing(job: str) -> Future[str]:
+        future = pool.submit(job)
+        d.close()  # as a finalizer would, mid-fill
+        return future
+
+    slots: list[Future[str]] = []
+    t = threading.Thread(target=lambda: slots.extend(d.add(f"file-{i}") for i in range(3)), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert pool.jobs() == ["file-0"] and d.waiting() == 0
+    assert all(s.cancelled() for s in slots[1:])

@@ -37,15 +37,21 @@ class Dispatcher(Generic[J, R]):
         self._submit = submit
         self._ready = ready
         self._depth = depth
-        self._lock = threading.Lock()
+        # re-entrant: a run's generator that the garbage collector closes on the pool's thread
+        # while that thread is inside fill() calls close() there, and must not wait on itself
+        self._lock = threading.RLock()
         self._waiting: deque[tuple[Future[R], J]] = deque()
         self._held: dict[Future[R], Future[R]] = {}  # a worker's future -> the job's slot
         self._closed = False
 
     def add(self, job: J) -> Future[R]:
-        """Queue ``job``; its slot (handed to a worker at once if one has room)."""
+        """Queue ``job``; its slot (handed to a worker at once if one has room; cancelled once
+        the dispatcher is closed)."""
         slot: Future[R] = Future()
         with self._lock:
+            if self._closed:
+                slot.cancel()
+                return slot
             self._waiting.append((slot, job))
         self.fill()
         return slot
@@ -58,7 +64,7 @@ class Dispatcher(Generic[J, R]):
             if self._closed:
                 return
             ready = self._ready()
-            while self._waiting and len(self._held) < ready * self._depth(self._waiting[0][1]):
+            while not self._closed and self._waiting and len(self._held) < ready * self._depth(self._waiting[0][1]):
                 slot, job = self._waiting.popleft()
                 try:
                     future = self._submit(job)
