@@ -94,9 +94,12 @@ class BlockHasher:
 
     def block_keys(self, tokens: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
         """Keys of the full blocks of ``tokens`` (``units_per_block`` entries each)."""
-        keys = self.prefix_keys(np.asarray(tokens, dtype=np.uint32), seed)
-        nb = keys.shape[0] // units_per_block
-        return keys[units_per_block - 1 : nb * units_per_block : units_per_block].copy()
+        return self.block_keys_of_sums(self.prefix_sums(np.asarray(tokens, dtype=np.uint32)), seed, units_per_block)
+
+    def block_keys_of_sums(self, sums: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
+        """:meth:`block_keys` from the tokens' :meth:`prefix_sums` (only the block ends finalised)."""
+        nb = sums.shape[0] // units_per_block
+        return self.finalise(sums[units_per_block - 1 : nb * units_per_block : units_per_block], seed)
 
 
 def namespace_seed(namespace: str, scale: int = 1, salt: bytes = b"") -> int:

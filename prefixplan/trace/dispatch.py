@@ -5,7 +5,7 @@ from there it cannot be taken back: at the end of a pass one worker could still 
 file it has not started while every other process has finished. :class:`Dispatcher` keeps the
 jobs in a queue of its own, hands a worker the next one the moment its last finishes (a done
 callback, on the pool's thread), keeps at most ``depth(job)`` jobs per ready worker in the pool
-(one for whole files: seconds each; two for small ones, so no worker waits for a round trip),
+(one for whole files: seconds each; a few for small ones, so no worker waits for a round trip),
 and lets the calling process take the oldest waiting job whenever it is free to render one.
 """
 
@@ -61,8 +61,6 @@ class Dispatcher(Generic[J, R]):
         callback: of a worker's warm-up, ``_done``)."""
         handed: list[Future[R]] = []
         with self._lock:
-            if self._closed:
-                return
             ready = self._ready()
             while not self._closed and self._waiting and len(self._held) < ready * self._depth(self._waiting[0][1]):
                 slot, job = self._waiting.popleft()

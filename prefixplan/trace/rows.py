@@ -194,7 +194,7 @@ class RowMaker:
             token_scale=scale,
             units=n,
             keys_units=ku,
-            block_keys=self.hasher.finalise(sums[ku - 1 : nb * ku : ku], seed) if nb else _EMPTY_U64,
+            block_keys=self.hasher.block_keys_of_sums(sums, seed, ku) if nb else _EMPTY_U64,
             seg_kind=np.fromiter((KIND_CODE[s.kind] for s in segs), dtype=np.int8, count=len(segs))
             if segs
             else _EMPTY_I8,

@@ -40,7 +40,8 @@ Transform = Callable[[Request], "Request | Unrendered"]
 pass stands for it: :class:`~prefixplan.trace.inprocess.Unrendered`)."""
 
 IN_FLIGHT_PER_WORKER = 3
-"""Jobs handed to each local worker ahead of the one being merged (bounds parent memory)."""
+"""Jobs (byte ranges, pieces, batches) a ready local worker holds at once, the running one
+included (:func:`~prefixplan.trace.local_pool.depth`); a whole file is held alone."""
 
 
 Stats = tuple[dict, dict, dict, dict, dict]
