@@ -47,3 +47,48 @@ def test_whatif_without_spans_equals_with_them(qwen3_path: Path, monkeypatch: py
     assert fast["requests_rewritten"] > 0 and fast["gain_tokens"] > 0
     actual = analyze([str(DOCS_FIRST)], tokenizer=spec, workers=1, rag_whatif=False).to_json()["summary"]
     assert actual["reusable_tokens"] == fast["reusable_tokens"]
+
+
+def test_documents_first_remembers_rewrites_within_bounds_and_copies_start_empty(monkeypatch: pytest.MonkeyPatch):
+    """The what-if's rewrite of a message text is worked out once while it is remembered, gives
+    what reorder_request gives, keeps at most REWRITES_KEPT texts, and a pickled copy (a worker's)
+    carries none of them."""
+    import pickle
+
+    import prefixplan.analysis.rag as rag
+    from prefixplan.core.hashes import segment_hash
+    from prefixplan.core.types import Request
+
+    doc = ("A recurring document paragraph that is long enough to count as a chunk. " * 4).strip()
+    other = ("Another document paragraph, shared by several requests in this little log. " * 4).strip()
+    counts = {segment_hash(doc): 3, segment_hash(other): 5}
+
+    def request(line: int, text: str) -> Request:
+        return Request("log", line, f"r{line}", "openai", messages=({"role": "user", "content": text},))
+
+    texts = [f"Question {i}?\n\n{doc}\n\n{other}" if i % 3 else f"Question {i} without documents." for i in range(12)]
+    calls: list[str] = []
+    real = rag.reorder_content
+
+    def counted(content: str, *args: object, **kwargs: object) -> str | None:
+        calls.append(content)
+        return real(content, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rag, "reorder_content", counted)
+    monkeypatch.setattr(rag, "REWRITES_KEPT", 5)
+    transform = rag.DocumentsFirst(counts)
+    for rounds in range(2):
+        for i, text in enumerate(texts[:4]):
+            got = transform(request(i, text))
+            calls_before = len(calls)
+            expected = rag.reorder_request(request(i, text), counts)
+            del calls[calls_before:]
+            assert got == (expected if expected is not None else request(i, text))
+    assert len(calls) == 4  # the second round found every rewrite remembered
+    assert transform.moved == 4  # two of the four texts hold documents, twice each
+    assert transform(request(1, texts[1])).messages[0]["content"].startswith(other)  # most requests first
+    for i, text in enumerate(texts):
+        transform(request(i, text))
+    assert len(transform._rewritten) == 5
+    copy = pickle.loads(pickle.dumps(transform))
+    assert copy._rewritten == {} and copy.counts == transform.counts and copy.moved == transform.moved

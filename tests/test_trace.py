@@ -411,3 +411,71 @@ def test_a_rows_keys_are_the_prefix_keys_at_its_block_ends_and_boundaries(seed: 
     assert row.block_keys.tolist() == keys[block - 1 : (n // block) * block : block].tolist()
     assert list(row.boundaries) == sorted({*cuts, n} - {0})
     assert list(row.boundary_keys) == [int(keys[b - 1]) for b in row.boundaries]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_of_prompts_that_share_prefixes_have_the_keys_of_their_own_tokens(seed: int) -> None:
+    """One row maker over prompts that begin alike (a shared system prompt, a conversation that
+    grows, one that diverges, a shorter one, a repeat): each row's keys are those of its own
+    tokens, whatever earlier prompt lent it the sums of their common prefix."""
+    from prefixplan.core.types import Prompt, Request
+    from prefixplan.trace.blockhash import BlockHasher, namespace_seed
+
+    rng = np.random.default_rng(seed)
+    system = rng.integers(0, 200_000, int(rng.integers(16, 300))).astype(np.uint32)
+    prompts = [system.copy()]
+    for _ in range(40):
+        base = prompts[int(rng.integers(len(prompts)))]
+        cut = int(rng.integers(0, base.shape[0] + 1))
+        tail = rng.integers(0, 200_000, int(rng.integers(0, 120))).astype(np.uint32)
+        prompts.append(np.concatenate((base[:cut], tail)))
+    prompts.append(prompts[5].copy())
+    maker = RowMaker(16)
+    hasher = BlockHasher()
+    request = Request("log", 1, "r1", "openai", messages=({"role": "user", "content": "x"},))
+    for i, tokens in enumerate(prompts):
+        row = maker.row(Prompt(request, tokens, (), ()), i)
+        keys = hasher.prefix_keys(tokens, namespace_seed(row.namespace, 1))
+        n = tokens.shape[0]
+        assert row.block_keys.tolist() == keys[15 : (n // 16) * 16 : 16].tolist()
+        assert list(row.boundary_keys) == ([int(keys[-1])] if n else [])
+
+
+def test_shared_prefix_sums_equal_the_sums_of_each_array_and_forget_the_least_recent() -> None:
+    """Sums lent from an earlier array are the array's own; a changed input array does not
+    change what was remembered; past ``entries`` heads, the least recently used is dropped."""
+    from prefixplan.trace.blockhash import BlockHasher, SharedPrefixSums
+
+    hasher = BlockHasher()
+    shared = SharedPrefixSums(hasher, entries=2)
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 200_000, 100).astype(np.uint32)
+    b = a.copy()
+    b[60:] = rng.integers(0, 200_000, 40)
+    for tokens in (a, b, a[:50], a, np.concatenate((a, b))):
+        assert shared(tokens).tolist() == hasher.prefix_sums(tokens).tolist()
+    assert shared.reused_tokens == 60 + 50 + 50 + 100  # each from the latest array of its head
+    a[:] = 0  # the caller's array changes: the remembered copy does not
+    c = rng.integers(0, 200_000, 100).astype(np.uint32)
+    c[:16] = b[:16]
+    assert shared(c).tolist() == hasher.prefix_sums(c).tolist()
+    d, e = (rng.integers(0, 200_000, 30).astype(np.uint32) for _ in range(2))
+    shared(d)
+    shared(e)  # two heads remembered: d and e; the head of a, b and c is gone
+    before = shared.reused_tokens
+    assert shared(b).tolist() == hasher.prefix_sums(b).tolist()
+    assert shared.reused_tokens == before
+    assert shared(np.zeros(3, dtype=np.uint32)).tolist() == hasher.prefix_sums(np.zeros(3, dtype=np.uint32)).tolist()
+
+
+def test_hashes_u64_equals_hash_u64_of_each_and_takes_other_forms_one_by_one() -> None:
+    from prefixplan.core.hashes import segment_hash
+    from prefixplan.trace.rows import hash_u64, hashes_u64
+
+    hashes = [segment_hash(str(i)) for i in range(50)] + ["ffffffffffffffff", "0000000000000000"]
+    assert hashes_u64(hashes).tolist() == [hash_u64(h) for h in hashes]
+    odd = ["abc", "0x1f", " 1234567890abcde", "1234_5678_90abcd"]  # not 16 hex digits each
+    assert hashes_u64(odd).tolist() == [hash_u64(h) for h in odd]
+    assert hashes_u64([]).tolist() == []
+    with pytest.raises(ValueError):
+        hashes_u64(["not a hash at all"])

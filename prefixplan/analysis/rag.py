@@ -15,7 +15,7 @@ writes the reordered log with it), so the prediction can be checked against a re
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -89,8 +89,15 @@ def reorder_content(
     return None if new == content else new
 
 
-def reorder_request(request: Request, counts: Mapping[str, int], min_requests: int = 2) -> Request | None:
-    """The request in the documents-first layout, or None when unchanged."""
+def reorder_request(
+    request: Request,
+    counts: Mapping[str, int],
+    min_requests: int = 2,
+    rewrite: Callable[[str], str | None] | None = None,
+) -> Request | None:
+    """The request in the documents-first layout, or None when unchanged. ``rewrite``: what
+    :func:`reorder_content` gives for a message text (with these ``counts`` and ``min_requests``),
+    when the caller remembers it."""
     if not request.messages:
         return None
     changed = False
@@ -98,7 +105,7 @@ def reorder_request(request: Request, counts: Mapping[str, int], min_requests: i
     for msg in request.messages:
         content = msg.get("content")
         if ROLE_KIND.get(str(msg.get("role"))) in CHUNK_KINDS and isinstance(content, str):
-            new = reorder_content(content, counts, min_requests)
+            new = rewrite(content) if rewrite is not None else reorder_content(content, counts, min_requests)
             if new is not None:
                 msg = {**msg, "content": new}
                 changed = True
@@ -246,6 +253,10 @@ def _distinct_starts(store: RowStore, uniq: np.ndarray, chunks: np.ndarray, rows
     return {j: len(starts) for j, starts in seen.items()}
 
 
+REWRITES_KEPT = 1024
+"""Message texts whose documents-first rewrite :class:`DocumentsFirst` remembers."""
+
+
 class DocumentsFirst:
     """The what-if rewrite: each request's recurring documents moved before its question
     (:func:`reorder_request`); ``moved`` counts the requests it rewrote. With ``reuse``, a request
@@ -261,9 +272,29 @@ class DocumentsFirst:
         self.reuse = reuse
         self.render_again = render_again
         self.moved = 0
+        self._rewritten: dict[str, str | None] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_rewritten"}  # a copy starts empty
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _rewritten={})
+
+    def _rewrite(self, content: str) -> str | None:
+        """:func:`reorder_content` of ``content``, remembered for the latest
+        :data:`REWRITES_KEPT` texts (a conversation's earlier turns recur in its later requests)."""
+        memo = self._rewritten
+        try:
+            return memo[content]
+        except KeyError:
+            pass
+        new = memo[content] = reorder_content(content, self.counts)
+        if len(memo) > REWRITES_KEPT:
+            del memo[next(iter(memo))]
+        return new
 
     def __call__(self, req: Request) -> Request | Unrendered:
-        new = reorder_request(req, self.counts)
+        new = reorder_request(req, self.counts, rewrite=self._rewrite)
         if new is None:
             if self.reuse and (req.source, req.line_no) not in self.render_again:
                 return Unrendered(req)

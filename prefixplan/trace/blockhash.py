@@ -62,24 +62,30 @@ class BlockHasher:
 
     def mixed(self, tokens: np.ndarray, start: int = 0) -> np.ndarray:
         """``x_i`` of the scheme for ``tokens`` at positions ``start``, ``start + 1``, ... (a chain
-        continued from a prefix of ``start`` tokens adds their prefix sums to its own)."""
+        continued from a prefix of ``start`` tokens adds their prefix sums to its own). Array
+        arithmetic wraps modulo 2**64 without a warning; the steps work in place."""
         n = int(tokens.shape[0])
-        with np.errstate(over="ignore"):
-            x = (tokens.astype(np.uint64) + _ONE) * self._consts(start + n)[start:]
-            x ^= x >> _S31
-            x *= _SM1
-            x ^= x >> _S29
+        x = tokens.astype(np.uint64)
+        x += _ONE
+        x *= self._consts(start + n)[start:]
+        shifted = x >> _S31
+        x ^= shifted
+        x *= _SM1
+        np.right_shift(x, _S29, out=shifted)
+        x ^= shifted
         return x
 
     @staticmethod
     def finalise(sums: np.ndarray, seed: int) -> np.ndarray:
         """Keys of prefixes whose prefix sums ``P_i`` are ``sums`` (``f(P_i + S) | 1``)."""
-        with np.errstate(over="ignore"):
-            p = sums.astype(np.uint64) + np.uint64(seed)
-            p ^= p >> _S33
-            p *= _SM2
-            p ^= p >> _S33
-            p |= _ONE
+        p = sums.astype(np.uint64)
+        p += np.uint64(seed)
+        shifted = p >> _S33
+        p ^= shifted
+        p *= _SM2
+        np.right_shift(p, _S33, out=shifted)
+        p ^= shifted
+        p |= _ONE
         return p
 
     def prefix_sums(self, tokens: np.ndarray) -> np.ndarray:
@@ -100,6 +106,57 @@ class BlockHasher:
         """:meth:`block_keys` from the tokens' :meth:`prefix_sums` (only the block ends finalised)."""
         nb = sums.shape[0] // units_per_block
         return self.finalise(sums[units_per_block - 1 : nb * units_per_block : units_per_block], seed)
+
+
+class SharedPrefixSums:
+    """:meth:`BlockHasher.prefix_sums` that reuses the sums of a recent token array beginning with
+    the same tokens: prompts of one application share their system prompt and tools, and a
+    conversation its earlier turns, so most of a prompt's sums are an earlier prompt's (``P_i``
+    depends only on the tokens up to ``i``). Only the tokens after the common prefix are mixed
+    and summed.
+
+    The recent arrays are found by their first :attr:`head` tokens, the latest one per head, at
+    most ``entries`` of them (the least recently used goes); shorter arrays are summed whole.
+    """
+
+    head = 16
+
+    def __init__(self, hasher: BlockHasher, entries: int = 64) -> None:
+        if entries < 1:
+            raise ValueError(f"entries must be >= 1, got {entries}")
+        self.hasher = hasher
+        self.entries = int(entries)
+        self._recent: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self.reused_tokens = 0
+        """Tokens whose sums came from an earlier array."""
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:
+        """``P_i`` of ``tokens[:i+1]`` at index ``i`` (uint32 tokens)."""
+        n = int(tokens.shape[0])
+        if n < self.head:
+            return self.hasher.prefix_sums(tokens)
+        key = tokens[: self.head].tobytes()
+        recent = self._recent.pop(key, None)
+        if recent is None:
+            sums = self.hasher.prefix_sums(tokens)
+            if len(self._recent) >= self.entries:
+                del self._recent[next(iter(self._recent))]
+        else:
+            before, before_sums = recent
+            m = min(n, int(before.shape[0]))
+            differ = tokens[:m] != before[:m]
+            first = int(differ.argmax())
+            shared = first if differ[first] else m
+            sums = np.empty(n, dtype=np.uint64)
+            sums[:shared] = before_sums[:shared]
+            if shared < n:
+                tail = sums[shared:]
+                np.cumsum(self.hasher.mixed(tokens[shared:], shared), out=tail)
+                if shared:
+                    tail += before_sums[shared - 1]
+            self.reused_tokens += shared
+        self._recent[key] = (tokens.copy(), sums)
+        return sums
 
 
 def namespace_seed(namespace: str, scale: int = 1, salt: bytes = b"") -> int:

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from prefixplan.core.types import SEGMENT_KINDS, Prompt, Request, Segment, SegmentHash, TokenIds
+from prefixplan.core.types import SEGMENT_KINDS, Chunk, Prompt, Request, Segment, SegmentHash, TokenIds
 from prefixplan.logs.dispatch import RECONSTRUCTED_FORMATS
 from prefixplan.routing.content import request_route_bytes, route_units
-from prefixplan.trace.blockhash import BlockHasher, namespace_seed
+from prefixplan.trace.blockhash import BlockHasher, SharedPrefixSums, namespace_seed
 from prefixplan.trace.spans import breakpoint_offsets, key_prefix
 
 KIND_CODE = {k: i for i, k in enumerate(SEGMENT_KINDS)}
@@ -138,6 +138,35 @@ def hash_u64(text_hash: str) -> int:
     return int(text_hash, 16)
 
 
+def hashes_u64(hashes: Sequence[str]) -> np.ndarray:
+    """:func:`hash_u64` of each of ``hashes`` (uint64 array): 16-hex-digit hashes in one call."""
+    joined = "".join(hashes)
+    if len(joined) == 16 * len(hashes):
+        try:
+            raw = bytes.fromhex(joined)
+        except ValueError:
+            raw = b""
+        if len(raw) == 8 * len(hashes):
+            return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+    return np.fromiter(map(hash_u64, hashes), dtype=np.uint64, count=len(hashes))
+
+
+def _segment_columns(segs: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Kind codes, starts, ends, indices and hashes of ``segs`` (a row's ``seg_*`` arrays)."""
+    if not segs:
+        return _EMPTY_I8, _EMPTY_I32, _EMPTY_I32, _EMPTY_I32, _EMPTY_U64
+    cols = np.array([(KIND_CODE[s.kind], s.start, s.end, s.index) for s in segs], dtype=np.int32).T.copy()
+    return cols[0].astype(np.int8), cols[1], cols[2], cols[3], hashes_u64([s.text_hash for s in segs])
+
+
+def _chunk_columns(chunks: Sequence[Chunk]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends, message indices, hashes and characters of ``chunks`` (``chunk_*`` arrays)."""
+    if not chunks:
+        return _EMPTY_I32, _EMPTY_I32, _EMPTY_I32, _EMPTY_U64, _EMPTY_I32
+    cols = np.array([(c.start, c.end, c.message_index, c.chars) for c in chunks], dtype=np.int32).T.copy()
+    return cols[0], cols[1], cols[2], hashes_u64([c.text_hash for c in chunks]), cols[3]
+
+
 class RowMaker:
     """Turns rendered prompts into rows at one block size (in real tokens)."""
 
@@ -147,6 +176,7 @@ class RowMaker:
         self.block_size = int(block_size)
         self.routing = routing
         self.hasher = BlockHasher()
+        self._sums = SharedPrefixSums(self.hasher)
         self._seeds: dict[tuple[str, int], int] = {}
 
     def _seed(self, namespace: str, scale: int) -> int:
@@ -163,7 +193,7 @@ class RowMaker:
         tokens = prompt.tokens
         n = int(tokens.shape[0])
         seed = self._seed(req.namespace, scale)
-        sums = self.hasher.prefix_sums(np.asarray(tokens, dtype=np.uint32))  # keys made only where read
+        sums = self._sums(np.asarray(tokens, dtype=np.uint32))  # keys made only where read
         nb = n // ku
         segs = prompt.segments
         breakpoints = breakpoint_offsets(prompt)
@@ -172,6 +202,10 @@ class RowMaker:
         if n:
             bounds.add(n)
         boundaries = tuple(sorted(bounds))
+        # the full blocks' keys, then the boundaries' (one finalise for both)
+        keys = self.hasher.finalise(
+            np.concatenate((sums[ku - 1 : nb * ku : ku], sums[np.asarray(boundaries, dtype=np.int64) - 1])), seed
+        )
         units: tuple[int, ...] | None = None
         gw_key, gw_tokens = None, 0
         if self.routing:
@@ -179,7 +213,8 @@ class RowMaker:
                 value = req.prompt if req.prompt is not None else (list(req.prompt_ids) if req.prompt_ids else None)
                 units = tuple(route_units(request_route_bytes(req.messages, req.tools, value)))
             gw_key, gw_tokens = key_prefix(prompt)
-        chunks = prompt.chunks
+        seg_cols = _segment_columns(segs)
+        chunk_cols = _chunk_columns(prompt.chunks)
         return TraceRow(
             index=index,
             time=req.time,
@@ -194,33 +229,21 @@ class RowMaker:
             token_scale=scale,
             units=n,
             keys_units=ku,
-            block_keys=self.hasher.block_keys_of_sums(sums, seed, ku) if nb else _EMPTY_U64,
-            seg_kind=np.fromiter((KIND_CODE[s.kind] for s in segs), dtype=np.int8, count=len(segs))
-            if segs
-            else _EMPTY_I8,
-            seg_start=np.fromiter((s.start for s in segs), dtype=np.int32, count=len(segs)) if segs else _EMPTY_I32,
-            seg_end=np.fromiter((s.end for s in segs), dtype=np.int32, count=len(segs)) if segs else _EMPTY_I32,
-            seg_index=np.fromiter((s.index for s in segs), dtype=np.int32, count=len(segs)) if segs else _EMPTY_I32,
-            seg_hash=np.fromiter((hash_u64(s.text_hash) for s in segs), dtype=np.uint64, count=len(segs))
-            if segs
-            else _EMPTY_U64,
+            block_keys=keys[:nb] if nb else _EMPTY_U64,
+            seg_kind=seg_cols[0],
+            seg_start=seg_cols[1],
+            seg_end=seg_cols[2],
+            seg_index=seg_cols[3],
+            seg_hash=seg_cols[4],
             seg_names=tuple(s.name for s in segs),
-            chunk_start=np.fromiter((c.start for c in chunks), dtype=np.int32, count=len(chunks))
-            if chunks
-            else _EMPTY_I32,
-            chunk_end=np.fromiter((c.end for c in chunks), dtype=np.int32, count=len(chunks)) if chunks else _EMPTY_I32,
-            chunk_msg=np.fromiter((c.message_index for c in chunks), dtype=np.int32, count=len(chunks))
-            if chunks
-            else _EMPTY_I32,
-            chunk_hash=np.fromiter((hash_u64(c.text_hash) for c in chunks), dtype=np.uint64, count=len(chunks))
-            if chunks
-            else _EMPTY_U64,
-            chunk_chars=np.fromiter((c.chars for c in chunks), dtype=np.int32, count=len(chunks))
-            if chunks
-            else _EMPTY_I32,
+            chunk_start=chunk_cols[0],
+            chunk_end=chunk_cols[1],
+            chunk_msg=chunk_cols[2],
+            chunk_hash=chunk_cols[3],
+            chunk_chars=chunk_cols[4],
             breakpoints=breakpoints,
             boundaries=boundaries,
-            boundary_keys=tuple(self.hasher.finalise(sums[np.asarray(boundaries, dtype=np.int64) - 1], seed).tolist()),
+            boundary_keys=tuple(keys[nb:].tolist()),
             route_units=units,
             gw_key=gw_key,
             gw_key_tokens=int(gw_tokens),
