@@ -80,6 +80,8 @@ class HFEncoder:
         self.cache = PieceCache(piece_cache_tokens)
         self.stats = EncodeStats()
         self.split_re, self.added_ids, safe = self._added_token_splitter()
+        # the same alternatives in a group: ``split`` returns the added tokens between the pieces
+        self._split_parts = re.compile(f"({self.split_re.pattern})") if self.split_re is not None else None
         self._special_items = {
             tid: (as_token_ids(np.array([tid], dtype=np.uint32)), np.zeros(1, dtype=np.int64))
             for tid in self.added_ids.values()
@@ -214,16 +216,18 @@ class HFEncoder:
 
     def _layout(self, text: str) -> list[tuple[str, int, int | None]]:
         """``text`` split at added tokens: (piece, char offset, added token id or None)."""
-        assert self.split_re is not None
+        assert self._split_parts is not None
+        added = self.added_ids
         layout: list[tuple[str, int, int | None]] = []
         pos = 0
-        for m in self.split_re.finditer(text):
-            if m.start() > pos:
-                layout.append((text[pos : m.start()], pos, None))
-            layout.append((m.group(0), m.start(), self.added_ids[m.group(0)]))
-            pos = m.end()
-        if pos < len(text):
-            layout.append((text[pos:], pos, None))
+        special = False  # the split alternates: text between added tokens, then an added token
+        for part in self._split_parts.split(text):
+            if special:
+                layout.append((part, pos, added[part]))
+            elif part:
+                layout.append((part, pos, None))
+            pos += len(part)
+            special = not special
         return layout
 
     def _encode_incremental(self, texts: Sequence[str], stats: EncodeStats, starts: bool = True) -> list[Item]:

@@ -386,10 +386,17 @@ def _chunk_paragraphs(body: str, min_chars: int) -> tuple[tuple[int, int, Segmen
     return tuple((a, b, segment_hash(para), len(para)) for a, b, para in split_paragraphs(body, min_chars))
 
 
+_glue_hash = functools.lru_cache(maxsize=4096)(segment_hash)
+"""``segment_hash`` of short template texts (turn markers, separators), which recur in every prompt."""
+GLUE_CHARS = 256
+"""Template texts up to this long are hashed through :data:`_glue_hash`."""
+
+
 def _template_hash(text: str, token_starts: np.ndarray, a: int, b: int) -> SegmentHash:
     ca = int(token_starts[a])
     cb = int(token_starts[b]) if b < token_starts.shape[0] else len(text)
-    return segment_hash(text[ca:cb])
+    glue = text[ca:cb]
+    return _glue_hash(glue) if len(glue) <= GLUE_CHARS else segment_hash(glue)
 
 
 def byte_starts_to_char_starts(data: bytes, byte_starts: np.ndarray) -> np.ndarray:
