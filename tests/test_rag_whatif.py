@@ -91,4 +91,15 @@ def test_documents_first_remembers_rewrites_within_bounds_and_copies_start_empty
         transform(request(i, text))
     assert len(transform._rewritten) == 5
     copy = pickle.loads(pickle.dumps(transform))
-    assert copy._rewritten == {} and copy.counts == transform.counts and copy.moved == transform.moved
+    assert copy._rewritten == {} and copy._rewritten_chars == 0
+    assert copy.counts == transform.counts and copy.moved == transform.moved
+    kept = transform._rewritten
+    assert transform._rewritten_chars == sum(len(k) + len(v or "") for k, v in kept.items())
+    monkeypatch.setattr(rag, "REWRITE_CHARS_KEPT", 2 * len(texts[1]) + 2)  # one text and its rewrite
+    for i, text in enumerate(texts):
+        transform(request(i, text))
+    assert 0 < transform._rewritten_chars <= rag.REWRITE_CHARS_KEPT
+    assert transform._rewritten_chars == sum(len(k) + len(v or "") for k, v in kept.items())
+    long = "Question?\n\n" + doc + "\n\n" + "x" * rag.REWRITE_CHARS_KEPT
+    assert transform(request(99, long)) == rag.reorder_request(request(99, long), counts)
+    assert long not in kept  # longer than the whole budget: worked out, not remembered

@@ -254,7 +254,9 @@ def _distinct_starts(store: RowStore, uniq: np.ndarray, chunks: np.ndarray, rows
 
 
 REWRITES_KEPT = 1024
-"""Message texts whose documents-first rewrite :class:`DocumentsFirst` remembers."""
+"""Message texts whose documents-first rewrite :class:`DocumentsFirst` remembers, at most."""
+REWRITE_CHARS_KEPT = 8_000_000
+"""Characters (texts and their rewrites) that :class:`DocumentsFirst` remembers, at most."""
 
 
 class DocumentsFirst:
@@ -273,24 +275,33 @@ class DocumentsFirst:
         self.render_again = render_again
         self.moved = 0
         self._rewritten: dict[str, str | None] = {}
+        self._rewritten_chars = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_rewritten"}  # a copy starts empty
+        return {k: v for k, v in self.__dict__.items() if k not in ("_rewritten", "_rewritten_chars")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _rewritten={})
+        self.__dict__.update(state, _rewritten={}, _rewritten_chars=0)  # a copy starts empty
 
     def _rewrite(self, content: str) -> str | None:
-        """:func:`reorder_content` of ``content``, remembered for the latest
-        :data:`REWRITES_KEPT` texts (a conversation's earlier turns recur in its later requests)."""
+        """:func:`reorder_content` of ``content``, remembered for the latest texts (a
+        conversation's earlier turns recur in its later requests): at most
+        :data:`REWRITES_KEPT` of them and :data:`REWRITE_CHARS_KEPT` characters."""
         memo = self._rewritten
         try:
             return memo[content]
         except KeyError:
             pass
-        new = memo[content] = reorder_content(content, self.counts)
-        if len(memo) > REWRITES_KEPT:
-            del memo[next(iter(memo))]
+        new = reorder_content(content, self.counts)
+        chars = len(content) + (len(new) if new is not None else 0)
+        if chars > REWRITE_CHARS_KEPT:
+            return new
+        memo[content] = new
+        self._rewritten_chars += chars
+        while len(memo) > REWRITES_KEPT or self._rewritten_chars > REWRITE_CHARS_KEPT:
+            old, old_new = next(iter(memo.items()))  # the earliest remembered
+            del memo[old]
+            self._rewritten_chars -= len(old) + (len(old_new) if old_new is not None else 0)
         return new
 
     def __call__(self, req: Request) -> Request | Unrendered:

@@ -116,7 +116,8 @@ class SharedPrefixSums:
     and summed.
 
     The recent arrays are found by their first :attr:`head` tokens, the latest one per head, at
-    most ``entries`` of them (the least recently used goes); shorter arrays are summed whole.
+    most ``entries`` of them (the least recently used goes); shorter arrays are summed whole. The
+    sums returned are remembered as they are: callers read them and do not change them.
     """
 
     head = 16
