@@ -24,6 +24,7 @@ cannot be matched against keys computed from known prompts.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -100,12 +101,20 @@ class BlockHasher:
 
     def block_keys(self, tokens: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
         """Keys of the full blocks of ``tokens`` (``units_per_block`` entries each)."""
-        return self.block_keys_of_sums(self.prefix_sums(np.asarray(tokens, dtype=np.uint32)), seed, units_per_block)
+        sums = self.prefix_sums(np.asarray(tokens, dtype=np.uint32))
+        return self.keys_of_sums(sums, seed, units_per_block)[0]
 
-    def block_keys_of_sums(self, sums: np.ndarray, seed: int, units_per_block: int) -> np.ndarray:
-        """:meth:`block_keys` from the tokens' :meth:`prefix_sums` (only the block ends finalised)."""
+    def keys_of_sums(
+        self, sums: np.ndarray, seed: int, units_per_block: int, lengths: Sequence[int] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """From the tokens' :meth:`prefix_sums`: the keys of the full blocks, and the keys of the
+        prefixes of ``lengths`` tokens (each at least 1); only those places are finalised, in
+        one call."""
         nb = sums.shape[0] // units_per_block
-        return self.finalise(sums[units_per_block - 1 : nb * units_per_block : units_per_block], seed)
+        ends = sums[units_per_block - 1 : nb * units_per_block : units_per_block]
+        at = sums[np.asarray(lengths, dtype=np.int64) - 1]
+        keys = self.finalise(np.concatenate((ends, at)), seed)
+        return keys[:nb], keys[nb:]
 
 
 class SharedPrefixSums:

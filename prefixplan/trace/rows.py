@@ -202,10 +202,7 @@ class RowMaker:
         if n:
             bounds.add(n)
         boundaries = tuple(sorted(bounds))
-        # the full blocks' keys, then the boundaries' (one finalise for both)
-        keys = self.hasher.finalise(
-            np.concatenate((sums[ku - 1 : nb * ku : ku], sums[np.asarray(boundaries, dtype=np.int64) - 1])), seed
-        )
+        block_keys, boundary_keys = self.hasher.keys_of_sums(sums, seed, ku, boundaries)
         units: tuple[int, ...] | None = None
         gw_key, gw_tokens = None, 0
         if self.routing:
@@ -229,7 +226,7 @@ class RowMaker:
             token_scale=scale,
             units=n,
             keys_units=ku,
-            block_keys=keys[:nb] if nb else _EMPTY_U64,
+            block_keys=block_keys if nb else _EMPTY_U64,
             seg_kind=seg_cols[0],
             seg_start=seg_cols[1],
             seg_end=seg_cols[2],
@@ -243,7 +240,7 @@ class RowMaker:
             chunk_chars=chunk_cols[4],
             breakpoints=breakpoints,
             boundaries=boundaries,
-            boundary_keys=tuple(keys[nb:].tolist()),
+            boundary_keys=tuple(boundary_keys.tolist()),
             route_units=units,
             gw_key=gw_key,
             gw_key_tokens=int(gw_tokens),
